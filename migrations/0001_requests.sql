@@ -1,0 +1,49 @@
+-- Keyed operations: one row per (tenant, operation, idempotency key).
+-- {{schema}} is replaced by the quoted schema name when the migration is applied.
+
+CREATE TABLE {{schema}}.requests (
+  tenant_id       text        NOT NULL,
+  operation       text        NOT NULL,
+  idempotency_key text        NOT NULL,
+  -- SHA-256 of the canonical request; the same key with another fingerprint is refused.
+  fingerprint     text        NOT NULL,
+  state           text        NOT NULL CHECK (state IN ('pending', 'completed', 'failed')),
+  -- Fencing counter: raised on every takeover; writes carrying an older value are refused.
+  fence           integer     NOT NULL DEFAULT 1,
+  -- Lease of a multi-step operation's current holder.
+  locked_until    timestamptz,
+  -- Name of the last step whose result was recorded.
+  recovery_point  text,
+  -- The stored result as JSON text (kept as text so a replay returns exactly what was stored),
+  -- and an optional binary body (HTTP responses). Both are cleared when expires_at passes.
+  result          text,
+  body            bytea,
+  resource_type   text,
+  resource_id     text,
+  created_at      timestamptz NOT NULL,
+  completed_at    timestamptz,
+  -- After expires_at the stored result is gone; until tombstone_until the key still answers
+  -- with an "expired" error that carries the resource pointer; after it the key is new again.
+  expires_at      timestamptz NOT NULL,
+  tombstone_until timestamptz NOT NULL,
+  PRIMARY KEY (tenant_id, operation, idempotency_key),
+  CHECK (tombstone_until >= expires_at)
+);
+
+-- The sweeper walks these two indexes in small batches.
+CREATE INDEX requests_expires_at ON {{schema}}.requests (expires_at) WHERE result IS NOT NULL OR body IS NOT NULL;
+CREATE INDEX requests_tombstone_until ON {{schema}}.requests (tombstone_until);
+
+-- Recorded results of the steps of a multi-step operation.
+CREATE TABLE {{schema}}.steps (
+  tenant_id       text        NOT NULL,
+  operation       text        NOT NULL,
+  idempotency_key text        NOT NULL,
+  step            text        NOT NULL,
+  result          text        NOT NULL,
+  fence           integer     NOT NULL,
+  completed_at    timestamptz NOT NULL,
+  PRIMARY KEY (tenant_id, operation, idempotency_key, step),
+  FOREIGN KEY (tenant_id, operation, idempotency_key)
+    REFERENCES {{schema}}.requests (tenant_id, operation, idempotency_key) ON DELETE CASCADE
+);

@@ -1,0 +1,57 @@
+/**
+ * Drizzle adapter (node-postgres, postgres.js or PGlite drivers). `fromDrizzle(db)` for the
+ * database; inside your own `db.transaction(tx => …)`, pass `fromDrizzleTransaction(tx)` to
+ * `idem.runIn`. The handler's `tx.client` is the Drizzle transaction.
+ *
+ * @example
+ * const idem = createIdem({ sql: fromDrizzle(db) });
+ * await idem.run(spec, async (tx) => tx.client.insert(orders).values(row));
+ */
+import { sql, type SQL, type SQLWrapper } from 'drizzle-orm';
+import type { QueryResult, Row, Sql, Transaction } from '../core/sql.js';
+
+/** The subset of a Drizzle database or transaction idem uses. */
+export interface DrizzleQueryableLike {
+  execute(query: SQLWrapper): PromiseLike<unknown>;
+}
+
+export interface DrizzleLike<Tx extends DrizzleQueryableLike> extends DrizzleQueryableLike {
+  transaction<T>(fn: (tx: Tx) => Promise<T>): Promise<T>;
+}
+
+/** Rewrites `$1`-style text into a Drizzle `SQL` with bound parameters. */
+function toDrizzleSql(text: string, params: readonly unknown[] = []): SQL {
+  if (params.length === 0) return sql.raw(text);
+  const pieces = text.split(/\$(\d+)/);
+  const chunks: SQL[] = [];
+  pieces.forEach((piece, i) => {
+    chunks.push(i % 2 === 0 ? sql.raw(piece) : sql`${params[Number(piece) - 1]}`);
+  });
+  return sql.join(chunks);
+}
+
+function normalize<R extends Row>(result: unknown): QueryResult<R> {
+  // node-postgres: { rows, rowCount }; postgres.js: an array with `count`; PGlite: { rows, affectedRows }.
+  if (Array.isArray(result)) {
+    const count = (result as { count?: number }).count;
+    return { rows: [...result] as R[], rowCount: typeof count === 'number' ? count : result.length };
+  }
+  const r = result as { rows?: R[]; rowCount?: number | null; affectedRows?: number };
+  const rows = r.rows ?? [];
+  return { rows, rowCount: r.rowCount ?? (r.affectedRows || rows.length) };
+}
+
+async function run<R extends Row>(db: DrizzleQueryableLike, text: string, params?: readonly unknown[]): Promise<QueryResult<R>> {
+  return normalize<R>(await db.execute(toDrizzleSql(text, params)));
+}
+
+export function fromDrizzleTransaction<Tx extends DrizzleQueryableLike>(tx: Tx): Transaction<Tx> {
+  return { client: tx, query: (text, params) => run(tx, text, params) };
+}
+
+export function fromDrizzle<Tx extends DrizzleQueryableLike>(db: DrizzleLike<Tx>): Sql<Tx> {
+  return {
+    query: (text, params) => run(db, text, params),
+    transaction: (fn) => db.transaction((tx) => fn(fromDrizzleTransaction(tx))),
+  };
+}

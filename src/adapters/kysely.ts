@@ -1,0 +1,37 @@
+/**
+ * Kysely adapter. `fromKysely(db)` for a `Kysely` instance; inside your own
+ * `db.transaction().execute(trx => …)`, pass `fromKyselyTransaction(trx)` to `idem.runIn`.
+ * The handler's `tx.client` is the Kysely `Transaction`, so business writes stay type-safe.
+ *
+ * @example
+ * const idem = createIdem({ sql: fromKysely(db) });
+ * await idem.run(spec, async (tx) => tx.client.insertInto('orders').values(row).execute());
+ */
+import { CompiledQuery } from 'kysely';
+import type { QueryResult, Row, Sql, Transaction } from '../core/sql.js';
+
+/** The subset of a Kysely instance or transaction idem uses. */
+export interface KyselyQueryableLike {
+  executeQuery<R>(query: CompiledQuery<R>): Promise<{ rows: R[]; numAffectedRows?: bigint }>;
+}
+
+export interface KyselyLike<Tx extends KyselyQueryableLike> extends KyselyQueryableLike {
+  transaction(): { execute<T>(fn: (trx: Tx) => Promise<T>): Promise<T> };
+}
+
+async function run<R extends Row>(db: KyselyQueryableLike, text: string, params?: readonly unknown[]): Promise<QueryResult<R>> {
+  const result = await db.executeQuery(CompiledQuery.raw(text, params ? [...params] : []));
+  const rows = result.rows as R[];
+  return { rows, rowCount: result.numAffectedRows !== undefined ? Number(result.numAffectedRows) : rows.length };
+}
+
+export function fromKyselyTransaction<Tx extends KyselyQueryableLike>(trx: Tx): Transaction<Tx> {
+  return { client: trx, query: (text, params) => run(trx, text, params) };
+}
+
+export function fromKysely<Tx extends KyselyQueryableLike>(db: KyselyLike<Tx>): Sql<Tx> {
+  return {
+    query: (text, params) => run(db, text, params),
+    transaction: (fn) => db.transaction().execute((trx) => fn(fromKyselyTransaction(trx))),
+  };
+}

@@ -1,0 +1,40 @@
+/**
+ * PGlite adapter, for in-process PostgreSQL (tests, local tools, the browser).
+ *
+ * @example
+ * const db = new PGlite();
+ * const idem = createIdem({ sql: fromPglite(db) });
+ */
+import type { QueryResult, Row, Sql, Transaction } from '../core/sql.js';
+
+/** The subset of a PGlite instance or transaction idem uses. */
+export interface PgliteQueryableLike {
+  query(text: string, params?: unknown[]): Promise<{ rows: unknown[]; affectedRows?: number }>;
+  exec(text: string): Promise<unknown>;
+}
+
+export interface PgliteLike<Tx extends PgliteQueryableLike = PgliteQueryableLike> extends PgliteQueryableLike {
+  transaction<T>(fn: (tx: Tx) => Promise<T>): Promise<T>;
+}
+
+async function run<R extends Row>(db: PgliteQueryableLike, text: string, params?: readonly unknown[]): Promise<QueryResult<R>> {
+  if (!params || params.length === 0) {
+    // exec runs several statements (migrations); query runs one with parameters.
+    const results = (await db.exec(text)) as { rows: unknown[]; affectedRows?: number }[];
+    const last = results.at(-1);
+    return { rows: (last?.rows ?? []) as R[], rowCount: last?.affectedRows || last?.rows.length || 0 };
+  }
+  const result = await db.query(text, params as unknown[]);
+  return { rows: result.rows as R[], rowCount: result.affectedRows || result.rows.length };
+}
+
+export function fromPgliteTransaction<Tx extends PgliteQueryableLike>(tx: Tx): Transaction<Tx> {
+  return { client: tx, query: (text, params) => run(tx, text, params) };
+}
+
+export function fromPglite<Tx extends PgliteQueryableLike>(db: PgliteLike<Tx>): Sql<Tx> {
+  return {
+    query: (text, params) => run(db, text, params),
+    transaction: (fn) => db.transaction((tx) => fn(fromPgliteTransaction(tx))),
+  };
+}

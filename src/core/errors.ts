@@ -1,0 +1,140 @@
+/**
+ * Every error idem throws is an `IdemError` with a stable string `code`. Guards check a brand
+ * property rather than `instanceof`, so they hold when two copies of the package are installed.
+ */
+const brand = Symbol.for('idem.error');
+
+export type IdemErrorCode =
+  | 'IDEM_INVALID_KEY'
+  | 'IDEM_INVALID_ARGUMENT'
+  | 'IDEM_KEY_REUSED'
+  | 'IDEM_IN_PROGRESS'
+  | 'IDEM_EXPIRED'
+  | 'IDEM_FENCED'
+  | 'IDEM_OPERATION_FAILED'
+  | 'IDEM_MIGRATION_FAILED';
+
+export class IdemError extends Error {
+  readonly [brand] = true;
+  readonly code: IdemErrorCode;
+  /** Whether the same call may succeed if tried again later. */
+  readonly retryable: boolean;
+
+  constructor(code: IdemErrorCode, message: string, options: { cause?: unknown; retryable?: boolean } = {}) {
+    super(message, { cause: options.cause });
+    this.name = new.target.name;
+    this.code = code;
+    this.retryable = options.retryable ?? false;
+  }
+}
+
+/** True for any idem error, including one from another copy of the package. */
+export function isIdemError(error: unknown): error is IdemError {
+  return typeof error === 'object' && error !== null && (error as Record<symbol, unknown>)[brand] === true;
+}
+
+function hasCode<C extends IdemErrorCode>(error: unknown, code: C): boolean {
+  return isIdemError(error) && error.code === code;
+}
+
+/** The idempotency key is missing, empty, too long, or has characters outside printable ASCII. */
+export class InvalidKeyError extends IdemError {
+  constructor(message: string) {
+    super('IDEM_INVALID_KEY', message, { cause: undefined });
+  }
+}
+
+/** An option or argument is not valid. */
+export class InvalidArgumentError extends IdemError {
+  constructor(message: string) {
+    super('IDEM_INVALID_ARGUMENT', message, { cause: undefined });
+  }
+}
+
+/** The key was first used with a different request. Nothing ran. */
+export class KeyReusedError extends IdemError {
+  constructor(
+    readonly scope: OperationScope,
+    readonly storedFingerprint: string,
+    readonly requestFingerprint: string,
+  ) {
+    super('IDEM_KEY_REUSED', `idempotency key was already used with a different request`, { cause: undefined });
+  }
+}
+
+/** Another execution of the same key is still running. Try again after `retryAfterMs`. */
+export class InProgressError extends IdemError {
+  constructor(
+    readonly scope: OperationScope,
+    readonly retryAfterMs: number,
+    cause?: unknown,
+  ) {
+    super('IDEM_IN_PROGRESS', `an execution with this idempotency key is still in progress`, {
+      cause,
+      retryable: true,
+    });
+  }
+}
+
+/**
+ * The stored response has been discarded but the key's tombstone remains: the operation did run.
+ * `resource` points at what it created, when the handler named it.
+ */
+export class ExpiredError extends IdemError {
+  constructor(
+    readonly scope: OperationScope,
+    readonly resource: ResourcePointer | null,
+    readonly completedAt: number | null,
+  ) {
+    super('IDEM_EXPIRED', `the stored result for this idempotency key has expired`, { cause: undefined });
+  }
+}
+
+/** A write came from a holder whose lease was taken over by another execution. It was refused. */
+export class FencedError extends IdemError {
+  constructor(
+    readonly scope: OperationScope,
+    readonly fence: number,
+  ) {
+    super('IDEM_FENCED', `this execution lost its lease to another one; its write was refused`, {
+      cause: undefined,
+    });
+  }
+}
+
+/** The handler threw. Nothing it wrote remains. `retryable` says whether trying again may help. */
+export class OperationFailedError extends IdemError {
+  constructor(cause: unknown, retryable: boolean) {
+    super('IDEM_OPERATION_FAILED', `operation failed: ${describe(cause)}`, { cause, retryable });
+  }
+}
+
+export class MigrationError extends IdemError {
+  constructor(message: string, cause?: unknown) {
+    super('IDEM_MIGRATION_FAILED', message, { cause });
+  }
+}
+
+export const isInvalidKey = (e: unknown): e is InvalidKeyError => hasCode(e, 'IDEM_INVALID_KEY');
+export const isKeyReused = (e: unknown): e is KeyReusedError => hasCode(e, 'IDEM_KEY_REUSED');
+export const isInProgress = (e: unknown): e is InProgressError => hasCode(e, 'IDEM_IN_PROGRESS');
+export const isExpired = (e: unknown): e is ExpiredError => hasCode(e, 'IDEM_EXPIRED');
+export const isFenced = (e: unknown): e is FencedError => hasCode(e, 'IDEM_FENCED');
+export const isOperationFailed = (e: unknown): e is OperationFailedError => hasCode(e, 'IDEM_OPERATION_FAILED');
+
+/** Names an operation: who, what, and which intent. */
+export interface OperationScope {
+  tenant: string;
+  operation: string;
+  key: string;
+}
+
+/** Points at what an operation created, e.g. `{ type: 'payment', id: 'pay_123' }`. */
+export interface ResourcePointer {
+  type: string;
+  id: string;
+}
+
+function describe(error: unknown): string {
+  return error instanceof Error ? error.message : String(error);
+}

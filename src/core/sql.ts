@@ -1,0 +1,41 @@
+/**
+ * The only thing idem needs from a database driver. Every adapter (`idem/pg`, `idem/postgres`,
+ * `idem/pglite`, `idem/kysely`, `idem/drizzle`) is a few lines that map a driver onto this shape,
+ * so the core never imports a driver.
+ */
+
+/** A row as returned by the driver: column name to value. */
+export type Row = Record<string, unknown>;
+
+/** What a statement returns. */
+export interface QueryResult<R extends Row = Row> {
+  rows: R[];
+  /** Rows inserted, updated, deleted or returned, as the driver reports it. */
+  rowCount: number;
+}
+
+/**
+ * Something that runs one statement with `$1`-style parameters. A transaction the caller already
+ * opened is a `Queryable`: idem's statements then commit or roll back with the caller's own.
+ */
+export interface Queryable {
+  query<R extends Row = Row>(text: string, params?: readonly unknown[]): Promise<QueryResult<R>>;
+}
+
+/**
+ * A transaction handed to user code. `client` is the driver's own transaction object (a `pg`
+ * client, a postgres.js `TransactionSql`, a Kysely `Transaction`, a Drizzle transaction, a PGlite
+ * `Transaction`), so user code writes through its usual API and still shares idem's transaction.
+ */
+export interface Transaction<Client = unknown> extends Queryable {
+  readonly client: Client;
+}
+
+/** A connection source that can also open transactions. */
+export interface Sql<Client = unknown> extends Queryable {
+  /**
+   * Runs `fn` inside `BEGIN … COMMIT`; rolls back and rethrows when `fn` throws.
+   * The transaction must use one connection for all its statements.
+   */
+  transaction<T>(fn: (tx: Transaction<Client>) => Promise<T>): Promise<T>;
+}

@@ -1,0 +1,27 @@
+/**
+ * idem: one business effect per business intent, on PostgreSQL transactions.
+ * See README.md for the guarantees and the quick start.
+ */
+export type { Queryable, QueryResult, Row, Sql, Transaction } from './core/sql.js';
+export { systemClock, ManualClock, type Clock } from './core/clock.js';
+export * from './core/errors.js';
+export { isRetryable, retryableNetworkCodes } from './core/retryable.js';
+export { SqlState, sqlStateOf, isTransactionRetryable } from './core/sqlstate.js';
+export { fingerprint, type FingerprintOptions } from './core/fingerprint.js';
+export { deriveKey, validateKey, maxKeyLength } from './core/keys.js';
+export { migrate, migrations, migrationScript, type Migration, type MigrateResult } from './migrate/migrate.js';
+export { quoteSchema, defaultSchema } from './migrate/schema-name.js';
+export { Idem, createIdem, type OperationContext, type PreparedSpec } from './operations/idem.js';
+export type { MultiStepOperation } from './operations/multi-step.js';
+export { defaultRetention, type IdemOptions, type OperationSpec, type RetentionPolicy } from './operations/options.js';
+export {
+  completed,
+  refused,
+  isOutcome,
+  type Outcome,
+  type OutcomeOptions,
+  type OperationResult,
+  type FinalState,
+} from './operations/outcome.js';
+export type { RequestRow } from './operations/request-row.js';
+export type { SweepOptions, SweepResult } from './operations/sweep.js';

@@ -1,0 +1,85 @@
+import { readdirSync, readFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import { MigrationError } from '../core/errors.js';
+import type { Sql } from '../core/sql.js';
+import { defaultSchema, quoteSchema } from './schema-name.js';
+
+/** One numbered migration, with `{{schema}}` already replaced. */
+export interface Migration {
+  version: number;
+  name: string;
+  sql: string;
+}
+
+// The .sql files ship in the package beside dist/ and src/; both sit two levels below the root.
+const migrationsDir = fileURLToPath(new URL('../../migrations/', import.meta.url));
+
+/** The migrations, in order, rendered for `schema` (default `idem`). */
+export function migrations(schema = defaultSchema): Migration[] {
+  const quoted = quoteSchema(schema);
+  return readdirSync(migrationsDir)
+    .filter((file) => /^\d{4}_[a-z0-9_]+\.sql$/.test(file))
+    .sort()
+    .map((file) => ({
+      version: Number(file.slice(0, 4)),
+      name: file.replace(/\.sql$/, ''),
+      sql: readFileSync(migrationsDir + file, 'utf8').replaceAll('{{schema}}', quoted),
+    }));
+}
+
+/**
+ * All migrations as one plain SQL script, for teams that run their own migration tool.
+ * It records applied versions in `<schema>.migrations` just as `migrate` does.
+ */
+export function migrationScript(schema = defaultSchema): string {
+  const quoted = quoteSchema(schema);
+  const parts = [`CREATE SCHEMA IF NOT EXISTS ${quoted};`, bookkeepingTable(quoted)];
+  for (const m of migrations(schema)) {
+    parts.push(`-- ${m.name}`, m.sql.trim(), `INSERT INTO ${quoted}.migrations (version, name) VALUES (${m.version}, '${m.name}');`);
+  }
+  return parts.join('\n\n') + '\n';
+}
+
+function bookkeepingTable(quoted: string): string {
+  return `CREATE TABLE IF NOT EXISTS ${quoted}.migrations (
+  version    integer PRIMARY KEY,
+  name       text NOT NULL,
+  applied_at timestamptz NOT NULL DEFAULT now()
+);`;
+}
+
+/** What `migrate` did. */
+export interface MigrateResult {
+  applied: string[];
+  alreadyApplied: number;
+}
+
+/**
+ * Applies pending migrations in one transaction, under a transaction-scoped advisory lock keyed by
+ * the schema name: several processes may call this at once, and it may be re-run at any time.
+ */
+export async function migrate(sql: Sql, options: { schema?: string } = {}): Promise<MigrateResult> {
+  const schema = options.schema ?? defaultSchema;
+  const quoted = quoteSchema(schema);
+  const all = migrations(schema);
+  try {
+    return await sql.transaction(async (tx) => {
+      // Serialises concurrent migrators; released at COMMIT. hashtext gives a stable int4 key.
+      await tx.query(`SELECT pg_advisory_xact_lock(hashtext($1))`, [`idem.migrate:${schema}`]);
+      await tx.query(`CREATE SCHEMA IF NOT EXISTS ${quoted}`);
+      await tx.query(bookkeepingTable(quoted));
+      const { rows } = await tx.query<{ version: number }>(`SELECT version FROM ${quoted}.migrations`);
+      const done = new Set(rows.map((r) => Number(r.version)));
+      const applied: string[] = [];
+      for (const m of all) {
+        if (done.has(m.version)) continue;
+        await tx.query(m.sql);
+        await tx.query(`INSERT INTO ${quoted}.migrations (version, name) VALUES ($1, $2)`, [m.version, m.name]);
+        applied.push(m.name);
+      }
+      return { applied, alreadyApplied: done.size };
+    });
+  } catch (error) {
+    throw new MigrationError(`migrating schema ${schema} failed: ${(error as Error).message}`, error);
+  }
+}

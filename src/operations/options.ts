@@ -1,0 +1,74 @@
+import type { Clock } from '../core/clock.js';
+import type { FingerprintOptions } from '../core/fingerprint.js';
+import type { Sql } from '../core/sql.js';
+
+const hour = 3_600_000;
+const day = 24 * hour;
+
+/**
+ * How long a key is remembered. Choose the longest of: client retry horizon, queue redrive,
+ * webhook redelivery, operator replay, and settlement of money-moving work. A shorter window
+ * turns a late retry into a second effect.
+ */
+export interface RetentionPolicy {
+  /**
+   * How long the stored result is replayed after completion. Default 7 days (Stripe keeps 24
+   * hours; money-moving work usually needs days). Longer costs table space for result bodies.
+   */
+  resultMs: number;
+  /**
+   * How long the key's tombstone (fingerprint and resource pointer, no body) is kept after
+   * completion. A retry inside it gets `ExpiredError` with the resource pointer instead of a
+   * second effect; after it the key is new again. Default 30 days. Must be >= `resultMs`.
+   */
+  tombstoneMs: number;
+}
+
+export const defaultRetention: RetentionPolicy = { resultMs: 7 * day, tombstoneMs: 30 * day };
+
+/** Options of `createIdem`. */
+export interface IdemOptions<Client = unknown> {
+  /** Where the tables live and how transactions open. See `idem/pg`, `idem/postgres`, … */
+  sql: Sql<Client>;
+  /** Schema of idem's tables. Default `idem`. Lower-case identifier, validated. */
+  schema?: string;
+  /** Time source for expiry and leases. Default: the system clock. */
+  clock?: Clock;
+  /**
+   * Retention of every operation, or a function choosing one per operation name.
+   * Default `{ resultMs: 7 days, tombstoneMs: 30 days }`.
+   */
+  retention?: Partial<RetentionPolicy> | ((operation: string) => Partial<RetentionPolicy>);
+  /**
+   * How long a concurrent duplicate waits for the first execution before `InProgressError`.
+   * Default 5000 ms. Longer waits hold a connection; shorter ones push retries to the client.
+   */
+  waitMs?: number;
+  /**
+   * Lease of a multi-step operation's holder. A crashed holder's operation can be taken over after
+   * this long. Every step renews it. Default 30000 ms: longer than any single step should take.
+   */
+  leaseMs?: number;
+  /** Minimum key length, to refuse low-entropy keys. Default 1; the maximum is always 255. */
+  minKeyLength?: number;
+  /** Whole-transaction retries on serialization failure or deadlock (40001, 40P01). Default 3. */
+  transactionRetries?: number;
+}
+
+/** Names one execution of an intent. */
+export interface OperationSpec {
+  /** Who the key belongs to, usually the authenticated account. Keys never cross tenants. */
+  tenant: string;
+  /** What is being done, e.g. `create-payment`. Keys never cross operations. */
+  operation: string;
+  /** The client's idempotency key: 1–255 printable ASCII characters. */
+  key: string;
+  /** The request to fingerprint. The same key with another fingerprint is refused. */
+  request?: unknown;
+  /** A precomputed fingerprint, or options for computing one from `request`. */
+  fingerprint?: string | FingerprintOptions;
+  /** Overrides the instance's retention for this call. */
+  retention?: Partial<RetentionPolicy>;
+  /** Overrides the instance's `waitMs` for this call. */
+  waitMs?: number;
+}

@@ -1,0 +1,98 @@
+import { quoteSchema } from '../migrate/schema-name.js';
+import { requestColumns } from './request-row.js';
+
+/**
+ * Every statement the keyed-operation engine sends, rendered once per schema. Keeping them in one
+ * place makes the hot path's round trips countable: a first execution sends `claim`, the
+ * handler's statements and `complete`; a replay sends only `read`.
+ */
+export function renderStatements(schema: string) {
+  const s = quoteSchema(schema);
+  const pk = `tenant_id = $1 AND operation = $2 AND idempotency_key = $3`;
+  return {
+    /**
+     * Claims a new key inside the caller's transaction, in one round trip.
+     * ON CONFLICT DO NOTHING waits while another open transaction holds the same key, and returns
+     * no row once that one commits. The bounded wait is `lock_timeout`, set only for this
+     * statement: the first CTE sets it (saving the caller's value), the outer SELECT, which runs
+     * after the INSERT has finished, puts the caller's value back. A timeout raises 55P03.
+     * $9 is the wait, as a PostgreSQL interval string.
+     */
+    claim: `WITH setting AS (
+        SELECT current_setting('lock_timeout') AS previous, set_config('lock_timeout', $9, true)
+      ), inserted AS (
+        INSERT INTO ${s}.requests
+          (tenant_id, operation, idempotency_key, fingerprint, state, fence, locked_until,
+           created_at, expires_at, tombstone_until)
+        SELECT $1, $2, $3, $4, 'pending', 1, $5, $6, $7, $8 FROM setting
+        ON CONFLICT DO NOTHING
+        RETURNING 1
+      )
+      SELECT count(*)::int AS claimed, set_config('lock_timeout', (SELECT previous FROM setting), true) AS restored
+      FROM inserted`,
+
+    /** Claims a key outside any transaction: used by multi-step operations (commits at once). */
+    claimCommitted: `INSERT INTO ${s}.requests
+        (tenant_id, operation, idempotency_key, fingerprint, state, fence, locked_until,
+         created_at, expires_at, tombstone_until)
+      VALUES ($1, $2, $3, $4, 'pending', 1, $5, $6, $7, $8)
+      ON CONFLICT DO NOTHING
+      RETURNING fence`,
+
+    read: `SELECT ${requestColumns} FROM ${s}.requests WHERE ${pk}`,
+
+    /** Reuses a key whose tombstone has passed: it is new again. */
+    reclaimForgotten: `UPDATE ${s}.requests SET
+        fingerprint = $4, state = 'pending', fence = fence + 1, locked_until = $5, recovery_point = NULL,
+        result = NULL, body = NULL, resource_type = NULL, resource_id = NULL,
+        created_at = $6, completed_at = NULL, expires_at = $7, tombstone_until = $8
+      WHERE ${pk} AND tombstone_until <= $6
+      RETURNING fence`,
+
+    /** Forgets the steps of a key that is being reused after its tombstone passed. */
+    forgetSteps: `DELETE FROM ${s}.steps WHERE ${pk}`,
+
+    /** Takes over a pending operation whose holder's lease ran out. Raises the fence. */
+    takeOver: `UPDATE ${s}.requests SET fence = fence + 1, locked_until = $5
+      WHERE ${pk} AND state = 'pending' AND fence = $4 AND (locked_until IS NULL OR locked_until <= $6)
+      RETURNING fence`,
+
+    /** Renews the lease and moves the recovery point; no row back means the fence was raised. */
+    fenceAndRenew: `UPDATE ${s}.requests SET locked_until = $5, recovery_point = coalesce($6, recovery_point)
+      WHERE ${pk} AND state = 'pending' AND fence = $4
+      RETURNING fence`,
+
+    /** Lets a retry take over at once after a retryable failure. */
+    releaseLease: `UPDATE ${s}.requests SET locked_until = $5
+      WHERE ${pk} AND state = 'pending' AND fence = $4`,
+
+    /** Stores the outcome. The fence check makes a zombie's completion a no-op. */
+    complete: `UPDATE ${s}.requests SET
+        state = $5, result = $6, body = $7, resource_type = $8, resource_id = $9,
+        completed_at = $10, expires_at = $11, tombstone_until = $12, locked_until = NULL
+      WHERE ${pk} AND state = 'pending' AND fence = $4`,
+
+    readSteps: `SELECT step, result FROM ${s}.steps WHERE ${pk}`,
+
+    recordStep: `INSERT INTO ${s}.steps (tenant_id, operation, idempotency_key, step, result, fence, completed_at)
+      VALUES ($1, $2, $3, $4, $5, $6, $7)`,
+
+    sweepBodies: `UPDATE ${s}.requests r SET result = NULL, body = NULL
+      FROM (
+        SELECT tenant_id, operation, idempotency_key FROM ${s}.requests
+        WHERE expires_at <= $1 AND (result IS NOT NULL OR body IS NOT NULL) AND state <> 'pending'
+        ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED
+      ) due
+      WHERE r.tenant_id = due.tenant_id AND r.operation = due.operation AND r.idempotency_key = due.idempotency_key`,
+
+    sweepRows: `DELETE FROM ${s}.requests r
+      USING (
+        SELECT tenant_id, operation, idempotency_key FROM ${s}.requests
+        WHERE tombstone_until <= $1 AND (state <> 'pending' OR locked_until IS NULL OR locked_until <= $1)
+        ORDER BY tombstone_until LIMIT $2 FOR UPDATE SKIP LOCKED
+      ) due
+      WHERE r.tenant_id = due.tenant_id AND r.operation = due.operation AND r.idempotency_key = due.idempotency_key`,
+  };
+}
+
+export type Statements = ReturnType<typeof renderStatements>;

@@ -1,0 +1,129 @@
+import { PGlite } from '@electric-sql/pglite';
+import { drizzle } from 'drizzle-orm/node-postgres';
+import { Kysely, PostgresDialect } from 'kysely';
+import pg from 'pg';
+import postgres from 'postgres';
+import { fromDrizzle, fromDrizzleTransaction } from '../../src/adapters/drizzle.js';
+import { fromKysely, fromKyselyTransaction } from '../../src/adapters/kysely.js';
+import { fromPg, fromPgClient } from '../../src/adapters/pg.js';
+import { fromPglite, fromPgliteTransaction } from '../../src/adapters/pglite.js';
+import { fromPostgresJs, fromPostgresJsTransaction } from '../../src/adapters/postgres.js';
+import type { Sql, Transaction } from '../../src/core/sql.js';
+import { migrate } from '../../src/migrate/migrate.js';
+import { databaseUrl } from './database.js';
+
+/** One driver, connected, with idem's tables in `schema`. */
+export interface AdapterUnderTest {
+  name: string;
+  sql: Sql;
+  /** Opens the caller's own transaction the driver's way and hands idem a `Transaction` on it. */
+  userTransaction<T>(fn: (tx: Transaction) => Promise<T>): Promise<T>;
+  /** True when the driver can hold several connections (concurrency tests apply). */
+  concurrent: boolean;
+  close(): Promise<void>;
+}
+
+export interface AdapterFactory {
+  name: string;
+  create(schema: string): Promise<AdapterUnderTest>;
+}
+
+export const adapterFactories: AdapterFactory[] = [
+  {
+    name: 'pg',
+    async create(schema) {
+      const pool = new pg.Pool({ connectionString: databaseUrl(), max: 10 });
+      return {
+        name: 'pg',
+        sql: fromPg(pool),
+        concurrent: true,
+        async userTransaction(fn) {
+          const client = await pool.connect();
+          try {
+            await client.query('BEGIN');
+            const value = await fn(fromPgClient(client));
+            await client.query('COMMIT');
+            return value;
+          } catch (error) {
+            await client.query('ROLLBACK');
+            throw error;
+          } finally {
+            client.release();
+          }
+        },
+        close: () => dropAndEnd(schema, () => pool.end(), (q) => pool.query(q)),
+      };
+    },
+  },
+  {
+    name: 'postgres.js',
+    async create(schema) {
+      const sql = postgres(databaseUrl(), { max: 10, onnotice: () => {} });
+      return {
+        name: 'postgres.js',
+        sql: fromPostgresJs(sql),
+        concurrent: true,
+        userTransaction: (fn) => sql.begin((tx) => fn(fromPostgresJsTransaction(tx))) as Promise<never>,
+        close: () => dropAndEnd(schema, () => sql.end(), (q) => sql.unsafe(q)),
+      };
+    },
+  },
+  {
+    name: 'kysely',
+    async create(schema) {
+      const db = new Kysely<unknown>({
+        dialect: new PostgresDialect({ pool: new pg.Pool({ connectionString: databaseUrl(), max: 10 }) }),
+      });
+      const sql = fromKysely(db);
+      return {
+        name: 'kysely',
+        sql,
+        concurrent: true,
+        userTransaction: (fn) => db.transaction().execute((trx) => fn(fromKyselyTransaction(trx))),
+        close: () => dropAndEnd(schema, () => db.destroy(), (q) => sql.query(q)),
+      };
+    },
+  },
+  {
+    name: 'drizzle',
+    async create(schema) {
+      const pool = new pg.Pool({ connectionString: databaseUrl(), max: 10 });
+      const db = drizzle(pool);
+      return {
+        name: 'drizzle',
+        sql: fromDrizzle(db),
+        concurrent: true,
+        userTransaction: (fn) => db.transaction((tx) => fn(fromDrizzleTransaction(tx))),
+        close: () => dropAndEnd(schema, () => pool.end(), (q) => pool.query(q)),
+      };
+    },
+  },
+  {
+    name: 'pglite',
+    async create() {
+      const db = new PGlite();
+      return {
+        name: 'pglite',
+        sql: fromPglite(db),
+        concurrent: false,
+        userTransaction: (fn) => db.transaction((tx) => fn(fromPgliteTransaction(tx))),
+        close: () => db.close(),
+      };
+    },
+  },
+];
+
+async function dropAndEnd(schema: string, end: () => Promise<unknown>, query: (q: string) => PromiseLike<unknown>) {
+  await query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
+  await end();
+}
+
+/** Creates the adapter, migrates idem's tables and a business table `effects` into `schema`. */
+export async function prepareAdapter(factory: AdapterFactory, schema: string): Promise<AdapterUnderTest> {
+  const adapter = await factory.create(schema);
+  await migrate(adapter.sql, { schema });
+  await adapter.sql.query(
+    `CREATE TABLE "${schema}".effects (id serial PRIMARY KEY, tenant text NOT NULL, intent text NOT NULL, payload jsonb)`,
+  );
+  return adapter;
+}

@@ -1,0 +1,28 @@
+import { randomBytes } from 'node:crypto';
+import pg from 'pg';
+import { inject } from 'vitest';
+import { fromPg } from '../../src/adapters/pg.js';
+import { migrate } from '../../src/migrate/migrate.js';
+
+export const databaseUrl = (): string => inject('databaseUrl');
+
+/** A fresh schema with idem's tables, on a real PostgreSQL, dropped by `close`. */
+export interface TestSchema {
+  pool: pg.Pool;
+  schema: string;
+  close(): Promise<void>;
+}
+
+export async function createTestSchema(options: { poolSize?: number } = {}): Promise<TestSchema> {
+  const schema = `idem_test_${randomBytes(5).toString('hex')}`;
+  const pool = new pg.Pool({ connectionString: databaseUrl(), max: options.poolSize ?? 10 });
+  await migrate(fromPg(pool), { schema });
+  return {
+    pool,
+    schema,
+    async close() {
+      await pool.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
+      await pool.end();
+    },
+  };
+}

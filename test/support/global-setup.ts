@@ -1,0 +1,26 @@
+import type { TestProject } from 'vitest/node';
+import { startEmbeddedPostgres, type EmbeddedDatabase } from '../../src/embedded/embedded-postgres.js';
+
+let embedded: EmbeddedDatabase | undefined;
+
+/** Uses DATABASE_URL when set; otherwise starts an embedded PostgreSQL for the whole run. */
+export async function setup(project: TestProject): Promise<void> {
+  let url = process.env.DATABASE_URL;
+  if (!url) {
+    if (process.env.CI) throw new Error('CI must set DATABASE_URL to the real PostgreSQL');
+    console.warn('[idem tests] DATABASE_URL is not set: starting an embedded PostgreSQL under .idem/test-postgres');
+    embedded = await startEmbeddedPostgres({ dir: '.idem/test-postgres', persistent: false });
+    url = embedded.url;
+  }
+  project.provide('databaseUrl', url);
+}
+
+export async function teardown(): Promise<void> {
+  await embedded?.stop();
+}
+
+declare module 'vitest' {
+  export interface ProvidedContext {
+    databaseUrl: string;
+  }
+}
