@@ -9,11 +9,22 @@ export { isRetryable, retryableNetworkCodes } from './core/retryable.js';
 export { SqlState, sqlStateOf, isTransactionRetryable } from './core/sqlstate.js';
 export { fingerprint, type FingerprintOptions } from './core/fingerprint.js';
 export { deriveKey, validateKey, maxKeyLength } from './core/keys.js';
-export { migrate, migrations, migrationScript, type Migration, type MigrateResult } from './migrate/migrate.js';
+export {
+  migrate,
+  migrations,
+  migrationScript,
+  type Migration,
+  type MigrateResult,
+} from './migrate/migrate.js';
 export { quoteSchema, defaultSchema } from './migrate/schema-name.js';
 export { Idem, createIdem, type OperationContext, type PreparedSpec } from './operations/idem.js';
 export type { MultiStepOperation } from './operations/multi-step.js';
-export { defaultRetention, type IdemOptions, type OperationSpec, type RetentionPolicy } from './operations/options.js';
+export {
+  defaultRetention,
+  type IdemOptions,
+  type OperationSpec,
+  type RetentionPolicy,
+} from './operations/options.js';
 export {
   completed,
   refused,

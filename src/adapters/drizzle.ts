@@ -34,14 +34,18 @@ function normalize<R extends Row>(result: unknown): QueryResult<R> {
   // node-postgres: { rows, rowCount }; postgres.js: an array with `count`; PGlite: { rows, affectedRows }.
   if (Array.isArray(result)) {
     const count = (result as { count?: number }).count;
-    return { rows: [...result] as R[], rowCount: typeof count === 'number' ? count : result.length };
+    return { rows: [...(result as R[])], rowCount: typeof count === 'number' ? count : result.length };
   }
   const r = result as { rows?: R[]; rowCount?: number | null; affectedRows?: number };
   const rows = r.rows ?? [];
   return { rows, rowCount: r.rowCount ?? (r.affectedRows || rows.length) };
 }
 
-async function run<R extends Row>(db: DrizzleQueryableLike, text: string, params?: readonly unknown[]): Promise<QueryResult<R>> {
+async function run<R extends Row>(
+  db: DrizzleQueryableLike,
+  text: string,
+  params?: readonly unknown[],
+): Promise<QueryResult<R>> {
   return normalize<R>(await db.execute(toDrizzleSql(text, params)));
 }
 

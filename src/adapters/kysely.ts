@@ -19,10 +19,17 @@ export interface KyselyLike<Tx extends KyselyQueryableLike> extends KyselyQuerya
   transaction(): { execute<T>(fn: (trx: Tx) => Promise<T>): Promise<T> };
 }
 
-async function run<R extends Row>(db: KyselyQueryableLike, text: string, params?: readonly unknown[]): Promise<QueryResult<R>> {
+async function run<R extends Row>(
+  db: KyselyQueryableLike,
+  text: string,
+  params?: readonly unknown[],
+): Promise<QueryResult<R>> {
   const result = await db.executeQuery(CompiledQuery.raw(text, params ? [...params] : []));
   const rows = result.rows as R[];
-  return { rows, rowCount: result.numAffectedRows !== undefined ? Number(result.numAffectedRows) : rows.length };
+  return {
+    rows,
+    rowCount: result.numAffectedRows !== undefined ? Number(result.numAffectedRows) : rows.length,
+  };
 }
 
 export function fromKyselyTransaction<Tx extends KyselyQueryableLike>(trx: Tx): Transaction<Tx> {

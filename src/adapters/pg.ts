@@ -22,7 +22,11 @@ export interface PgClientLike {
   query(text: string, params?: unknown[]): Promise<{ rows: unknown[]; rowCount: number | null }>;
 }
 
-async function run<R extends Row>(db: PgClientLike, text: string, params?: readonly unknown[]): Promise<QueryResult<R>> {
+async function run<R extends Row>(
+  db: PgClientLike,
+  text: string,
+  params?: readonly unknown[],
+): Promise<QueryResult<R>> {
   const raw = await db.query(text, params as unknown[] | undefined);
   // Several statements without parameters (a migration file) come back as an array of results.
   const result = Array.isArray(raw) ? (raw.at(-1) as typeof raw) : raw;

@@ -13,11 +13,17 @@ export interface PgliteQueryableLike {
   exec(text: string): Promise<unknown>;
 }
 
-export interface PgliteLike<Tx extends PgliteQueryableLike = PgliteQueryableLike> extends PgliteQueryableLike {
+export interface PgliteLike<
+  Tx extends PgliteQueryableLike = PgliteQueryableLike,
+> extends PgliteQueryableLike {
   transaction<T>(fn: (tx: Tx) => Promise<T>): Promise<T>;
 }
 
-async function run<R extends Row>(db: PgliteQueryableLike, text: string, params?: readonly unknown[]): Promise<QueryResult<R>> {
+async function run<R extends Row>(
+  db: PgliteQueryableLike,
+  text: string,
+  params?: readonly unknown[],
+): Promise<QueryResult<R>> {
   if (!params || params.length === 0) {
     // exec runs several statements (migrations); query runs one with parameters.
     const results = (await db.exec(text)) as { rows: unknown[]; affectedRows?: number }[];

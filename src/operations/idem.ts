@@ -1,5 +1,10 @@
 import { systemClock, type Clock } from '../core/clock.js';
-import { InvalidArgumentError, isIdemError, OperationFailedError, type OperationScope } from '../core/errors.js';
+import {
+  InvalidArgumentError,
+  isIdemError,
+  OperationFailedError,
+  type OperationScope,
+} from '../core/errors.js';
 import { fingerprint as computeFingerprint } from '../core/fingerprint.js';
 import { deriveKey, validateKey, validateName } from '../core/keys.js';
 import { isRetryable } from '../core/retryable.js';
@@ -7,12 +12,7 @@ import type { Queryable, Sql, Transaction } from '../core/sql.js';
 import { isTransactionRetryable, SqlState, sqlStateOf } from '../core/sqlstate.js';
 import { defaultSchema } from '../migrate/schema-name.js';
 import { MultiStepRun, type MultiStepOperation } from './multi-step.js';
-import {
-  defaultRetention,
-  type IdemOptions,
-  type OperationSpec,
-  type RetentionPolicy,
-} from './options.js';
+import { defaultRetention, type IdemOptions, type OperationSpec, type RetentionPolicy } from './options.js';
 import { toOutcome, type OperationResult, type Outcome } from './outcome.js';
 import { decide, inProgress } from './resolve-existing.js';
 import { decodeRequestRow, type RequestRow } from './request-row.js';
@@ -147,7 +147,9 @@ export class Idem<Client = unknown> {
     validateName('operation', spec.operation);
     validateKey(spec.key, this.minKeyLength);
     const fingerprint =
-      typeof spec.fingerprint === 'string' ? spec.fingerprint : computeFingerprint(spec.request ?? null, spec.fingerprint);
+      typeof spec.fingerprint === 'string'
+        ? spec.fingerprint
+        : computeFingerprint(spec.request ?? null, spec.fingerprint);
     const base = typeof this.retention === 'function' ? this.retention(spec.operation) : this.retention;
     const retention = { ...defaultRetention, ...base, ...spec.retention };
     if (!(retention.resultMs > 0 && retention.tombstoneMs >= retention.resultMs)) {
@@ -239,7 +241,10 @@ export class Idem<Client = unknown> {
       const decision = decide<T>(scope, row, prepared.fingerprint, now);
       if (decision.kind === 'replay') return decision.result;
       if (decision.kind === 'forgotten') {
-        const { rows } = await db.query<{ fence: number }>(this.statements.reclaimForgotten, this.claimParams(prepared, null));
+        const { rows } = await db.query<{ fence: number }>(
+          this.statements.reclaimForgotten,
+          this.claimParams(prepared, null),
+        );
         if (rows[0]) {
           await db.query(this.statements.forgetSteps, [scope.tenant, scope.operation, scope.key]);
           fence = Number(rows[0].fence);
@@ -278,7 +283,6 @@ export class Idem<Client = unknown> {
       throw error;
     }
   }
-
 }
 
 /** Creates an `Idem` for one database and schema. See `IdemOptions` for every option and its default. */
@@ -293,7 +297,8 @@ function backoff(attempt: number): number {
 }
 
 function positive(name: string, value: number): number {
-  if (!(Number.isFinite(value) && value > 0)) throw new InvalidArgumentError(`${name} must be a positive number`);
+  if (!(Number.isFinite(value) && value > 0))
+    throw new InvalidArgumentError(`${name} must be a positive number`);
   return value;
 }
 

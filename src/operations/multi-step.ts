@@ -71,7 +71,10 @@ export class MultiStepRun<T, Client> implements MultiStepOperation<Client> {
     return deriveKey(this.scope, name);
   }
 
-  async step<R>(name: string, fn: (tx: Transaction<Client>, step: { key: string }) => Promise<R>): Promise<R> {
+  async step<R>(
+    name: string,
+    fn: (tx: Transaction<Client>, step: { key: string }) => Promise<R>,
+  ): Promise<R> {
     const stored = this.recorded.get(name);
     if (stored !== undefined) return JSON.parse(stored) as R;
     const { statements, clock, sql } = this.idem;
@@ -87,7 +90,13 @@ export class MultiStepRun<T, Client> implements MultiStepOperation<Client> {
       if (fenced.rowCount !== 1) throw new FencedError(this.scope, this.fence);
       const value = await fn(tx, { key });
       const text = JSON.stringify(value ?? null);
-      await tx.query(statements.recordStep, [...this.scopeParams(), name, text, this.fence, new Date(clock.now())]);
+      await tx.query(statements.recordStep, [
+        ...this.scopeParams(),
+        name,
+        text,
+        this.fence,
+        new Date(clock.now()),
+      ]);
       return [value, text] as const;
     });
     this.recorded.set(name, json);
@@ -111,7 +120,10 @@ export class MultiStepRun<T, Client> implements MultiStepOperation<Client> {
     const deadline = clock.now() + prepared.waitMs;
     for (;;) {
       const lease = clock.now() + idem.leaseMs;
-      const claimed = await sql.query<{ fence: number }>(statements.claimCommitted, idem.claimParams(prepared, lease));
+      const claimed = await sql.query<{ fence: number }>(
+        statements.claimCommitted,
+        idem.claimParams(prepared, lease),
+      );
       if (claimed.rows[0]) {
         this.fence = Number(claimed.rows[0].fence);
         return null;
@@ -123,7 +135,10 @@ export class MultiStepRun<T, Client> implements MultiStepOperation<Client> {
       if (decision.kind === 'replay') return decision.result;
       if (decision.kind === 'forgotten') {
         const reclaimed = await sql.transaction(async (tx) => {
-          const { rows } = await tx.query<{ fence: number }>(statements.reclaimForgotten, idem.claimParams(prepared, lease));
+          const { rows } = await tx.query<{ fence: number }>(
+            statements.reclaimForgotten,
+            idem.claimParams(prepared, lease),
+          );
           if (rows[0]) await tx.query(statements.forgetSteps, this.scopeParams());
           return rows[0] ? Number(rows[0].fence) : null;
         });
@@ -173,4 +188,3 @@ export class MultiStepRun<T, Client> implements MultiStepOperation<Client> {
     return [this.scope.tenant, this.scope.operation, this.scope.key];
   }
 }
-

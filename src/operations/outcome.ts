@@ -34,11 +34,13 @@ export function refused<T>(value: T, options: OutcomeOptions = {}): Outcome<T> {
 }
 
 export function isOutcome(value: unknown): value is Outcome<unknown> {
-  return typeof value === 'object' && value !== null && (value as Record<symbol, unknown>)[outcomeBrand] === true;
+  return (
+    typeof value === 'object' && value !== null && (value as Record<symbol, unknown>)[outcomeBrand] === true
+  );
 }
 
 export function toOutcome<T>(value: T | Outcome<T>): Outcome<T> {
-  return isOutcome(value) ? (value as Outcome<T>) : completed(value as T);
+  return isOutcome(value) ? (value) : completed(value);
 }
 
 /** What a caller gets back from an operation. */

@@ -14,7 +14,12 @@ export type Decision<T> =
  * replays while its result is kept, then answers "expired" with the resource pointer; a pending
  * one belongs to another execution.
  */
-export function decide<T>(scope: OperationScope, row: RequestRow, fingerprint: string, now: number): Decision<T> {
+export function decide<T>(
+  scope: OperationScope,
+  row: RequestRow,
+  fingerprint: string,
+  now: number,
+): Decision<T> {
   if (row.state !== 'pending' && row.tombstoneUntil <= now) return { kind: 'forgotten' };
   if (row.fingerprint !== fingerprint) throw new KeyReusedError(scope, row.fingerprint, fingerprint);
   if (row.state === 'pending') return { kind: 'pending', row };

@@ -1,7 +1,13 @@
 import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ManualClock } from '../../src/core/clock.js';
-import { isExpired, isInvalidKey, isKeyReused, isOperationFailed, type OperationFailedError } from '../../src/core/errors.js';
+import {
+  isExpired,
+  isInvalidKey,
+  isKeyReused,
+  isOperationFailed,
+  type OperationFailedError,
+} from '../../src/core/errors.js';
 import type { Queryable } from '../../src/core/sql.js';
 import { createIdem, type Idem } from '../../src/operations/idem.js';
 import { completed, refused } from '../../src/operations/outcome.js';
@@ -19,7 +25,12 @@ describe.each(adapterFactories)('keyed operations on $name', (factory) => {
   beforeAll(async () => {
     adapter = await prepareAdapter(factory, schema);
     clock = new ManualClock(Date.now());
-    idem = createIdem({ sql: adapter.sql, schema, clock, retention: { resultMs: 1 * day, tombstoneMs: 3 * day } });
+    idem = createIdem({
+      sql: adapter.sql,
+      schema,
+      clock,
+      retention: { resultMs: 1 * day, tombstoneMs: 3 * day },
+    });
   });
   afterAll(() => adapter.close());
 
@@ -79,7 +90,9 @@ describe.each(adapterFactories)('keyed operations on $name', (factory) => {
     expect(await effectCount(key)).toBe(0);
     expect(await idem.inspect({ tenant: 'acme', operation: 'create-order', key })).toBeNull();
 
-    const permanent = await idem.run(spec, () => Promise.reject(new TypeError('bug'))).catch((e: unknown) => e);
+    const permanent = await idem
+      .run(spec, () => Promise.reject(new TypeError('bug')))
+      .catch((e: unknown) => e);
     expect((permanent as OperationFailedError).retryable).toBe(false);
 
     const retry = await idem.run(spec, async (tx) => ({ id: await insertEffect(tx, key) }));
@@ -89,7 +102,9 @@ describe.each(adapterFactories)('keyed operations on $name', (factory) => {
 
   it('refuses the same key with a different payload and runs nothing', async () => {
     const key = newKey();
-    await idem.run({ tenant: 'acme', operation: 'pay', key, request: { amount: 10 } }, async (tx) => insertEffect(tx, key));
+    await idem.run({ tenant: 'acme', operation: 'pay', key, request: { amount: 10 } }, async (tx) =>
+      insertEffect(tx, key),
+    );
     let ran = false;
     const error = await idem
       .run({ tenant: 'acme', operation: 'pay', key, request: { amount: 11 } }, async () => {
@@ -104,11 +119,23 @@ describe.each(adapterFactories)('keyed operations on $name', (factory) => {
   it('fingerprints canonically: key order, number spelling and excluded fields do not matter', async () => {
     const key = newKey();
     const first = await idem.run(
-      { tenant: 'acme', operation: 'pay', key, request: { a: 1, b: { c: 2.5, d: [1, 2] }, sentAt: 'x' }, fingerprint: { exclude: ['sentAt'] } },
+      {
+        tenant: 'acme',
+        operation: 'pay',
+        key,
+        request: { a: 1, b: { c: 2.5, d: [1, 2] }, sentAt: 'x' },
+        fingerprint: { exclude: ['sentAt'] },
+      },
       async (tx) => insertEffect(tx, key),
     );
     const again = await idem.run(
-      { tenant: 'acme', operation: 'pay', key, request: { b: { d: [1.0, 2], c: 25e-1 }, a: 1, sentAt: 'y' }, fingerprint: { exclude: ['sentAt'] } },
+      {
+        tenant: 'acme',
+        operation: 'pay',
+        key,
+        request: { b: { d: [1.0, 2], c: 25e-1 }, a: 1, sentAt: 'y' },
+        fingerprint: { exclude: ['sentAt'] },
+      },
       async () => -1,
     );
     expect(again.replayed).toBe(true);
@@ -146,8 +173,12 @@ describe.each(adapterFactories)('keyed operations on $name', (factory) => {
   it('scopes keys by tenant and operation', async () => {
     const key = newKey();
     const a = await idem.run({ tenant: 'acme', operation: 'pay', key }, async (tx) => insertEffect(tx, key));
-    const b = await idem.run({ tenant: 'globex', operation: 'pay', key }, async (tx) => insertEffect(tx, key));
-    const c = await idem.run({ tenant: 'acme', operation: 'refund', key }, async (tx) => insertEffect(tx, key));
+    const b = await idem.run({ tenant: 'globex', operation: 'pay', key }, async (tx) =>
+      insertEffect(tx, key),
+    );
+    const c = await idem.run({ tenant: 'acme', operation: 'refund', key }, async (tx) =>
+      insertEffect(tx, key),
+    );
     expect([a.replayed, b.replayed, c.replayed]).toEqual([false, false, false]);
     expect(new Set([a.value, b.value, c.value]).size).toBe(3);
     expect(await effectCount(key)).toBe(3);
@@ -155,11 +186,19 @@ describe.each(adapterFactories)('keyed operations on $name', (factory) => {
 
   it('refuses invalid keys with a typed error', async () => {
     for (const key of ['', 'a'.repeat(256), 'has space', 'tab\t', 'naïve', '\u0000']) {
-      const error = await idem.run({ tenant: 'acme', operation: 'pay', key }, async () => 1).catch((e: unknown) => e);
+      const error = await idem
+        .run({ tenant: 'acme', operation: 'pay', key }, async () => 1)
+        .catch((e: unknown) => e);
       expect(isInvalidKey(error), JSON.stringify(key)).toBe(true);
     }
     const strict = createIdem({ sql: adapter.sql, schema, minKeyLength: 16 });
-    expect(isInvalidKey(await strict.run({ tenant: 'acme', operation: 'pay', key: 'short' }, async () => 1).catch((e: unknown) => e))).toBe(true);
+    expect(
+      isInvalidKey(
+        await strict
+          .run({ tenant: 'acme', operation: 'pay', key: 'short' }, async () => 1)
+          .catch((e: unknown) => e),
+      ),
+    ).toBe(true);
     const ok = await idem.run({ tenant: 'acme', operation: 'pay', key: 'x'.repeat(255) }, async () => 'fine');
     expect(ok.value).toBe('fine');
   });
@@ -176,7 +215,9 @@ describe.each(adapterFactories)('keyed operations on $name', (factory) => {
     expect(await effectCount(key)).toBe(0);
     expect(await idem.inspect({ tenant: 'acme', operation: 'user-tx', key })).toBeNull();
 
-    const result = await adapter.userTransaction((tx) => idem.runIn(tx, spec, async (inner) => insertEffect(inner, key)));
+    const result = await adapter.userTransaction((tx) =>
+      idem.runIn(tx, spec, async (inner) => insertEffect(inner, key)),
+    );
     const replay = await adapter.userTransaction((tx) => idem.runIn(tx, spec, async () => -1));
     expect(replay).toMatchObject({ replayed: true, value: result.value });
     expect(await effectCount(key)).toBe(1);
@@ -198,7 +239,10 @@ describe.each(adapterFactories)('keyed operations on $name', (factory) => {
     clock.advance(2); // past resultMs, inside the tombstone
     const expired = await idem.run(spec, handler).catch((e: unknown) => e);
     expect(isExpired(expired)).toBe(true);
-    expect((expired as { resource: unknown }).resource).toEqual({ type: 'order', id: String(first.value.id) });
+    expect((expired as { resource: unknown }).resource).toEqual({
+      type: 'order',
+      id: String(first.value.id),
+    });
     expect(runs).toBe(1);
 
     // The sweeper clears the stored result but keeps the tombstone; the answer stays the same.
@@ -207,7 +251,9 @@ describe.each(adapterFactories)('keyed operations on $name', (factory) => {
     expect((await idem.inspect(spec))?.result).toBeNull();
     expect(isExpired(await idem.run(spec, handler).catch((e: unknown) => e))).toBe(true);
     // A different payload inside the tombstone is still refused as a reused key.
-    expect(isKeyReused(await idem.run({ ...spec, request: { amount: 2 } }, handler).catch((e: unknown) => e))).toBe(true);
+    expect(
+      isKeyReused(await idem.run({ ...spec, request: { amount: 2 } }, handler).catch((e: unknown) => e)),
+    ).toBe(true);
 
     clock.advance(2 * day); // past the tombstone: the key is new again
     const fresh = await idem.run(spec, handler);
@@ -218,8 +264,14 @@ describe.each(adapterFactories)('keyed operations on $name', (factory) => {
 
   it('sweeps rows past their tombstone in bounded batches', async () => {
     const sweepClock = new ManualClock(clock.now());
-    const local = createIdem({ sql: adapter.sql, schema, clock: sweepClock, retention: { resultMs: 1000, tombstoneMs: 2000 } });
-    for (let i = 0; i < 25; i++) await local.run({ tenant: 'sweep', operation: 'op', key: `k${i}` }, async () => i);
+    const local = createIdem({
+      sql: adapter.sql,
+      schema,
+      clock: sweepClock,
+      retention: { resultMs: 1000, tombstoneMs: 2000 },
+    });
+    for (let i = 0; i < 25; i++)
+      await local.run({ tenant: 'sweep', operation: 'op', key: `k${i}` }, async () => i);
     sweepClock.advance(10 * 365 * day);
     const result = await local.sweep({ batchSize: 7 });
     expect(result.rowsDeleted).toBeGreaterThanOrEqual(25);

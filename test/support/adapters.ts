@@ -51,7 +51,12 @@ export const adapterFactories: AdapterFactory[] = [
             client.release();
           }
         },
-        close: () => dropAndEnd(schema, () => pool.end(), (q) => pool.query(q)),
+        close: () =>
+          dropAndEnd(
+            schema,
+            () => pool.end(),
+            (q) => pool.query(q),
+          ),
       };
     },
   },
@@ -64,7 +69,12 @@ export const adapterFactories: AdapterFactory[] = [
         sql: fromPostgresJs(sql),
         concurrent: true,
         userTransaction: (fn) => sql.begin((tx) => fn(fromPostgresJsTransaction(tx))) as Promise<never>,
-        close: () => dropAndEnd(schema, () => sql.end(), (q) => sql.unsafe(q)),
+        close: () =>
+          dropAndEnd(
+            schema,
+            () => sql.end(),
+            (q) => sql.unsafe(q),
+          ),
       };
     },
   },
@@ -80,7 +90,12 @@ export const adapterFactories: AdapterFactory[] = [
         sql,
         concurrent: true,
         userTransaction: (fn) => db.transaction().execute((trx) => fn(fromKyselyTransaction(trx))),
-        close: () => dropAndEnd(schema, () => db.destroy(), (q) => sql.query(q)),
+        close: () =>
+          dropAndEnd(
+            schema,
+            () => db.destroy(),
+            (q) => sql.query(q),
+          ),
       };
     },
   },
@@ -94,7 +109,12 @@ export const adapterFactories: AdapterFactory[] = [
         sql: fromDrizzle(db),
         concurrent: true,
         userTransaction: (fn) => db.transaction((tx) => fn(fromDrizzleTransaction(tx))),
-        close: () => dropAndEnd(schema, () => pool.end(), (q) => pool.query(q)),
+        close: () =>
+          dropAndEnd(
+            schema,
+            () => pool.end(),
+            (q) => pool.query(q),
+          ),
       };
     },
   },
@@ -113,7 +133,11 @@ export const adapterFactories: AdapterFactory[] = [
   },
 ];
 
-async function dropAndEnd(schema: string, end: () => Promise<unknown>, query: (q: string) => PromiseLike<unknown>) {
+async function dropAndEnd(
+  schema: string,
+  end: () => Promise<unknown>,
+  query: (q: string) => PromiseLike<unknown>,
+) {
   await query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
   await end();
 }

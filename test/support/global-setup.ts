@@ -8,7 +8,9 @@ export async function setup(project: TestProject): Promise<void> {
   let url = process.env.DATABASE_URL;
   if (!url) {
     if (process.env.CI) throw new Error('CI must set DATABASE_URL to the real PostgreSQL');
-    console.warn('[idem tests] DATABASE_URL is not set: starting an embedded PostgreSQL under .idem/test-postgres');
+    console.warn(
+      '[idem tests] DATABASE_URL is not set: starting an embedded PostgreSQL under .idem/test-postgres',
+    );
     embedded = await startEmbeddedPostgres({ dir: '.idem/test-postgres', persistent: false });
     url = embedded.url;
   }
