@@ -9,12 +9,13 @@
  * await idem.runIn(fromPgClient(client), spec, async (tx) => { ... });
  * await client.query('COMMIT');
  */
+import type { PoolClient } from 'pg';
 import type { QueryResult, Row, Sql, Transaction } from '../core/sql.js';
 
-/** The subset of `pg.Pool` idem uses; declared here so the core never imports `pg`. */
-export interface PgPoolLike {
+/** The subset of `pg.Pool` idem uses (types only: the core never loads `pg`). */
+export interface PgPoolLike<C extends PgClientLike = PoolClient> {
   query(text: string, params?: unknown[]): Promise<{ rows: unknown[]; rowCount: number | null }>;
-  connect(): Promise<PgClientLike & { release(error?: Error | boolean): void }>;
+  connect(): Promise<C & { release(error?: Error | boolean): void }>;
 }
 
 /** The subset of `pg.Client` / `pg.PoolClient` idem uses. */
@@ -39,12 +40,11 @@ export function fromPgClient<C extends PgClientLike>(client: C): Transaction<C> 
 }
 
 /** A pool: statements run on any connection; `transaction` checks one out for BEGIN … COMMIT. */
-export function fromPg<P extends PgPoolLike>(pool: P): Sql<Awaited<ReturnType<P['connect']>>> {
-  type Client = Awaited<ReturnType<P['connect']>>;
+export function fromPg<Client extends PgClientLike = PoolClient>(pool: PgPoolLike<Client>): Sql<Client> {
   return {
     query: (text, params) => run(pool, text, params),
     async transaction<T>(fn: (tx: Transaction<Client>) => Promise<T>): Promise<T> {
-      const client = (await pool.connect()) as Client;
+      const client = await pool.connect();
       let broken: Error | undefined;
       try {
         await client.query('BEGIN');

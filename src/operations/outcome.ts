@@ -40,7 +40,7 @@ export function isOutcome(value: unknown): value is Outcome<unknown> {
 }
 
 export function toOutcome<T>(value: T | Outcome<T>): Outcome<T> {
-  return isOutcome(value) ? (value) : completed(value);
+  return isOutcome(value) ? value : completed(value);
 }
 
 /** What a caller gets back from an operation. */
