@@ -12,7 +12,10 @@ export type IdemErrorCode =
   | 'IDEM_EXPIRED'
   | 'IDEM_FENCED'
   | 'IDEM_OPERATION_FAILED'
-  | 'IDEM_MIGRATION_FAILED';
+  | 'IDEM_MIGRATION_FAILED'
+  | 'IDEM_SAGA_FAILED'
+  | 'IDEM_SAGA_STUCK'
+  | 'IDEM_CIRCUIT_OPEN';
 
 export class IdemError extends Error {
   readonly [brand] = true;
