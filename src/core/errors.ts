@@ -15,7 +15,11 @@ export type IdemErrorCode =
   | 'IDEM_MIGRATION_FAILED'
   | 'IDEM_SAGA_FAILED'
   | 'IDEM_SAGA_STUCK'
-  | 'IDEM_CIRCUIT_OPEN';
+  | 'IDEM_CIRCUIT_OPEN'
+  | 'IDEM_WEBHOOK_UNAUTHORIZED'
+  | 'IDEM_WEBHOOK_MALFORMED'
+  | 'IDEM_WEBHOOK_TOO_LARGE'
+  | 'IDEM_WEBHOOK_RAW_BODY';
 
 export class IdemError extends Error {
   readonly [brand] = true;
