@@ -12,12 +12,17 @@ export const SqlState = {
   connectionExceptionClass: '08',
 } as const;
 
-/** Reads the SQLSTATE of a driver error, whatever the driver names the field. */
+/**
+ * Reads the SQLSTATE of a driver error, whatever the driver names the field. ORMs wrap driver
+ * errors (Drizzle's DrizzleQueryError, for one), so the `cause` chain is followed a few levels.
+ */
 export function sqlStateOf(error: unknown): string | undefined {
-  if (typeof error !== 'object' || error === null) return undefined;
-  const e = error as { code?: unknown; sqlState?: unknown; cause?: unknown };
-  if (typeof e.sqlState === 'string') return e.sqlState;
-  if (typeof e.code === 'string' && /^[0-9A-Z]{5}$/.test(e.code)) return e.code;
+  for (let depth = 0; depth < 5 && typeof error === 'object' && error !== null; depth++) {
+    const e = error as { code?: unknown; sqlState?: unknown; cause?: unknown };
+    if (typeof e.sqlState === 'string') return e.sqlState;
+    if (typeof e.code === 'string' && /^[0-9A-Z]{5}$/.test(e.code)) return e.code;
+    error = e.cause;
+  }
   return undefined;
 }
 
