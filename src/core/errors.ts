@@ -19,7 +19,9 @@ export type IdemErrorCode =
   | 'IDEM_WEBHOOK_UNAUTHORIZED'
   | 'IDEM_WEBHOOK_MALFORMED'
   | 'IDEM_WEBHOOK_TOO_LARGE'
-  | 'IDEM_WEBHOOK_RAW_BODY';
+  | 'IDEM_WEBHOOK_RAW_BODY'
+  | 'IDEM_PUBLISH_FAILED'
+  | 'IDEM_MESSAGE_INVALID';
 
 export class IdemError extends Error {
   readonly [brand] = true;
