@@ -1,0 +1,364 @@
+import { hostname } from 'node:os';
+import { randomBytes } from 'node:crypto';
+import { systemClock, type Clock } from '../core/clock.js';
+import { FencedError, InvalidArgumentError, isFenced, KeyReusedError } from '../core/errors.js';
+import { fingerprint } from '../core/fingerprint.js';
+import { validateKey, validateName } from '../core/keys.js';
+import { isRetryable } from '../core/retryable.js';
+import type { Queryable, Sql, Transaction } from '../core/sql.js';
+import { defaultSchema } from '../migrate/schema-name.js';
+import { persistedBackoff } from '../client/backoff.js';
+import { claimDefaults, type ClaimsOptions, type EnqueueResult, type EnqueueSpec } from './options.js';
+import { renderClaimStatements, type ClaimStatements } from './statements.js';
+import { decodeTask, taskScope, type ClaimedTask, type TaskRecord } from './task.js';
+
+/** Options of one `claim` call. */
+export interface ClaimOptions {
+  /** How many tasks to claim at most. Default 1. */
+  limit?: number;
+  /** Overrides the instance's `leaseMs` for these tasks. */
+  leaseMs?: number;
+}
+
+/** Options of `fail`. */
+export interface FailOptions {
+  /**
+   * Whether a later attempt may succeed. Default: `isRetryable(error)` (network errors,
+   * PostgreSQL serialization/deadlock/lock-timeout/connection errors, errors flagged `retryable`).
+   * A non-retryable failure dead-letters the task at once.
+   */
+  retryable?: boolean;
+  /** Overrides the computed backoff, in ms (e.g. a downstream's Retry-After). */
+  retryAfterMs?: number;
+}
+
+/** Where `fail` left the task. */
+export interface FailResult {
+  state: 'ready' | 'dead';
+  /** When a ready task is due again (epoch ms). */
+  retryAt: number | null;
+}
+
+/** What `run` did with a task. */
+export type RunOutcome<R> =
+  | { state: 'completed'; value: R }
+  | { state: 'ready' | 'dead'; error: unknown; retryAt: number | null }
+  | { state: 'fenced'; error: FencedError };
+
+/**
+ * Claims with leases and fencing tokens, for polling workers and background agents.
+ *
+ * @example
+ * const claims = createClaims({ sql: fromPg(pool) });
+ * await claims.enqueue({ tenant: 'acme', queue: 'notify', key: `order-${id}`, payload: { id } });
+ * for (const task of await claims.claim('notify', { limit: 10 })) {
+ *   await claims.run(task, async (tx) => {
+ *     await outbox.add(tx, { topic: 'notifications', payload: { order: task.payload.id } });
+ *   });
+ * }
+ */
+export class Claims<Client = unknown> {
+  readonly sql: Sql<Client>;
+  readonly schema: string;
+  readonly clock: Clock;
+  readonly workerId: string;
+  readonly leaseMs: number;
+  /** @internal */ readonly statements: ClaimStatements;
+  private readonly maxAttempts: number;
+  private readonly retryBaseMs: number;
+  private readonly retryMaxMs: number;
+  private readonly retentionMs: number;
+
+  constructor(options: ClaimsOptions<Client>) {
+    this.sql = options.sql;
+    this.schema = options.schema ?? defaultSchema;
+    this.statements = renderClaimStatements(this.schema);
+    this.clock = options.clock ?? systemClock;
+    this.leaseMs = positive('leaseMs', options.leaseMs ?? claimDefaults.leaseMs);
+    this.maxAttempts = positiveInteger('maxAttempts', options.maxAttempts ?? claimDefaults.maxAttempts);
+    this.retryBaseMs = positive('retryBaseMs', options.retryBaseMs ?? claimDefaults.retryBaseMs);
+    this.retryMaxMs = positive('retryMaxMs', options.retryMaxMs ?? claimDefaults.retryMaxMs);
+    this.retentionMs = positive('retentionMs', options.retentionMs ?? claimDefaults.retentionMs);
+    this.workerId = options.workerId ?? `${hostname()}:${process.pid}:${randomBytes(3).toString('hex')}`;
+  }
+
+  /**
+   * Enqueues a task once per (tenant, queue, key). The same key returns the existing task, in
+   * whatever state it is, with `created: false`; the same key with another payload throws
+   * `KeyReusedError`. Pass `db` (a transaction) to enqueue atomically with your own writes.
+   */
+  async enqueue<P>(spec: EnqueueSpec<P>, db: Queryable = this.sql): Promise<EnqueueResult<P>> {
+    validateName('tenant', spec.tenant);
+    validateName('queue', spec.queue);
+    validateKey(spec.key);
+    const payload = JSON.stringify(spec.payload ?? null);
+    const print = fingerprint(spec.payload ?? null);
+    const maxAttempts = positiveInteger('maxAttempts', spec.maxAttempts ?? this.maxAttempts);
+    const now = this.clock.now();
+    // Bounded: the loop only repeats if the conflicting task was swept between the statements.
+    for (let attempt = 0; attempt < 3; attempt++) {
+      const inserted = await db.query(this.statements.enqueue, [
+        spec.tenant,
+        spec.queue,
+        spec.key,
+        print,
+        payload,
+        new Date(spec.runAt ?? now),
+        maxAttempts,
+        new Date(now),
+      ]);
+      if (inserted.rows[0]) return { task: decodeTask<P>(inserted.rows[0]), created: true };
+      const existing = await db.query(this.statements.existing, [spec.tenant, spec.queue, spec.key]);
+      const row = existing.rows[0];
+      if (!row) continue;
+      if (row.fingerprint !== print) {
+        throw new KeyReusedError(
+          taskScope({ ...spec, dedupeKey: spec.key }),
+          row.fingerprint as string,
+          print,
+        );
+      }
+      return { task: decodeTask<P>(row), created: false };
+    }
+    throw new Error('enqueue: the task kept disappearing between insert and read');
+  }
+
+  /**
+   * Claims up to `limit` due tasks of `queue` (and tasks whose holder's lease lapsed), in one
+   * statement with `FOR UPDATE SKIP LOCKED`: concurrent workers never wait for each other and
+   * never get the same task while its lease holds. Each claim raises the task's fence.
+   */
+  async claim<P = unknown>(queue: string, options: ClaimOptions = {}): Promise<ClaimedTask<P>[]> {
+    const limit = positiveInteger('limit', options.limit ?? 1);
+    const leaseMs = positive('leaseMs', options.leaseMs ?? this.leaseMs);
+    const now = this.clock.now();
+    const { rows } = await this.sql.query(this.statements.claim, [
+      queue,
+      new Date(now),
+      limit,
+      new Date(now + leaseMs),
+      this.workerId,
+    ]);
+    return rows.map((row) => {
+      const task = decodeTask<P>(row) as ClaimedTask<P>;
+      task.leaseUntil = task.visibleAt;
+      task.workerId = this.workerId;
+      return task;
+    });
+  }
+
+  /**
+   * Renews the lease to now + `leaseMs`. Throws `FencedError` when the task was taken over (or
+   * finished by someone else): stop working on it.
+   */
+  async heartbeat(task: ClaimedTask, options: { leaseMs?: number } = {}): Promise<void> {
+    const leaseUntil = this.clock.now() + positive('leaseMs', options.leaseMs ?? this.leaseMs);
+    const { rowCount } = await this.sql.query(this.statements.heartbeat, [
+      task.id,
+      task.fence,
+      new Date(leaseUntil),
+    ]);
+    if (rowCount !== 1) throw new FencedError(taskScope(task), task.fence);
+    task.leaseUntil = leaseUntil;
+  }
+
+  /**
+   * Inside the caller's transaction: checks the fence and row-locks the task until that
+   * transaction ends, so no other worker can take it over meanwhile. Call it first in any
+   * transaction whose writes must come only from the current holder. Throws `FencedError`
+   * (roll back) when the lease was taken over.
+   */
+  async guard(tx: Queryable, task: ClaimedTask): Promise<void> {
+    const leaseUntil = this.clock.now() + this.leaseMs;
+    const { rowCount } = await tx.query(this.statements.guard, [task.id, task.fence, new Date(leaseUntil)]);
+    if (rowCount !== 1) throw new FencedError(taskScope(task), task.fence);
+  }
+
+  /**
+   * Completes the task inside the caller's transaction, so its business writes (an outbox event,
+   * say) commit with the completion or not at all. Throws `FencedError` when this holder's lease
+   * was taken over or the task already finished: the caller must roll back.
+   */
+  async completeIn(tx: Queryable, task: ClaimedTask, result: unknown = null): Promise<void> {
+    const now = this.clock.now();
+    const { rowCount } = await tx.query(this.statements.complete, [
+      task.id,
+      task.fence,
+      JSON.stringify(result ?? null),
+      new Date(now),
+      new Date(now + this.retentionMs),
+    ]);
+    if (rowCount !== 1) throw new FencedError(taskScope(task), task.fence);
+  }
+
+  /** Completes the task in its own statement. Throws `FencedError` like `completeIn`. */
+  complete(task: ClaimedTask, result: unknown = null): Promise<void> {
+    return this.completeIn(this.sql, task, result);
+  }
+
+  /**
+   * Completes a batch in one round trip. Tasks whose fence was raised are not completed and are
+   * returned in `refused`.
+   */
+  async completeMany(
+    tasks: readonly ClaimedTask[],
+    results?: readonly unknown[],
+  ): Promise<{ completed: ClaimedTask[]; refused: ClaimedTask[] }> {
+    if (tasks.length === 0) return { completed: [], refused: [] };
+    const now = this.clock.now();
+    const { rows } = await this.sql.query<{ id: string }>(this.statements.completeMany, [
+      tasks.map((t) => t.id),
+      tasks.map((t) => t.fence),
+      tasks.map((_, i) => JSON.stringify(results?.[i] ?? null)),
+      new Date(now),
+      new Date(now + this.retentionMs),
+    ]);
+    const accepted = new Set(rows.map((r) => String(r.id)));
+    return {
+      completed: tasks.filter((t) => accepted.has(t.id)),
+      refused: tasks.filter((t) => !accepted.has(t.id)),
+    };
+  }
+
+  /**
+   * Records a failure with the fence: a retryable one makes the task due again after a backoff
+   * while attempts remain; otherwise it is dead-lettered. Throws `FencedError` when the lease was
+   * taken over (the new holder's attempt is the one that counts).
+   */
+  async fail(task: ClaimedTask, error: unknown, options: FailOptions = {}): Promise<FailResult> {
+    const retryable = options.retryable ?? isRetryable(error);
+    const now = this.clock.now();
+    const delay = options.retryAfterMs ?? persistedBackoff(task.attempts, this.retryBaseMs, this.retryMaxMs);
+    const { rows } = await this.sql.query<{ state: 'ready' | 'dead'; visible_at: unknown }>(
+      this.statements.fail,
+      [
+        task.id,
+        task.fence,
+        new Date(now + Math.max(0, delay)),
+        describe(error),
+        retryable,
+        new Date(now),
+        new Date(now + this.retentionMs),
+      ],
+    );
+    const row = rows[0];
+    if (!row) throw new FencedError(taskScope(task), task.fence);
+    return { state: row.state, retryAt: row.state === 'ready' ? now + Math.max(0, delay) : null };
+  }
+
+  /** Gives the task back at once without counting the attempt (a worker shutting down). */
+  async release(task: ClaimedTask): Promise<boolean> {
+    const { rowCount } = await this.sql.query(this.statements.release, [
+      task.id,
+      task.fence,
+      new Date(this.clock.now()),
+    ]);
+    return rowCount === 1;
+  }
+
+  /**
+   * Runs `handler` for a claimed task in one transaction that first takes the fence (`guard`),
+   * then runs the handler's writes, then completes the task: all commit together, or nothing
+   * does. While the transaction is open the task's row is locked, so no other worker takes it
+   * over even if the lease runs out. If the handler calls the outside world, send `task.key` as
+   * the idempotency key: a retry after a crash sends the same one.
+   *
+   * Never throws for the handler's failure: it is recorded with `fail` and returned. A lost
+   * lease is returned as `{ state: 'fenced' }`; database errors while recording are thrown.
+   */
+  async run<P, R>(
+    task: ClaimedTask<P>,
+    handler: (tx: Transaction<Client>, task: ClaimedTask<P>) => Promise<R>,
+  ): Promise<RunOutcome<R>> {
+    let handlerError: { error: unknown } | undefined;
+    try {
+      const value = await this.sql.transaction(async (tx) => {
+        await this.guard(tx, task);
+        let value: R;
+        try {
+          value = await handler(tx, task);
+        } catch (error) {
+          handlerError = { error };
+          throw error;
+        }
+        await this.completeIn(tx, task, value);
+        return value;
+      });
+      return { state: 'completed', value };
+    } catch (error) {
+      if (isFenced(error) && !handlerError) return { state: 'fenced', error };
+      if (!handlerError) throw error;
+      try {
+        const failed = await this.fail(task, handlerError.error);
+        return { state: failed.state, error: handlerError.error, retryAt: failed.retryAt };
+      } catch (failError) {
+        if (isFenced(failError)) return { state: 'fenced', error: failError };
+        throw failError;
+      }
+    }
+  }
+
+  /** Reads a task by id, or null. */
+  async get<P = unknown>(id: string): Promise<TaskRecord<P> | null> {
+    const { rows } = await this.sql.query(this.statements.byId, [id]);
+    return rows[0] ? decodeTask<P>(rows[0]) : null;
+  }
+
+  /** Reads a task by its dedupe key, or null. */
+  async find<P = unknown>(tenant: string, queue: string, key: string): Promise<TaskRecord<P> | null> {
+    const { rows } = await this.sql.query(this.statements.byKey, [tenant, queue, key]);
+    return rows[0] ? decodeTask<P>(rows[0]) : null;
+  }
+
+  /** The dead letters of a queue, oldest first. */
+  async dead<P = unknown>(queue: string, options: { limit?: number } = {}): Promise<TaskRecord<P>[]> {
+    const { rows } = await this.sql.query(this.statements.dead, [queue, options.limit ?? 100]);
+    return rows.map((row) => decodeTask<P>(row));
+  }
+
+  /** Puts a dead task back on its queue with fresh attempts. Returns null if it is not dead. */
+  async redrive<P = unknown>(id: string, options: { runAt?: number } = {}): Promise<TaskRecord<P> | null> {
+    const { rows } = await this.sql.query(this.statements.redrive, [
+      id,
+      new Date(options.runAt ?? this.clock.now()),
+    ]);
+    return rows[0] ? decodeTask<P>(rows[0]) : null;
+  }
+
+  /** Deletes finished tasks past their retention, in batches that skip locked rows. */
+  async sweep(options: { batchSize?: number; maxBatches?: number } = {}): Promise<{ deleted: number }> {
+    const batchSize = options.batchSize ?? 1000;
+    let deleted = 0;
+    for (let batch = 0; batch < (options.maxBatches ?? Infinity); batch++) {
+      const { rowCount } = await this.sql.query(this.statements.sweep, [
+        new Date(this.clock.now()),
+        batchSize,
+      ]);
+      deleted += rowCount;
+      if (rowCount < batchSize) break;
+    }
+    return { deleted };
+  }
+}
+
+/** Creates a `Claims` for one database and schema. See `ClaimsOptions` for the defaults. */
+export function createClaims<Client>(options: ClaimsOptions<Client>): Claims<Client> {
+  return new Claims(options);
+}
+
+function describe(error: unknown): string {
+  const text = error instanceof Error ? `${error.name}: ${error.message}` : String(error);
+  return text.slice(0, 2000);
+}
+
+function positive(name: string, value: number): number {
+  if (!(Number.isFinite(value) && value > 0))
+    throw new InvalidArgumentError(`${name} must be a positive number`);
+  return value;
+}
+
+function positiveInteger(name: string, value: number): number {
+  if (!(Number.isInteger(value) && value > 0))
+    throw new InvalidArgumentError(`${name} must be a positive integer`);
+  return value;
+}

@@ -1,0 +1,318 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { fromPg } from '../../src/adapters/pg.js';
+import { keepAlive, work, type ClaimedTask } from '../../src/claims/index.js';
+import { createClaims, type Claims } from '../../src/claims/claims.js';
+import { ManualClock } from '../../src/core/clock.js';
+import { isFenced, isKeyReused } from '../../src/core/errors.js';
+import type { Queryable } from '../../src/core/sql.js';
+import { createTestSchema, type TestSchema } from '../support/database.js';
+
+describe('claims', () => {
+  let db: TestSchema;
+  let clock: ManualClock;
+  let queueCounter = 0;
+  const lease = 10_000;
+
+  beforeAll(async () => {
+    db = await createTestSchema({ poolSize: 12 });
+    clock = new ManualClock(Date.UTC(2031, 0, 1));
+    await db.pool.query(
+      `CREATE TABLE "${db.schema}".effects (id serial PRIMARY KEY, task_key text NOT NULL, worker text NOT NULL)`,
+    );
+  });
+  afterAll(() => db.close());
+
+  const newQueue = () => `q${++queueCounter}`;
+  const make = (workerId: string, extra: Partial<Parameters<typeof createClaims>[0]> = {}): Claims =>
+    createClaims({ sql: fromPg(db.pool), schema: db.schema, clock, leaseMs: lease, workerId, ...extra });
+
+  async function effect(tx: Queryable, task: ClaimedTask, worker: string): Promise<void> {
+    await tx.query(`INSERT INTO "${db.schema}".effects (task_key, worker) VALUES ($1, $2)`, [
+      task.key,
+      worker,
+    ]);
+  }
+  async function effects(key: string): Promise<number> {
+    const { rows } = await db.pool.query<{ n: number }>(
+      `SELECT count(*)::int AS n FROM "${db.schema}".effects WHERE task_key = $1`,
+      [key],
+    );
+    return rows[0]!.n;
+  }
+
+  it('enqueue with the same dedupe key returns the existing task; another payload is refused', async () => {
+    const claims = make('w1');
+    const queue = newQueue();
+    const first = await claims.enqueue({ tenant: 'acme', queue, key: 'order-1', payload: { order: 1 } });
+    const again = await claims.enqueue({ tenant: 'acme', queue, key: 'order-1', payload: { order: 1 } });
+    expect(first.created).toBe(true);
+    expect(again.created).toBe(false);
+    expect(again.task.id).toBe(first.task.id);
+    // Same key in another tenant is another intent.
+    const other = await claims.enqueue({ tenant: 'globex', queue, key: 'order-1', payload: { order: 1 } });
+    expect(other.created).toBe(true);
+    await expect(
+      claims.enqueue({ tenant: 'acme', queue, key: 'order-1', payload: { order: 2 } }),
+    ).rejects.toSatisfy(isKeyReused);
+    // Enqueued atomically with the caller's writes: a rollback leaves no task.
+    await expect(
+      fromPg(db.pool).transaction(async (tx) => {
+        await claims.enqueue({ tenant: 'acme', queue, key: 'order-2', payload: {} }, tx);
+        throw new Error('business write failed');
+      }),
+    ).rejects.toThrow('business write failed');
+    expect(await claims.find('acme', queue, 'order-2')).toBeNull();
+    // Concurrent enqueues of one key: one task.
+    const racing = await Promise.all(
+      Array.from({ length: 8 }, () => claims.enqueue({ tenant: 'acme', queue, key: 'order-3', payload: {} })),
+    );
+    expect(new Set(racing.map((r) => r.task.id)).size).toBe(1);
+    expect(racing.filter((r) => r.created)).toHaveLength(1);
+  });
+
+  it('claims N tasks with SKIP LOCKED: concurrent workers get disjoint tasks, due ones only', async () => {
+    const queue = newQueue();
+    const claims = make('w1');
+    for (let i = 0; i < 30; i++)
+      await claims.enqueue({ tenant: 'acme', queue, key: `t${i}`, payload: { i } });
+    await claims.enqueue({ tenant: 'acme', queue, key: 'later', payload: {}, runAt: clock.now() + 60_000 });
+    const workers = Array.from({ length: 6 }, (_, i) => make(`w${i}`));
+    const batches = await Promise.all(workers.map((w) => w.claim(queue, { limit: 7 })));
+    const ids = batches.flat().map((t) => t.id);
+    expect(ids).toHaveLength(30);
+    expect(new Set(ids).size).toBe(30);
+    expect(batches.every((b) => b.length <= 7)).toBe(true);
+    expect(batches.flat().every((t) => t.fence === 1 && t.attempts === 1)).toBe(true);
+    expect(await claims.claim(queue, { limit: 10 })).toHaveLength(0);
+    clock.advance(60_000); // the leases (10 s) lapsed too: all 31 are claimable now
+    expect(await claims.claim(queue, { limit: 100 })).toHaveLength(31);
+  });
+
+  it("refuses a zombie's completion, heartbeat, failure and guarded writes after a takeover", async () => {
+    const queue = newQueue();
+    const a = make('worker-a');
+    const b = make('worker-b');
+    await a.enqueue({ tenant: 'acme', queue, key: 'job', payload: { n: 1 } });
+    const [zombie] = await a.claim(queue);
+    expect(zombie!.fence).toBe(1);
+    // Worker A stalls (a GC pause, a partition) past its lease; B takes the task over.
+    expect(await b.claim(queue)).toHaveLength(0);
+    clock.advance(lease + 1);
+    const [holder] = await b.claim(queue);
+    expect(holder!.id).toBe(zombie!.id);
+    expect(holder!.fence).toBe(2);
+    expect(holder!.key).toBe(zombie!.key); // the same downstream key for the same intent
+
+    await expect(a.complete(zombie!)).rejects.toSatisfy(isFenced);
+    await expect(a.heartbeat(zombie!)).rejects.toSatisfy(isFenced);
+    await expect(a.fail(zombie!, new Error('late failure'))).rejects.toSatisfy(isFenced);
+    const zombieRun = await a.run(zombie!, async (tx) => effect(tx, zombie!, 'a'));
+    expect(zombieRun.state).toBe('fenced');
+    await expect(
+      fromPg(db.pool).transaction(async (tx) => {
+        await effect(tx, zombie!, 'a');
+        await a.completeIn(tx, zombie!, { by: 'a' });
+      }),
+    ).rejects.toSatisfy(isFenced);
+    expect((await a.completeMany([zombie!])).refused).toHaveLength(1);
+
+    const outcome = await b.run(holder!, async (tx) => {
+      await effect(tx, holder!, 'b');
+      return { by: 'b' };
+    });
+    expect(outcome).toEqual({ state: 'completed', value: { by: 'b' } });
+    expect(await effects(holder!.key)).toBe(1);
+    const stored = await b.get(holder!.id);
+    expect(stored?.state).toBe('completed');
+    expect(stored?.result).toEqual({ by: 'b' });
+    // After completion even the holder's fence is useless: nothing completes twice.
+    await expect(b.complete(holder!)).rejects.toSatisfy(isFenced);
+  });
+
+  it('heartbeats keep the lease; keepAlive aborts its signal when the lease is lost', async () => {
+    const queue = newQueue();
+    const a = make('worker-a');
+    const b = make('worker-b');
+    await a.enqueue({ tenant: 'acme', queue, key: 'long', payload: {} });
+    const [task] = await a.claim(queue);
+    for (let i = 0; i < 3; i++) {
+      clock.advance(6000);
+      await a.heartbeat(task!);
+      expect(await b.claim(queue)).toHaveLength(0);
+    }
+    const alive = keepAlive(a, task!, { intervalMs: 3000 });
+    for (let i = 0; i < 3; i++) {
+      clock.advance(3000);
+      await settle(() => a.get(task!.id).then((t) => t!.visibleAt === clock.now() + lease));
+    }
+    expect(await b.claim(queue)).toHaveLength(0);
+    await alive.stop();
+    clock.advance(lease + 1);
+    const [taken] = await b.claim(queue);
+    expect(taken!.fence).toBe(task!.fence + 1);
+    const lost = keepAlive(a, task!, { intervalMs: 1000 });
+    clock.advance(1000);
+    await settle(async () => lost.signal.aborted);
+    expect(isFenced(lost.signal.reason)).toBe(true);
+    await lost.stop();
+  });
+
+  it('retries a retryable failure with backoff, then dead-letters; an operator can redrive', async () => {
+    const queue = newQueue();
+    const claims = make('w', { maxAttempts: 3, retryBaseMs: 1000, retryMaxMs: 8000 });
+    await claims.enqueue({ tenant: 'acme', queue, key: 'flaky', payload: {} });
+    const transient = Object.assign(new Error('connect ECONNREFUSED'), { code: 'ECONNREFUSED' });
+    const delays: number[] = [];
+    for (let attempt = 1; attempt <= 3; attempt++) {
+      const [task] = await claims.claim(queue);
+      expect(task!.attempts).toBe(attempt);
+      const failed = await claims.fail(task!, transient);
+      if (attempt < 3) {
+        expect(failed.state).toBe('ready');
+        const delay = failed.retryAt! - clock.now();
+        delays.push(delay);
+        // Equal jitter: within [d/2, d] for d = 1000 · 2^(attempt−1).
+        expect(delay).toBeGreaterThanOrEqual(500 * 2 ** (attempt - 1));
+        expect(delay).toBeLessThanOrEqual(1000 * 2 ** (attempt - 1));
+        expect(await claims.claim(queue)).toHaveLength(0); // not before its backoff
+        clock.advance(delay);
+      } else {
+        expect(failed).toEqual({ state: 'dead', retryAt: null });
+      }
+    }
+    const dead = await claims.dead(queue);
+    expect(dead.map((t) => t.dedupeKey)).toEqual(['flaky']);
+    expect(dead[0]!.lastError).toContain('ECONNREFUSED');
+    clock.advance(60_000);
+    expect(await claims.claim(queue)).toHaveLength(0);
+    const redriven = await claims.redrive(dead[0]!.id);
+    expect(redriven?.state).toBe('ready');
+    const [again] = await claims.claim(queue);
+    expect(again!.attempts).toBe(1);
+    expect(again!.fence).toBe(4); // fences only ever rise
+  });
+
+  it('dead-letters at once on a non-retryable failure, and after repeated lapsed leases', async () => {
+    const queue = newQueue();
+    const claims = make('w', { maxAttempts: 2 });
+    await claims.enqueue({ tenant: 'acme', queue, key: 'bad-input', payload: {} });
+    await claims.enqueue({ tenant: 'acme', queue, key: 'poison', payload: {}, runAt: clock.now() + 1 });
+    const [bad] = await claims.claim(queue);
+    expect((await claims.fail(bad!, new TypeError('payload has no order id'))).state).toBe('dead');
+    // A task that kills its worker every time: each lapsed lease counts as an attempt.
+    clock.advance(1);
+    expect(await claims.claim(queue)).toHaveLength(1);
+    clock.advance(lease + 1);
+    expect(await claims.claim(queue)).toHaveLength(1);
+    clock.advance(lease + 1);
+    expect(await claims.claim(queue)).toHaveLength(0);
+    const dead = await claims.dead(queue);
+    expect(dead.map((t) => [t.dedupeKey, t.lastError?.split(':')[0]])).toEqual([
+      ['bad-input', 'TypeError'],
+      ['poison', 'lease expired'],
+    ]);
+  });
+
+  it('run commits the handler writes with the completion; a failing handler leaves nothing', async () => {
+    const queue = newQueue();
+    const claims = make('w', { maxAttempts: 2 });
+    await claims.enqueue({ tenant: 'acme', queue, key: 'r1', payload: {} });
+    const [task] = await claims.claim(queue);
+    const failed = await claims.run(task!, async (tx) => {
+      await effect(tx, task!, 'w');
+      throw Object.assign(new Error('deadlock'), { code: '40P01' });
+    });
+    expect(failed.state).toBe('ready');
+    expect(await effects(task!.key)).toBe(0);
+    clock.advance(60_000);
+    const [retry] = await claims.claim(queue);
+    const done = await claims.run(retry!, async (tx) => {
+      await effect(tx, retry!, 'w');
+      return 'ok';
+    });
+    expect(done).toEqual({ state: 'completed', value: 'ok' });
+    expect(await effects(task!.key)).toBe(1);
+  });
+
+  it('gives exactly one effect per task with four concurrent workers that abandon tasks at random', async () => {
+    const queue = newQueue();
+    const workers = Array.from({ length: 4 }, (_, i) => make(`w${i}`, { maxAttempts: 50 }));
+    const total = 60;
+    for (let i = 0; i < total; i++)
+      await workers[0]!.enqueue({ tenant: 'acme', queue, key: `c${i}`, payload: { i } });
+    let abandoned = 0;
+    for (let round = 0; round < 200; round++) {
+      const batches = await Promise.all(workers.map((w) => w.claim(queue, { limit: 5 })));
+      if (batches.every((b) => b.length === 0)) {
+        const { rows } = await db.pool.query<{ n: number }>(
+          `SELECT count(*)::int AS n FROM "${db.schema}".tasks WHERE queue = $1 AND state <> 'completed'`,
+          [queue],
+        );
+        if (rows[0]!.n === 0) break;
+        clock.advance(lease + 1); // let abandoned leases lapse
+        continue;
+      }
+      await Promise.all(
+        batches.flatMap((batch, w) =>
+          batch.map(async (task) => {
+            if (Math.random() < 0.3) {
+              abandoned++; // the worker "dies" holding the task
+              return;
+            }
+            await workers[w]!.run(task, (tx) => effect(tx, task, `w${w}`));
+          }),
+        ),
+      );
+    }
+    expect(abandoned).toBeGreaterThan(0);
+    const { rows } = await db.pool.query<{ n: number }>(
+      `SELECT count(*)::int AS n FROM "${db.schema}".tasks WHERE queue = $1 AND state = 'completed'`,
+      [queue],
+    );
+    expect(rows[0]!.n).toBe(total);
+    for (let i = 0; i < total; i++) {
+      const task = (await workers[0]!.find('acme', queue, `c${i}`))!;
+      expect(await effects(task.key)).toBe(1);
+    }
+  });
+
+  it('work() polls, runs and stops on abort; sweep deletes finished tasks past retention', async () => {
+    const queue = newQueue();
+    const claims = make('w', { retentionMs: 1000 });
+    for (let i = 0; i < 5; i++) await claims.enqueue({ tenant: 'acme', queue, key: `k${i}`, payload: { i } });
+    const controller = new AbortController();
+    const seen: string[] = [];
+    const loop = work(
+      claims,
+      queue,
+      async (tx, task: ClaimedTask<{ i: number }>) => {
+        await effect(tx, task, 'loop');
+        seen.push(task.dedupeKey);
+      },
+      {
+        batchSize: 2,
+        pollMs: 100,
+        signal: controller.signal,
+      },
+    );
+    await settle(async () => seen.length === 5);
+    controller.abort();
+    await loop;
+    expect(seen.sort()).toEqual(['k0', 'k1', 'k2', 'k3', 'k4']);
+    clock.advance(1000);
+    expect((await claims.sweep()).deleted).toBeGreaterThanOrEqual(5);
+    expect(await claims.find('acme', queue, 'k0')).toBeNull();
+    expect((await claims.enqueue({ tenant: 'acme', queue, key: 'k0', payload: { i: 0 } })).created).toBe(
+      true,
+    );
+  });
+});
+
+/** Polls a condition that background work will make true (bounded: 5 s). */
+async function settle(condition: () => Promise<boolean>): Promise<void> {
+  for (let i = 0; i < 500; i++) {
+    if (await condition()) return;
+    await new Promise((resolve) => setTimeout(resolve, 10));
+  }
+  throw new Error('condition not reached');
+}
