@@ -31,7 +31,7 @@ export async function work<P, R, Client>(
   const pollMs = options.pollMs ?? 1000;
   const signal = options.signal;
   while (!signal?.aborted) {
-    let claimed = 0;
+    let claimed: number;
     try {
       const tasks = await claims.claim<P>(queue, { limit: batchSize });
       claimed = tasks.length;
