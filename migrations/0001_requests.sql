@@ -28,11 +28,14 @@ CREATE TABLE {{schema}}.requests (
   tombstone_until timestamptz NOT NULL,
   PRIMARY KEY (tenant_id, operation, idempotency_key),
   CHECK (tombstone_until >= expires_at)
-);
+) WITH (fillfactor = 85);
+-- fillfactor leaves room on each page so that completing a claim is a HOT update: the completing
+-- UPDATE changes no indexed column, so PostgreSQL writes no new index entries for it.
 
--- The sweeper walks these two indexes in small batches.
-CREATE INDEX requests_expires_at ON {{schema}}.requests (expires_at) WHERE result IS NOT NULL OR body IS NOT NULL;
-CREATE INDEX requests_tombstone_until ON {{schema}}.requests (tombstone_until);
+-- The sweeper's indexes. Expiry times grow with insertion order, so BRIN indexes find due rows
+-- at a fraction of a B-tree's insert cost on the hot path.
+CREATE INDEX requests_expires_at ON {{schema}}.requests USING brin (expires_at);
+CREATE INDEX requests_tombstone_until ON {{schema}}.requests USING brin (tombstone_until);
 
 -- Recorded results of the steps of a multi-step operation.
 CREATE TABLE {{schema}}.steps (

@@ -177,11 +177,15 @@ export class Idem<Client = unknown> {
     return rows[0] ? decodeRequestRow(rows[0]) : null;
   }
 
-  /** @internal Parameters shared by every claim statement: $1..$3 scope, $4 fingerprint, $5..$8 times. */
+  /**
+   * @internal Parameters shared by every claim statement: $1..$3 scope, $4 fingerprint, $5..$8 times.
+   * A single-transaction claim fixes the retention now (it commits together with its result); a
+   * multi-step claim keeps the whole tombstone window until `completeLate` sets it from completion.
+   */
   claimParams(prepared: PreparedSpec, lockedUntil: number | null): unknown[] {
     const now = this.clock.now();
     const { scope, retention } = prepared;
-    // Until completion the row expires with its tombstone, so an abandoned claim is swept too.
+    const resultMs = lockedUntil === null ? retention.resultMs : retention.tombstoneMs;
     return [
       scope.tenant,
       scope.operation,
@@ -189,16 +193,16 @@ export class Idem<Client = unknown> {
       prepared.fingerprint,
       lockedUntil === null ? null : new Date(lockedUntil),
       new Date(now),
-      new Date(now + retention.tombstoneMs),
+      new Date(now + resultMs),
       new Date(now + retention.tombstoneMs),
     ];
   }
 
-  /** @internal The parameters of `complete`. */
-  completeParams(prepared: PreparedSpec, fence: number, outcome: Outcome<unknown>): unknown[] {
+  /** @internal The parameters of `complete` ($1..$10) and `completeLate` ($1..$12). */
+  completeParams(prepared: PreparedSpec, fence: number, outcome: Outcome<unknown>, late = false): unknown[] {
     const now = this.clock.now();
     const { scope, retention } = prepared;
-    return [
+    const params = [
       scope.tenant,
       scope.operation,
       scope.key,
@@ -209,9 +213,9 @@ export class Idem<Client = unknown> {
       outcome.resource?.type ?? null,
       outcome.resource?.id ?? null,
       new Date(now),
-      new Date(now + retention.resultMs),
-      new Date(now + retention.tombstoneMs),
     ];
+    if (late) params.push(new Date(now + retention.resultMs), new Date(now + retention.tombstoneMs));
+    return params;
   }
 
   /** @internal Turns a thrown value into what the caller sees. */

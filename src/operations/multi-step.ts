@@ -54,8 +54,8 @@ export class MultiStepRun<T, Client> implements MultiStepOperation<Client> {
       throw this.idem.classify(error, this.scope);
     }
     const { rowCount } = await this.idem.sql.query(
-      this.idem.statements.complete,
-      this.idem.completeParams(this.prepared, this.fence, outcome),
+      this.idem.statements.completeLate,
+      this.idem.completeParams(this.prepared, this.fence, outcome, true),
     );
     if (rowCount !== 1) throw new FencedError(this.scope, this.fence);
     return {

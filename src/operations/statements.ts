@@ -66,8 +66,20 @@ export function renderStatements(schema: string) {
     releaseLease: `UPDATE ${s}.requests SET locked_until = $5
       WHERE ${pk} AND state = 'pending' AND fence = $4`,
 
-    /** Stores the outcome. The fence check makes a zombie's completion a no-op. */
+    /**
+     * Stores the outcome of a single-transaction operation. It sets no indexed column (expiry was
+     * fixed at the claim), so on a page with room it is a HOT update: no index writes.
+     */
     complete: `UPDATE ${s}.requests SET
+        state = $5, result = $6, body = $7, resource_type = $8, resource_id = $9,
+        completed_at = $10, locked_until = NULL
+      WHERE ${pk} AND state = 'pending' AND fence = $4`,
+
+    /**
+     * Stores the outcome of a multi-step operation, which may finish long after its claim, so its
+     * retention is counted from completion. The fence check makes a zombie's completion a no-op.
+     */
+    completeLate: `UPDATE ${s}.requests SET
         state = $5, result = $6, body = $7, resource_type = $8, resource_id = $9,
         completed_at = $10, expires_at = $11, tombstone_until = $12, locked_until = NULL
       WHERE ${pk} AND state = 'pending' AND fence = $4`,
@@ -81,7 +93,7 @@ export function renderStatements(schema: string) {
       FROM (
         SELECT tenant_id, operation, idempotency_key FROM ${s}.requests
         WHERE expires_at <= $1 AND (result IS NOT NULL OR body IS NOT NULL) AND state <> 'pending'
-        ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED
+        LIMIT $2 FOR UPDATE SKIP LOCKED
       ) due
       WHERE r.tenant_id = due.tenant_id AND r.operation = due.operation AND r.idempotency_key = due.idempotency_key`,
 
@@ -89,7 +101,7 @@ export function renderStatements(schema: string) {
       USING (
         SELECT tenant_id, operation, idempotency_key FROM ${s}.requests
         WHERE tombstone_until <= $1 AND (state <> 'pending' OR locked_until IS NULL OR locked_until <= $1)
-        ORDER BY tombstone_until LIMIT $2 FOR UPDATE SKIP LOCKED
+        LIMIT $2 FOR UPDATE SKIP LOCKED
       ) due
       WHERE r.tenant_id = due.tenant_id AND r.operation = due.operation AND r.idempotency_key = due.idempotency_key`,
   };

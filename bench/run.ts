@@ -1,0 +1,74 @@
+/**
+ * `npm run bench [-- --quick] [-- --only name]`: runs every benchmark module, then writes
+ * bench/results/latest.json and bench/report.md (with charts).
+ */
+import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import { parseArgs } from 'node:util';
+import { writeReport } from './lib/report.js';
+import type { BenchContext, BenchModule, BenchSection } from './lib/types.js';
+
+const modules: Record<string, () => Promise<{ default: BenchModule }>> = {
+  operations: () => import('./operations.bench.js'),
+};
+for (const name of ['http', 'messaging', 'webhooks', 'claims', 'scaling', 'peers']) {
+  const file = new URL(`./${name}.bench.ts`, import.meta.url);
+  if (existsSync(file)) modules[name] = () => import(file.href) as Promise<{ default: BenchModule }>;
+}
+
+const { values } = parseArgs({
+  options: { quick: { type: 'boolean', default: false }, only: { type: 'string', multiple: true } },
+});
+
+async function main(): Promise<void> {
+  let databaseUrl = process.env.DATABASE_URL;
+  let stop: (() => Promise<void>) | undefined;
+  if (!databaseUrl) {
+    const { startEmbeddedPostgres } = await import('../src/embedded/embedded-postgres.js');
+    console.log('DATABASE_URL is not set: benchmarking on an embedded PostgreSQL');
+    const embedded = await startEmbeddedPostgres({ dir: '.idem/bench-postgres', persistent: false });
+    databaseUrl = embedded.url;
+    stop = () => embedded.stop();
+  }
+  const context: BenchContext = {
+    databaseUrl,
+    amqpUrl: process.env.AMQP_URL,
+    natsUrl: process.env.NATS_URL,
+    redisUrl: process.env.REDIS_URL,
+    quick: values.quick ?? false,
+    log: (message) => console.log(`[${new Date().toISOString().slice(11, 19)}] ${message}`),
+  };
+  const selected = Object.entries(modules).filter(([name]) => !values.only || values.only.includes(name));
+  const sections: BenchSection[] = [];
+  const started = Date.now();
+  for (const [name, load] of selected) {
+    context.log(`▶ ${name}`);
+    try {
+      sections.push(await (await load()).default(context));
+    } catch (error) {
+      console.error(`benchmark ${name} failed:`, error);
+      sections.push({ name, figures: [], notes: [`FAILED: ${(error as Error).message}`] });
+    }
+  }
+  const durationSeconds = Math.round((Date.now() - started) / 1000);
+  const results = {
+    date: new Date().toISOString(),
+    mode: context.quick ? 'quick' : 'full',
+    durationSeconds,
+    machine: {
+      cpus: os.cpus().length,
+      cpuModel: os.cpus()[0]?.model,
+      memoryGiB: Math.round(os.totalmem() / 2 ** 30),
+      node: process.version,
+      platform: `${os.platform()} ${os.release()}`,
+    },
+    sections,
+  };
+  mkdirSync(new URL('./results/', import.meta.url), { recursive: true });
+  writeFileSync(new URL('./results/latest.json', import.meta.url), JSON.stringify(results, null, 2) + '\n');
+  await writeReport(results, databaseUrl);
+  console.log(`\nwrote bench/results/latest.json and bench/report.md in ${durationSeconds} s`);
+  await stop?.();
+}
+
+await main();
