@@ -19,7 +19,21 @@ export interface QueryResult<R extends Row = Row> {
  * opened is a `Queryable`: idem's statements then commit or roll back with the caller's own.
  */
 export interface Queryable {
-  query<R extends Row = Row>(text: string, params?: readonly unknown[]): Promise<QueryResult<R>>;
+  query<R extends Row = Row>(
+    text: string,
+    params?: readonly unknown[],
+    options?: QueryOptions,
+  ): Promise<QueryResult<R>>;
+}
+
+/** Hints a driver may use. Adapters that cannot use a hint ignore it. */
+export interface QueryOptions {
+  /**
+   * A stable name for this statement text. Drivers with named prepared statements (node-postgres)
+   * parse and plan it once per connection instead of on every call. idem names its own hot
+   * statements; user statements are never prepared behind the user's back.
+   */
+  name?: string;
 }
 
 /**

@@ -173,7 +173,11 @@ export class Idem<Client = unknown> {
 
   /** @internal */
   async readRow(db: Queryable, scope: OperationScope): Promise<RequestRow | null> {
-    const { rows } = await db.query(this.statements.read, [scope.tenant, scope.operation, scope.key]);
+    const { rows } = await db.query(
+      this.statements.read,
+      [scope.tenant, scope.operation, scope.key],
+      this.statements.names.read,
+    );
     return rows[0] ? decodeRequestRow(rows[0]) : null;
   }
 
@@ -261,7 +265,11 @@ export class Idem<Client = unknown> {
     }
     const context: OperationContext = { scope, deriveKey: (name) => deriveKey(scope, name) };
     const outcome = toOutcome(await handler(tx, context));
-    await db.query(this.statements.complete, this.completeParams(prepared, fence, outcome));
+    await db.query(
+      this.statements.complete,
+      this.completeParams(prepared, fence, outcome),
+      this.statements.names.complete,
+    );
     return {
       value: outcome.value,
       state: outcome.state,
@@ -275,10 +283,11 @@ export class Idem<Client = unknown> {
   private async claim(db: Queryable, prepared: PreparedSpec, deadline: number): Promise<number | null> {
     const waitMs = Math.max(1, deadline - this.clock.now());
     try {
-      const { rows } = await db.query<{ claimed: number }>(this.statements.claim, [
-        ...this.claimParams(prepared, null),
-        `${Math.ceil(waitMs)}ms`,
-      ]);
+      const { rows } = await db.query<{ claimed: number }>(
+        this.statements.claim,
+        [...this.claimParams(prepared, null), `${Math.ceil(waitMs)}ms`],
+        this.statements.names.claim,
+      );
       return Number(rows[0]?.claimed) === 1 ? 1 : null;
     } catch (error) {
       if (sqlStateOf(error) === SqlState.lockNotAvailable) {

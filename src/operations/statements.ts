@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import { quoteSchema } from '../migrate/schema-name.js';
 import { requestColumns } from './request-row.js';
 
@@ -9,7 +10,7 @@ import { requestColumns } from './request-row.js';
 export function renderStatements(schema: string) {
   const s = quoteSchema(schema);
   const pk = `tenant_id = $1 AND operation = $2 AND idempotency_key = $3`;
-  return {
+  const texts = {
     /**
      * Claims a new key inside the caller's transaction, in one round trip.
      * ON CONFLICT DO NOTHING waits while another open transaction holds the same key, and returns
@@ -105,6 +106,15 @@ export function renderStatements(schema: string) {
       ) due
       WHERE r.tenant_id = due.tenant_id AND r.operation = due.operation AND r.idempotency_key = due.idempotency_key`,
   };
+  // Each statement gets a prepared-statement name unique to its schema and text.
+  const names = Object.fromEntries(
+    Object.entries(texts).map(([key, text]) => [key, { name: `idem_${key}_${hash(text)}` }]),
+  ) as Record<keyof typeof texts, { name: string }>;
+  return { ...texts, names };
+}
+
+function hash(text: string): string {
+  return createHash('sha1').update(text).digest('hex').slice(0, 12);
 }
 
 export type Statements = ReturnType<typeof renderStatements>;
