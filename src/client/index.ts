@@ -1,0 +1,28 @@
+/**
+ * idem/client: outgoing calls to downstream services. Key propagation (`Idempotency-Key` from
+ * the current operation or step), failure classification, decorrelated-jitter retries inside a
+ * retry budget, Retry-After, and a per-origin circuit breaker (cockatiel).
+ */
+export {
+  ResilientClient,
+  createClient,
+  assertOk,
+  type ClientOptions,
+  type ClientRequestInit,
+  type FetchLike,
+  type RetryEvent,
+} from './client.js';
+export {
+  classifyError,
+  classifyResponse,
+  isRetryableFailure,
+  isRetryableStatus,
+  type Classification,
+} from './classify.js';
+export { parseRetryAfter } from './retry-after.js';
+export { RetryBudget, type RetryBudgetOptions } from './retry-budget.js';
+export { Breaker, type BreakerOptions } from './breaker.js';
+export { retry, type RetryOptions } from './retry.js';
+export { DecorrelatedJitter, persistedBackoff, type JitterOptions } from './backoff.js';
+export { withIdempotencyKey, currentIdempotencyKey, subKey } from './key-context.js';
+export { CircuitOpenError, HttpStatusError, isCircuitOpen, isHttpStatusError } from './errors.js';

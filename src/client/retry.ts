@@ -1,0 +1,57 @@
+import { systemClock, type Clock } from '../core/clock.js';
+import { DecorrelatedJitter, type JitterOptions } from './backoff.js';
+import { classifyError } from './classify.js';
+import type { RetryBudget } from './retry-budget.js';
+import { sleepUnlessAborted } from './sleep.js';
+
+/** Options of `retry`. */
+export interface RetryOptions {
+  /** Attempts, the first included. Default 3. */
+  maxAttempts?: number;
+  /** Decorrelated-jitter backoff. Defaults: 100 ms initial, 10000 ms max. */
+  backoff?: JitterOptions;
+  /** Time source for the waits. Default: the system clock. */
+  clock?: Clock;
+  /** A budget shared with other callers; a spent budget ends the retries. Default: none. */
+  budget?: RetryBudget;
+  /**
+   * Which errors are worth another attempt. Default: `classifyError(e).retryable` (PostgreSQL
+   * 40001, 40P01, 55P03, 57014, 57P0x, class 08; Node network codes; timeouts; errors flagged
+   * `retryable`, such as a retryable `HttpStatusError`).
+   */
+  isRetryable?: (error: unknown) => boolean;
+  /** An error's `retryAfterMs` (a downstream's Retry-After) is waited up to this cap. Default 30000. */
+  maxRetryAfterMs?: number;
+  /** Called before each wait. */
+  onRetry?: (error: unknown, attempt: number, delayMs: number) => void;
+  /** Stops waiting and gives up (rethrowing the last error) when aborted. */
+  signal?: AbortSignal;
+}
+
+/**
+ * Calls `fn` until it succeeds, fails with a non-retryable error, or runs out of attempts or
+ * budget; rethrows the last error. Only for work that is safe to repeat: an idempotent call, or
+ * one that carries the same idempotency key every time. `fn` gets the attempt number (1-based).
+ */
+export async function retry<T>(fn: (attempt: number) => Promise<T>, options: RetryOptions = {}): Promise<T> {
+  const maxAttempts = options.maxAttempts ?? 3;
+  const clock = options.clock ?? systemClock;
+  const isRetryable = options.isRetryable ?? ((e: unknown) => classifyError(e).retryable);
+  const maxRetryAfterMs = options.maxRetryAfterMs ?? 30_000;
+  const jitter = new DecorrelatedJitter(options.backoff);
+  options.budget?.recordRequest();
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await fn(attempt);
+    } catch (error) {
+      if (attempt >= maxAttempts || !isRetryable(error) || options.signal?.aborted) throw error;
+      const asked = (error as { retryAfterMs?: unknown } | null)?.retryAfterMs;
+      if (typeof asked === 'number' && asked > maxRetryAfterMs) throw error;
+      if (options.budget && !options.budget.tryRetry()) throw error;
+      const delayMs = typeof asked === 'number' ? Math.max(0, asked) : jitter.next();
+      options.onRetry?.(error, attempt, delayMs);
+      await sleepUnlessAborted(clock, delayMs, options.signal);
+      if (options.signal?.aborted) throw error;
+    }
+  }
+}
