@@ -25,6 +25,9 @@ export async function openDatabase(
     stopEmbedded = () => embedded.stop();
   }
   const pool = new pg.Pool({ connectionString: url, max: options.poolSize ?? 10 });
+  // An idle connection that the server closes (restart, shutdown) must not crash the process;
+  // the pool replaces it on next use.
+  pool.on('error', (error) => console.error(`database connection lost: ${error.message}`));
   return {
     url,
     pool,
