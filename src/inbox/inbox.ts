@@ -1,0 +1,263 @@
+import { systemClock, toMillis, type Clock } from '../core/clock.js';
+import { InvalidArgumentError } from '../core/errors.js';
+import { deriveKey, validateName } from '../core/keys.js';
+import type { Queryable, Sql, Transaction } from '../core/sql.js';
+import { isTransactionRetryable } from '../core/sqlstate.js';
+import { defaultSchema } from '../migrate/schema-name.js';
+import { renderInboxStatements, type InboxStatements } from './statements.js';
+
+const day = 86_400_000;
+
+/** Options of `createInbox`. */
+export interface InboxOptions<Client = unknown> {
+  /** Where the inbox lives and how `handle` opens transactions. */
+  sql: Sql<Client>;
+  /** Schema of idem's tables. Default `idem`. */
+  schema?: string;
+  /** Time source for retention. Default: the system clock. */
+  clock?: Clock;
+  /**
+   * How long a processed id is remembered. A redelivery after this is processed again, so choose
+   * the longest of: broker redelivery, dead-letter redrive, operator replay, producer outbox
+   * retention. Default 30 days.
+   */
+  retentionMs?: number;
+  /** Whole-transaction retries of `handle` on serialization failure or deadlock. Default 3. */
+  transactionRetries?: number;
+}
+
+/** Names one delivery: who consumes it, and the message's id (an outbox event id, a delivery id). */
+export interface InboxMessage {
+  /** The consuming component, e.g. `billing`. Two consumers of one message each process it once. */
+  consumer: string;
+  /** The message's id as the producer set it; the same on every redelivery. */
+  messageId: string;
+}
+
+/** Passed to a handler beside its transaction. */
+export interface InboxContext extends InboxMessage {
+  /** A key for downstream calls derived from this message and `name`; the same on every redelivery. */
+  deriveKey(name: string): string;
+}
+
+export type HandleResult<T> = { duplicate: false; value: T } | { duplicate: true };
+
+/** A message recorded as dead, with what is needed to inspect or replay it. */
+export interface DeadMessage extends InboxMessage {
+  /** Deliveries attempted. */
+  attempts: number;
+  error: string;
+  /** Where it came from: a queue, a subject. */
+  origin?: string;
+  payload?: Uint8Array;
+  headers?: Record<string, string>;
+}
+
+export interface InboxRecord {
+  consumer: string;
+  messageId: string;
+  state: 'processed' | 'dead';
+  attempts: number;
+  duplicates: number;
+  lastError: string | null;
+  origin: string | null;
+  payload: Uint8Array | null;
+  headers: Record<string, string> | null;
+  processedAt: number;
+  expiresAt: number;
+}
+
+/** In-process counts since this inbox was created. */
+export interface InboxCounters {
+  processed: number;
+  duplicates: number;
+  dead: number;
+}
+
+/**
+ * Processed-message records for consumers: a handler runs at most once per (consumer, message id),
+ * because the record commits in the handler's own transaction.
+ *
+ * @example
+ * const inbox = createInbox({ sql: fromPg(pool) });
+ * const result = await inbox.handle({ consumer: 'billing', messageId: event.id }, async (tx) => {
+ *   await tx.query('INSERT INTO invoices (order_id) VALUES ($1)', [event.payload.orderId]);
+ * });
+ * // result.duplicate is true for a redelivery: nothing ran; ack it.
+ */
+export class Inbox<Client = unknown> {
+  readonly sql: Sql<Client>;
+  readonly schema: string;
+  readonly clock: Clock;
+  readonly retentionMs: number;
+  readonly counters: InboxCounters = { processed: 0, duplicates: 0, dead: 0 };
+  /** @internal */ readonly statements: InboxStatements;
+  private readonly transactionRetries: number;
+
+  constructor(options: InboxOptions<Client>) {
+    this.sql = options.sql;
+    this.schema = options.schema ?? defaultSchema;
+    this.statements = renderInboxStatements(this.schema);
+    this.clock = options.clock ?? systemClock;
+    this.retentionMs = options.retentionMs ?? 30 * day;
+    if (!(this.retentionMs > 0)) throw new InvalidArgumentError('retentionMs must be positive');
+    this.transactionRetries = options.transactionRetries ?? 3;
+  }
+
+  /**
+   * Runs `handler` once per (consumer, message id), in a transaction that also records the id.
+   * A duplicate returns `{ duplicate: true }` without running it (and counts it); a throw rolls
+   * back both the record and the handler's writes, so a redelivery runs it again. Ack the
+   * message only after this resolves.
+   */
+  async handle<T>(
+    message: InboxMessage,
+    handler: (tx: Transaction<Client>, context: InboxContext) => Promise<T>,
+  ): Promise<HandleResult<T>> {
+    validate(message);
+    for (let attempt = 0; ; attempt++) {
+      try {
+        const result = await this.sql.transaction((tx) => this.run(tx, message, handler));
+        this.count(result);
+        return result;
+      } catch (error) {
+        if (attempt < this.transactionRetries && isTransactionRetryable(error)) continue;
+        throw error;
+      }
+    }
+  }
+
+  /**
+   * Like `handle`, inside a transaction the caller already opened. If this throws, roll back.
+   * On a duplicate the caller's transaction has written nothing of idem's but the duplicate count.
+   */
+  async handleIn<T, TxClient>(
+    tx: Transaction<TxClient>,
+    message: InboxMessage,
+    handler: (tx: Transaction<TxClient>, context: InboxContext) => Promise<T>,
+  ): Promise<HandleResult<T>> {
+    validate(message);
+    const result = await this.run(tx, message, handler);
+    this.count(result);
+    return result;
+  }
+
+  /**
+   * Records the id in `tx` and says whether this is the first time (true) or a duplicate (false).
+   * For code that runs its own transaction and handler: write your effects only when it is true.
+   */
+  async record(tx: Queryable, message: InboxMessage): Promise<boolean> {
+    validate(message);
+    const now = this.clock.now();
+    const params = [message.consumer, message.messageId, new Date(now), new Date(now + this.retentionMs)];
+    const inserted = await tx.query(this.statements.record, params);
+    if (inserted.rowCount === 1) return true;
+    // Rare paths, after the unique key said "seen": a dead record is revived by a redelivery
+    // (the handler runs again), anything else is a duplicate.
+    const revived = await tx.query(this.statements.revive, params);
+    if (revived.rowCount === 1) return true;
+    await tx.query(this.statements.countDuplicate, [message.consumer, message.messageId]);
+    return false;
+  }
+
+  /**
+   * Records a message the consumer gave up on (its own statement, outside any handler
+   * transaction). A later delivery of the same id runs the handler again. Never overwrites a
+   * processed record. Returns false when the message had been processed after all.
+   */
+  async markDead(message: DeadMessage): Promise<boolean> {
+    validate(message);
+    const now = this.clock.now();
+    const { rowCount } = await this.sql.query(this.statements.markDead, [
+      message.consumer,
+      message.messageId,
+      message.attempts,
+      message.error,
+      message.origin ?? null,
+      message.payload ? Buffer.from(message.payload) : null,
+      message.headers ? JSON.stringify(message.headers) : null,
+      new Date(now),
+      new Date(now + this.retentionMs),
+    ]);
+    if (rowCount === 1) this.counters.dead++;
+    return rowCount === 1;
+  }
+
+  /** One record, or null. */
+  async read(message: InboxMessage): Promise<InboxRecord | null> {
+    const { rows } = await this.sql.query(this.statements.read, [message.consumer, message.messageId]);
+    const r = rows[0];
+    if (!r) return null;
+    return {
+      consumer: r.consumer as string,
+      messageId: r.message_id as string,
+      state: r.state as InboxRecord['state'],
+      attempts: Number(r.attempts),
+      duplicates: Number(r.duplicates),
+      lastError: (r.last_error as string | null) ?? null,
+      origin: (r.origin as string | null) ?? null,
+      payload: (r.payload as Uint8Array | null) ?? null,
+      headers: typeof r.headers === 'string' ? (JSON.parse(r.headers) as Record<string, string>) : null,
+      processedAt: toMillis(r.processed_at)!,
+      expiresAt: toMillis(r.expires_at)!,
+    };
+  }
+
+  /** Counts in the table (all consumers, or one). */
+  async stats(consumer?: string): Promise<{ processed: number; dead: number; duplicates: number }> {
+    const { rows } = await this.sql.query(this.statements.stats, [consumer ?? null]);
+    const r = rows[0] ?? {};
+    return {
+      processed: Number(r.processed ?? 0),
+      dead: Number(r.dead ?? 0),
+      duplicates: Number(r.duplicates ?? 0),
+    };
+  }
+
+  /** Deletes records past their retention in short batches. Returns how many. */
+  async sweep(options: { batchSize?: number; maxBatches?: number } = {}): Promise<number> {
+    const batchSize = options.batchSize ?? 1000;
+    const maxBatches = options.maxBatches ?? Infinity;
+    let deleted = 0;
+    for (let batch = 0; batch < maxBatches; batch++) {
+      const { rowCount } = await this.sql.query(this.statements.sweep, [
+        new Date(this.clock.now()),
+        batchSize,
+      ]);
+      deleted += rowCount;
+      if (rowCount < batchSize) break;
+    }
+    return deleted;
+  }
+
+  private async run<T, TxClient>(
+    tx: Transaction<TxClient>,
+    message: InboxMessage,
+    handler: (tx: Transaction<TxClient>, context: InboxContext) => Promise<T>,
+  ): Promise<HandleResult<T>> {
+    if (!(await this.record(tx, message))) return { duplicate: true };
+    const scope = { tenant: message.consumer, operation: 'inbox', key: message.messageId };
+    const value = await handler(tx, { ...message, deriveKey: (name) => deriveKey(scope, name) });
+    return { duplicate: false, value };
+  }
+
+  private count(result: HandleResult<unknown>): void {
+    if (result.duplicate) this.counters.duplicates++;
+    else this.counters.processed++;
+  }
+}
+
+export function createInbox<Client>(options: InboxOptions<Client>): Inbox<Client> {
+  return new Inbox(options);
+}
+
+function validate(message: InboxMessage): void {
+  validateName('consumer', message.consumer);
+  if (
+    typeof message.messageId !== 'string' ||
+    message.messageId.length === 0 ||
+    message.messageId.length > 512
+  ) {
+    throw new InvalidArgumentError('messageId must be 1–512 characters');
+  }
+}

@@ -1,0 +1,465 @@
+import { systemClock, type Clock } from '../core/clock.js';
+import { InvalidArgumentError } from '../core/errors.js';
+import type { Sql } from '../core/sql.js';
+import { defaultSchema } from '../migrate/schema-name.js';
+import { createBackoff, type Backoff, type BackoffPolicy } from './backoff.js';
+import { describeError, PublishError } from './errors.js';
+import { NotificationListener, type ListenSource } from './listener.js';
+import { decodeEvent, defaultPublishedRetentionMs, Outbox } from './outbox.js';
+import type { OutboxStatements } from './statements.js';
+import type { OutboxEvent, PublishFailure, Publisher, PublishResult } from './types.js';
+
+/** Options of `createDispatcher`. */
+export interface DispatcherOptions {
+  /** Where the outbox lives. Each batch runs in one transaction on one connection of it. */
+  sql: Sql;
+  /** Where events go. */
+  publisher: Publisher;
+  /** Schema of idem's tables. Default `idem`. */
+  schema?: string;
+  /** Time source for due times, backoff and retention. Default: the system clock. */
+  clock?: Clock;
+  /** Only these topics. Default: every topic. Run one dispatcher per publisher when topics differ. */
+  topics?: readonly string[];
+  /**
+   * Events per batch. Default 500: at this size the per-batch round trips are a few percent of the
+   * time (see bench/messaging.bench.ts). A batch holds one transaction open while it publishes.
+   */
+  batchSize?: number;
+  /** Failed attempts after which an event is parked as dead (its key waits for a redrive). Default 10. */
+  maxAttempts?: number;
+  /** Backoff between attempts of one event. Default 1 s doubling to 5 min, equal jitter. */
+  backoff?: BackoffPolicy;
+  /**
+   * A connection for LISTEN: a PostgreSQL connection string (loads `pg`) or a factory returning a
+   * `pg.Client`-shaped client. Producers NOTIFY at commit, so dispatch starts within milliseconds.
+   * Default none: the dispatcher only polls.
+   */
+  listen?: ListenSource;
+  /**
+   * Poll interval: the backstop for missed notifications and the latency when `listen` is unset.
+   * Default 1000 ms with `listen`, 100 ms without.
+   */
+  pollIntervalMs?: number;
+  /**
+   * How long one publish call may take before the batch is abandoned (nothing marked, the events
+   * published again later). Default 30000 ms.
+   */
+  publishTimeoutMs?: number;
+  /**
+   * Pause after the publisher could not reach its destination (`publish` threw or timed out):
+   * no attempt is counted, so an outage never parks events. Default 250 ms doubling to 30 s.
+   */
+  outageBackoff?: BackoffPolicy;
+  /**
+   * Keep published rows this long, then delete them in small batches. 0 deletes each event as it
+   * is marked (fastest). Default 86400000 ms (24 hours).
+   */
+  publishedRetentionMs?: number;
+  /** How often this dispatcher runs the cleanup. 0 disables it. Default 60000 ms. */
+  cleanupIntervalMs?: number;
+  /** Batch loops in this process, each like one more dispatcher. Default 1. */
+  concurrency?: number;
+  /** Random source for jitter, for tests. Default Math.random. */
+  random?: () => number;
+  /** Called after a batch's events were published and marked. */
+  onPublished?: (events: readonly OutboxEvent[]) => void;
+  /** Called when an event is parked as dead. */
+  onDead?: (event: OutboxEvent, error: string) => void;
+  /** Errors the dispatcher survives (database, publisher, listener). Default: console.error. */
+  onError?: (error: unknown, where: 'batch' | 'publish' | 'listen' | 'cleanup') => void;
+}
+
+/** What one batch did. */
+export interface BatchResult {
+  /** Events read and locked. */
+  claimed: number;
+  published: number;
+  /** Failed and scheduled for a retry. */
+  retried: number;
+  /** Failed and parked as dead. */
+  dead: number;
+  /** Not attempted: behind a failure of their key, or after a transport failure. */
+  skipped: number;
+  /** Later events of waiting keys pushed back by the scan. */
+  held: number;
+  /** Set when the publisher could not reach its destination. */
+  outage?: unknown;
+}
+
+export interface DispatcherCounters {
+  batches: number;
+  published: number;
+  retried: number;
+  dead: number;
+  outages: number;
+}
+
+/**
+ * Publishes the outbox. Run one or several (in one process or many): they share the work with
+ * row locks and SKIP LOCKED, and per-key order holds across all of them.
+ *
+ * @example
+ * const dispatcher = createDispatcher({
+ *   sql: fromPg(pool),
+ *   publisher: rabbitMqPublisher({ url: process.env.AMQP_URL }),
+ *   listen: process.env.DATABASE_URL,
+ * });
+ * await dispatcher.start();
+ * // on shutdown:
+ * await dispatcher.stop();
+ */
+export class OutboxDispatcher {
+  readonly counters: DispatcherCounters = { batches: 0, published: 0, retried: 0, dead: 0, outages: 0 };
+  private readonly sql: Sql;
+  private readonly publisher: Publisher;
+  private readonly clock: Clock;
+  private readonly statements: OutboxStatements;
+  private readonly outbox: Outbox;
+  private readonly topics: string[] | null;
+  private readonly topicsJson: string | null;
+  private readonly batchSize: number;
+  private readonly maxAttempts: number;
+  private readonly backoff: Backoff;
+  private readonly outageBackoff: Backoff;
+  private readonly pollIntervalMs: number;
+  private readonly publishTimeoutMs: number;
+  private readonly retentionMs: number;
+  private readonly cleanupIntervalMs: number;
+  private readonly concurrency: number;
+  private readonly options: DispatcherOptions;
+  private readonly listener: NotificationListener | undefined;
+  private running = false;
+  private loops: Promise<void>[] = [];
+  private wakeRequested = false;
+  /** Waiting loops; each returns true when the wake ended its wait. */
+  private wakers = new Set<() => boolean>();
+  /** Earliest retry this process scheduled; the loops wake for it without waiting for a poll. */
+  private nextRetryAt = Infinity;
+  private lastCleanupAt = -Infinity;
+
+  constructor(options: DispatcherOptions) {
+    this.options = options;
+    this.sql = options.sql;
+    this.publisher = options.publisher;
+    this.clock = options.clock ?? systemClock;
+    const schema = options.schema ?? defaultSchema;
+    this.outbox = new Outbox({ sql: options.sql, schema, clock: this.clock });
+    this.statements = this.outbox.statements;
+    this.topics = options.topics ? [...options.topics] : null;
+    this.topicsJson = this.topics ? JSON.stringify(this.topics) : null;
+    this.batchSize = positiveInteger('batchSize', options.batchSize ?? 500);
+    this.maxAttempts = positiveInteger('maxAttempts', options.maxAttempts ?? 10);
+    this.backoff = createBackoff(options.backoff, options.random);
+    this.outageBackoff = createBackoff(
+      { baseMs: 250, maxMs: 30_000, ...options.outageBackoff },
+      options.random,
+    );
+    this.pollIntervalMs = positiveInteger(
+      'pollIntervalMs',
+      options.pollIntervalMs ?? (options.listen ? 1000 : 100),
+    );
+    this.publishTimeoutMs = positiveInteger('publishTimeoutMs', options.publishTimeoutMs ?? 30_000);
+    this.retentionMs = nonNegative(
+      'publishedRetentionMs',
+      options.publishedRetentionMs ?? defaultPublishedRetentionMs,
+    );
+    this.cleanupIntervalMs = nonNegative('cleanupIntervalMs', options.cleanupIntervalMs ?? 60_000);
+    this.concurrency = positiveInteger('concurrency', options.concurrency ?? 1);
+    if (options.listen) {
+      this.listener = new NotificationListener({
+        source: options.listen,
+        channel: this.statements.channel,
+        onNotification: (topic) => {
+          if (!this.topics || this.topics.includes(topic)) this.wake();
+        },
+        // Notifications sent while we were not listening are lost: look now.
+        onConnected: () => this.wake(),
+        onError: (error) => this.reportError(error, 'listen'),
+        reconnectDelayMs: (failures) => this.outageBackoff(failures),
+      });
+    }
+  }
+
+  /** Starts listening (when configured) and the batch loops. Resolves once running. */
+  async start(): Promise<void> {
+    if (this.running) return;
+    this.running = true;
+    await this.listener?.start();
+    this.loops = Array.from({ length: this.concurrency }, (_, i) => this.loop(i));
+  }
+
+  /** Stops the loops after their current batch, and the listener. */
+  async stop(): Promise<void> {
+    if (!this.running) return;
+    this.running = false;
+    this.wake();
+    await Promise.all(this.loops);
+    this.loops = [];
+    await this.listener?.stop();
+  }
+
+  /** Asks the loops to look for work now (what a notification does). */
+  wake(): void {
+    this.wakeRequested = true;
+    for (const waker of [...this.wakers]) if (waker()) this.wakers.delete(waker);
+  }
+
+  /**
+   * Runs batches until nothing is due (or `maxBatches`), without the loops. For tests, scripts and
+   * a dispatcher driven by an injected clock. Stops at the first outage and reports it.
+   */
+  async drain(options: { maxBatches?: number } = {}): Promise<BatchResult> {
+    const total: BatchResult = { claimed: 0, published: 0, retried: 0, dead: 0, skipped: 0, held: 0 };
+    const maxBatches = options.maxBatches ?? 10_000;
+    for (let i = 0; i < maxBatches; i++) {
+      const result = await this.runOnce();
+      for (const field of ['claimed', 'published', 'retried', 'dead', 'skipped', 'held'] as const) {
+        total[field] += result[field];
+      }
+      if (result.outage !== undefined) return { ...total, outage: result.outage };
+      if (result.claimed === 0 && result.held === 0) break;
+    }
+    return total;
+  }
+
+  /**
+   * One batch: claim the heads of due keys and their runs, publish them wave by wave (one event
+   * per key per wave), and mark the outcome, all in one transaction.
+   */
+  async runOnce(): Promise<BatchResult> {
+    const result = await this.sql.transaction(async (tx) => {
+      // A dispatcher stuck while holding head locks (frozen process, half-open network) must not
+      // park its keys forever: the server ends the transaction after this long idle.
+      await tx.query(
+        `SET LOCAL idle_in_transaction_session_timeout = ${Math.ceil(this.publishTimeoutMs + 30_000)}`,
+      );
+      const now = this.clock.now();
+      const { rows } = await tx.query(this.statements.claim, [
+        new Date(now),
+        this.batchSize,
+        this.topicsJson,
+      ]);
+      const held = Number(rows[0]?.held ?? 0);
+      const events = rows.filter((row) => row.id !== null && row.id !== undefined).map(decodeEvent);
+      const result: BatchResult = {
+        claimed: events.length,
+        published: 0,
+        retried: 0,
+        dead: 0,
+        skipped: 0,
+        held,
+      };
+      if (events.length === 0) return { result, published: [] as OutboxEvent[], dead: [] as DeadEvent[] };
+
+      const settled = await this.publishInWaves(events);
+      const at = this.clock.now();
+      const failures: { id: string; retry_at: string; error: string; dead: boolean }[] = [];
+      const dead: DeadEvent[] = [];
+      for (const { event, failure } of settled.failed) {
+        const attempts = event.attempts + 1;
+        const error = describeError(failure.error);
+        const isDead = failure.retryable === false || attempts >= this.maxAttempts;
+        let retryAt = 'infinity';
+        if (isDead) {
+          dead.push({ event, error });
+        } else {
+          const delay = Math.max(this.backoff(attempts), failure.retryAfterMs ?? 0);
+          retryAt = new Date(at + delay).toISOString();
+          this.nextRetryAt = Math.min(this.nextRetryAt, at + delay);
+        }
+        failures.push({ id: event.id, retry_at: retryAt, error, dead: isDead });
+      }
+      if (settled.published.length > 0 || failures.length > 0) {
+        await tx.query(this.retentionMs === 0 ? this.statements.markDeleting : this.statements.mark, [
+          JSON.stringify(settled.published.map((e) => e.id)),
+          new Date(at),
+          JSON.stringify(failures),
+        ]);
+      }
+      result.published = settled.published.length;
+      result.dead = dead.length;
+      result.retried = failures.length - dead.length;
+      result.skipped = events.length - result.published - failures.length;
+      if (settled.outage !== undefined) result.outage = settled.outage;
+      return { result, published: settled.published, dead };
+    });
+    // Counters and hooks only after COMMIT: until then nothing above is true.
+    const r = result.result;
+    this.counters.batches++;
+    this.counters.published += r.published;
+    this.counters.retried += r.retried;
+    this.counters.dead += r.dead;
+    if (r.outage !== undefined) this.counters.outages++;
+    if (result.published.length > 0) this.options.onPublished?.(result.published);
+    for (const { event, error } of result.dead) this.options.onDead?.(event, error);
+    return r;
+  }
+
+  /**
+   * Publishes a batch so that no event goes out before an earlier event of its key has been
+   * confirmed: wave n holds the n-th event of every key whose earlier events all succeeded. With
+   * many keys that is one call per batch; a single hot key costs one call per event.
+   */
+  private async publishInWaves(events: OutboxEvent[]): Promise<Settled> {
+    const byKey = new Map<string, OutboxEvent[]>();
+    for (const event of events) {
+      const id = `${event.topic}\u0000${event.key}`;
+      const list = byKey.get(id);
+      if (list) list.push(event);
+      else byKey.set(id, [event]);
+    }
+    const settled: Settled = { published: [], failed: [] };
+    let runs = [...byKey.values()];
+    for (let depth = 0; runs.length > 0; depth++) {
+      const wave = runs.map((run) => run[depth]!);
+      let results: readonly PublishResult[];
+      try {
+        results = await this.publishWithTimeout(wave);
+      } catch (error) {
+        this.reportError(error, 'publish');
+        settled.outage = error;
+        break;
+      }
+      const byId = new Map(results.map((r) => [r.id, r]));
+      const next: OutboxEvent[][] = [];
+      for (let i = 0; i < wave.length; i++) {
+        const event = wave[i]!;
+        const r = byId.get(event.id);
+        if (r?.ok) {
+          settled.published.push(event);
+          if (runs[i]!.length > depth + 1) next.push(runs[i]!);
+        } else {
+          settled.failed.push({
+            event,
+            failure: r ?? {
+              id: event.id,
+              ok: false,
+              error: new PublishError(
+                `publisher ${this.publisher.name ?? ''} returned no result for the event`,
+              ),
+            },
+          });
+        }
+      }
+      runs = next;
+    }
+    return settled;
+  }
+
+  private async publishWithTimeout(wave: OutboxEvent[]): Promise<readonly PublishResult[]> {
+    const controller = new AbortController();
+    let timer: NodeJS.Timeout | undefined;
+    const timeout = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => {
+        const error = new PublishError(`publish timed out after ${this.publishTimeoutMs} ms`);
+        controller.abort(error);
+        reject(error);
+      }, this.publishTimeoutMs);
+    });
+    try {
+      return await Promise.race([this.publisher.publish(wave, controller.signal), timeout]);
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  private async loop(index: number): Promise<void> {
+    let outages = 0;
+    let failures = 0;
+    while (this.running) {
+      this.wakeRequested = false;
+      let result: BatchResult | undefined;
+      try {
+        result = await this.runOnce();
+        failures = 0;
+      } catch (error) {
+        this.reportError(error, 'batch');
+        await this.idle(this.outageBackoff(++failures), false);
+        continue;
+      }
+      if (result.outage !== undefined) {
+        await this.idle(this.outageBackoff(++outages), false);
+        continue;
+      }
+      outages = 0;
+      if (index === 0) await this.maybeCleanup();
+      // More may be waiting: a full batch, rows pushed aside, or events added meanwhile.
+      if (result.claimed > 0 || result.held > 0 || this.wakeRequested) continue;
+      const untilRetry = this.nextRetryAt - this.clock.now();
+      if (untilRetry <= 0) this.nextRetryAt = Infinity;
+      await this.idle(Math.max(0, Math.min(this.pollIntervalMs, untilRetry)), true);
+    }
+  }
+
+  /** Waits `ms`, or less when woken (if `wakeable`) or stopped. */
+  private idle(ms: number, wakeable: boolean): Promise<void> {
+    if (!this.running) return Promise.resolve();
+    if (wakeable && this.wakeRequested) return Promise.resolve();
+    return new Promise<void>((resolve) => {
+      let timer: NodeJS.Timeout | undefined;
+      const done = () => {
+        clearTimeout(timer);
+        this.wakers.delete(waker);
+        resolve();
+      };
+      // A pause after an outage ends early only to stop, not for new events.
+      const waker = () => {
+        if (wakeable || !this.running) {
+          done();
+          return true;
+        }
+        return false;
+      };
+      this.wakers.add(waker);
+      if (this.clock === systemClock) {
+        timer = setTimeout(done, ms);
+      } else {
+        void this.clock.sleep(ms).then(done);
+      }
+    });
+  }
+
+  private async maybeCleanup(): Promise<void> {
+    if (this.cleanupIntervalMs === 0 || this.retentionMs === 0) return;
+    const now = this.clock.now();
+    if (now - this.lastCleanupAt < this.cleanupIntervalMs) return;
+    this.lastCleanupAt = now;
+    try {
+      await this.outbox.cleanup({ retentionMs: this.retentionMs, maxBatches: 10 });
+    } catch (error) {
+      this.reportError(error, 'cleanup');
+    }
+  }
+
+  private reportError(error: unknown, where: 'batch' | 'publish' | 'listen' | 'cleanup'): void {
+    if (this.options.onError) this.options.onError(error, where);
+    else console.error(`[idem outbox] ${where}: ${describeError(error)}`);
+  }
+}
+
+export function createDispatcher(options: DispatcherOptions): OutboxDispatcher {
+  return new OutboxDispatcher(options);
+}
+
+interface Settled {
+  published: OutboxEvent[];
+  failed: { event: OutboxEvent; failure: PublishFailure }[];
+  outage?: unknown;
+}
+
+interface DeadEvent {
+  event: OutboxEvent;
+  error: string;
+}
+
+function positiveInteger(name: string, value: number): number {
+  if (!Number.isInteger(value) || value <= 0)
+    throw new InvalidArgumentError(`${name} must be a positive integer`);
+  return value;
+}
+
+function nonNegative(name: string, value: number): number {
+  if (!(value >= 0)) throw new InvalidArgumentError(`${name} must be >= 0`);
+  return value;
+}

@@ -1,0 +1,49 @@
+/**
+ * idem/outbox: events written in the business transaction, a dispatcher that publishes them in
+ * per-key order, and publishers for RabbitMQ, NATS JetStream and the in-database transport.
+ */
+export type {
+  JsonValue,
+  NewOutboxEvent,
+  OutboxEvent,
+  Publisher,
+  PublishFailure,
+  PublishResult,
+  PublishSuccess,
+} from './types.js';
+export {
+  Outbox,
+  createOutbox,
+  defaultPublishedRetentionMs,
+  type CleanupOptions,
+  type OutboxOptions,
+  type OutboxRecord,
+  type OutboxStats,
+  type RedriveFilter,
+  type RedriveResult,
+} from './outbox.js';
+export {
+  OutboxDispatcher,
+  createDispatcher,
+  type BatchResult,
+  type DispatcherCounters,
+  type DispatcherOptions,
+} from './dispatcher.js';
+export { createBackoff, defaultBackoff, type Backoff, type BackoffPolicy } from './backoff.js';
+export { PublishError, isPublishError, describeError } from './errors.js';
+export type { ListenClient, ListenSource } from './listener.js';
+export { outboxChannel } from './statements.js';
+export {
+  RabbitMqPublisher,
+  rabbitMqPublisher,
+  type AmqpRoute,
+  type RabbitMqPublisherOptions,
+} from './publishers/rabbitmq.js';
+export { NatsPublisher, natsPublisher, type NatsPublisherOptions } from './publishers/nats.js';
+export {
+  InDatabasePublisher,
+  inDatabasePublisher,
+  type EventHandler,
+  type InDatabasePublisherOptions,
+  type Subscriber,
+} from './publishers/in-database.js';

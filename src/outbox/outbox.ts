@@ -1,0 +1,276 @@
+import { v7 as uuidv7, validate as isUuid } from 'uuid';
+import { systemClock, toMillis, type Clock } from '../core/clock.js';
+import { InvalidArgumentError } from '../core/errors.js';
+import { validateName } from '../core/keys.js';
+import type { Queryable } from '../core/sql.js';
+import { defaultSchema } from '../migrate/schema-name.js';
+import { renderOutboxStatements, type OutboxStatements } from './statements.js';
+import type { NewOutboxEvent, OutboxEvent } from './types.js';
+
+/** Options of `createOutbox`. */
+export interface OutboxOptions {
+  /**
+   * Where redrive, stats, cleanup and reads run (any `Sql` or `Queryable`). Not needed to `add`
+   * events, which run on the caller's transaction.
+   */
+  sql?: Queryable;
+  /** Schema of idem's tables. Default `idem`. */
+  schema?: string;
+  /** Time source for `created_at` and due times. Default: the system clock. */
+  clock?: Clock;
+  /**
+   * Send a NOTIFY with each add, delivered at commit, so dispatchers wake at once. Default true.
+   * PostgreSQL serialises committing transactions that notify on one lock; at very high commit
+   * rates turn it off and let dispatchers poll.
+   */
+  notify?: boolean;
+}
+
+/** Which dead events to revive. With no field set, every dead event. */
+export interface RedriveFilter {
+  id?: string;
+  topic?: string;
+  key?: string;
+}
+
+export interface RedriveResult {
+  /** Dead events made due again (attempts reset to 0). */
+  revived: number;
+  /** Later events of the same keys released from behind them. */
+  released: number;
+}
+
+/** Counts of the outbox's rows. */
+export interface OutboxStats {
+  /** Not yet published and not dead (including retrying and parked ones). */
+  pending: number;
+  /** Pending and due now. */
+  due: number;
+  /** Pending after at least one failed attempt. */
+  retrying: number;
+  /** Pending behind a dead event of their key. */
+  parked: number;
+  dead: number;
+  /** Published rows still kept under the retention policy. */
+  published: number;
+  /** Age of the oldest pending event, or null. */
+  oldestPendingAgeMs: number | null;
+}
+
+/** An event with the dispatcher's bookkeeping, for tools and tests. */
+export interface OutboxRecord extends OutboxEvent {
+  seq: number;
+  availableAt: Date | null;
+  lastError: string | null;
+  publishedAt: Date | null;
+  deadAt: Date | null;
+}
+
+/** Options of `cleanup`. */
+export interface CleanupOptions {
+  /** Keep published rows this long after publishing. Default 86400000 ms (24 hours). */
+  retentionMs?: number;
+  /** Rows per delete; each batch is one short autocommit statement. Default 1000. */
+  batchSize?: number;
+  /** Stop after this many batches. Default: until nothing is due. */
+  maxBatches?: number;
+  /**
+   * For Debezium (CDC) setups, where rows are never marked published: delete every row, published
+   * or not, created more than `retentionMs` ago (dead rows are kept). Default false.
+   */
+  capturedByCdc?: boolean;
+}
+
+export const defaultPublishedRetentionMs = 86_400_000;
+
+/**
+ * Writes events in the caller's transaction, and manages them afterwards.
+ *
+ * @example
+ * const outbox = createOutbox({ sql: fromPg(pool) });
+ * await sql.transaction(async (tx) => {
+ *   await tx.query('UPDATE orders SET state = $2 WHERE id = $1', [orderId, 'paid']);
+ *   await outbox.add(tx, { topic: 'orders', key: orderId, type: 'order.paid', payload: { orderId } });
+ * });
+ */
+export class Outbox {
+  readonly schema: string;
+  readonly clock: Clock;
+  /** @internal */ readonly statements: OutboxStatements;
+  private readonly sql: Queryable | undefined;
+  private readonly notify: boolean;
+
+  constructor(options: OutboxOptions = {}) {
+    this.schema = options.schema ?? defaultSchema;
+    this.statements = renderOutboxStatements(this.schema);
+    this.clock = options.clock ?? systemClock;
+    this.sql = options.sql;
+    this.notify = options.notify ?? true;
+  }
+
+  /**
+   * Adds one event in `tx`, the caller's open transaction (any adapter's `Transaction`, or any
+   * `Queryable` bound to one connection inside BEGIN). It is published only if `tx` commits.
+   * Events of one key are published in the order they were added; add them from transactions
+   * that are serialised on the key (e.g. that update the aggregate's row), as you usually do.
+   * Returns the event's id (a UUIDv7 unless `event.id` was given).
+   */
+  async add(tx: Queryable, event: NewOutboxEvent): Promise<string> {
+    const row = prepare(event);
+    const now = new Date(this.clock.now());
+    await tx.query(this.notify ? this.statements.add : this.statements.addWithoutNotify, [
+      ...row,
+      now,
+      ...(this.notify ? [this.statements.channel] : []),
+    ]);
+    return row[0];
+  }
+
+  /** Adds several events in one statement, in array order. Returns their ids. */
+  async addMany(tx: Queryable, events: readonly NewOutboxEvent[]): Promise<string[]> {
+    if (events.length === 0) return [];
+    const ids: string[] = [];
+    const rows: string[] = [];
+    for (const event of events) {
+      const [id, topic, key, type, payload, headers] = prepare(event);
+      ids.push(id);
+      rows.push(
+        `[${JSON.stringify(id)},${JSON.stringify(topic)},${JSON.stringify(key)},${JSON.stringify(type)},${payload},${headers}]`,
+      );
+    }
+    const now = new Date(this.clock.now());
+    await tx.query(this.notify ? this.statements.addMany : this.statements.addManyWithoutNotify, [
+      `[${rows.join(',')}]`,
+      now,
+      ...(this.notify ? [this.statements.channel] : []),
+    ]);
+    return ids;
+  }
+
+  /**
+   * Makes dead events due again, with their attempts reset, and releases the later events of their
+   * keys. Dispatchers are notified. Same as `idem outbox redrive`.
+   */
+  async redrive(filter: RedriveFilter = {}): Promise<RedriveResult> {
+    if (filter.id !== undefined && !isUuid(filter.id)) throw new InvalidArgumentError('id must be a UUID');
+    const { rows } = await this.db().query<{ revived: number; released: number }>(this.statements.redrive, [
+      new Date(this.clock.now()),
+      filter.id ?? null,
+      filter.topic ?? null,
+      filter.key ?? null,
+      this.statements.channel,
+    ]);
+    return { revived: Number(rows[0]?.revived ?? 0), released: Number(rows[0]?.released ?? 0) };
+  }
+
+  /** Deletes published rows past the retention, in short batches that never wait on a dispatcher. */
+  async cleanup(options: CleanupOptions = {}): Promise<number> {
+    const retentionMs = options.retentionMs ?? defaultPublishedRetentionMs;
+    const batchSize = options.batchSize ?? 1000;
+    const maxBatches = options.maxBatches ?? Infinity;
+    if (!(retentionMs >= 0 && batchSize > 0)) {
+      throw new InvalidArgumentError('cleanup needs retentionMs >= 0 and batchSize > 0');
+    }
+    const statement = options.capturedByCdc ? this.statements.cleanupCaptured : this.statements.cleanup;
+    const cutoff = new Date(this.clock.now() - retentionMs);
+    let deleted = 0;
+    for (let batch = 0; batch < maxBatches; batch++) {
+      const { rowCount } = await this.db().query(statement, [cutoff, batchSize]);
+      deleted += rowCount;
+      if (rowCount < batchSize) break;
+    }
+    return deleted;
+  }
+
+  async stats(): Promise<OutboxStats> {
+    const { rows } = await this.db().query(this.statements.stats, [new Date(this.clock.now())]);
+    const r = rows[0] ?? {};
+    const oldest = toMillis(r.oldest_pending);
+    return {
+      pending: Number(r.pending ?? 0),
+      due: Number(r.due ?? 0),
+      retrying: Number(r.retrying ?? 0),
+      parked: Number(r.parked ?? 0),
+      dead: Number(r.dead ?? 0),
+      published: Number(r.published ?? 0),
+      oldestPendingAgeMs: oldest === null ? null : Math.max(0, this.clock.now() - oldest),
+    };
+  }
+
+  /** One event with its bookkeeping, or null. */
+  async read(id: string): Promise<OutboxRecord | null> {
+    if (!isUuid(id)) throw new InvalidArgumentError('id must be a UUID');
+    const { rows } = await this.db().query(this.statements.read, [id]);
+    return rows[0] ? decodeRecord(rows[0]) : null;
+  }
+
+  /** Dead events, oldest first. */
+  async listDead(options: { limit?: number; topic?: string } = {}): Promise<OutboxRecord[]> {
+    const { rows } = await this.db().query(this.statements.listDead, [
+      options.limit ?? 100,
+      options.topic ?? null,
+    ]);
+    return rows.map(decodeRecord);
+  }
+
+  private db(): Queryable {
+    if (!this.sql) throw new InvalidArgumentError('this outbox was created without `sql`');
+    return this.sql;
+  }
+}
+
+export function createOutbox(options: OutboxOptions = {}): Outbox {
+  return new Outbox(options);
+}
+
+/** Validates an event and returns its column values: id, topic, key, type, payload, headers. */
+function prepare(event: NewOutboxEvent): [string, string, string, string, string, string] {
+  validateName('topic', event.topic);
+  validateName('key', event.key);
+  validateName('type', event.type);
+  const id = event.id ?? uuidv7();
+  if (!isUuid(id)) throw new InvalidArgumentError('event id must be a UUID');
+  const payload = JSON.stringify(event.payload);
+  if (payload === undefined) throw new InvalidArgumentError('event payload must be JSON-serialisable');
+  const headers = event.headers ?? {};
+  for (const [name, value] of Object.entries(headers)) {
+    if (typeof value !== 'string') throw new InvalidArgumentError(`header ${name} must be a string`);
+  }
+  return [id, event.topic, event.key, event.type, payload, JSON.stringify(headers)];
+}
+
+/** @internal Decodes an event row as the claim statement returns it. */
+export function decodeEvent(row: Record<string, unknown>): OutboxEvent {
+  return {
+    id: row.id as string,
+    topic: row.aggregatetype as string,
+    key: row.aggregateid as string,
+    type: row.type as string,
+    payload: parseJson(row.payload),
+    headers: (parseJson(row.headers) ?? {}) as Record<string, string>,
+    createdAt: toDate(row.created_at)!,
+    attempts: Number(row.attempts),
+  };
+}
+
+function decodeRecord(row: Record<string, unknown>): OutboxRecord {
+  return {
+    ...decodeEvent(row),
+    seq: Number(row.seq),
+    availableAt: toDate(row.available_at),
+    lastError: (row.last_error as string | null) ?? null,
+    publishedAt: toDate(row.published_at),
+    deadAt: toDate(row.dead_at),
+  };
+}
+
+/** The statements read jsonb as text, so the value is parsed the same way whatever the driver. */
+function parseJson(value: unknown): unknown {
+  return typeof value === 'string' ? (JSON.parse(value) as unknown) : null;
+}
+
+function toDate(value: unknown): Date | null {
+  if (value === 'infinity' || value === Infinity) return null;
+  const ms = toMillis(value);
+  return ms === null || !Number.isFinite(ms) ? null : new Date(ms);
+}

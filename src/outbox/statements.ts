@@ -1,0 +1,204 @@
+import { createHash } from 'node:crypto';
+import { quoteSchema } from '../migrate/schema-name.js';
+
+/** The outbox's SQL, rendered once per schema. One statement per hot path step. */
+export interface OutboxStatements {
+  /** The LISTEN/NOTIFY channel producers notify at commit and dispatchers listen on. */
+  channel: string;
+  /** $1 id, $2 topic, $3 key, $4 type, $5 payload json text, $6 headers json text, $7 now, $8 channel. */
+  add: string;
+  addWithoutNotify: string;
+  /** $1 JSON array of [id, topic, key, type, payload, headers] rows; $2 now; $3 channel. */
+  addMany: string;
+  addManyWithoutNotify: string;
+  /** $1 now, $2 batch size, $3 topics (JSON array text, or null). Locks key heads, returns their runs. */
+  claim: string;
+  /**
+   * $1 published ids (JSON array text), $2 now, $3 failures (JSON array of {id, retry_at, error, dead}).
+   * Marks successes published, failures retried or dead, and holds back the failed keys' later events.
+   */
+  mark: string;
+  /** Like `mark`, but deletes published rows at once (retention 0). */
+  markDeleting: string;
+  /** $1 now, $2 id, $3 topic, $4 key, $5 channel. Revives dead events and the events parked behind them. */
+  redrive: string;
+  /** $1 cutoff, $2 batch size. Deletes published rows older than the cutoff. */
+  cleanup: string;
+  /** $1 cutoff, $2 batch size. For CDC (Debezium) setups: deletes any row older than the cutoff. */
+  cleanupCaptured: string;
+  /** $1 now. Counts by state. */
+  stats: string;
+  /** $1 id. One event with its bookkeeping. */
+  read: string;
+  /** $1 limit, $2 topic or null. Dead events, oldest first. */
+  listDead: string;
+}
+
+/**
+ * Channel names are identifiers (at most 63 bytes); a long schema name is hashed so the name
+ * stays unique and valid.
+ */
+export function outboxChannel(schema: string): string {
+  const plain = `idem_outbox_${schema}`;
+  return plain.length <= 63
+    ? plain
+    : `idem_outbox_${createHash('sha256').update(schema).digest('hex').slice(0, 32)}`;
+}
+
+// jsonb is read as text and parsed by idem, so every driver yields the same values.
+const eventColumns = `id, aggregatetype, aggregateid, type, payload::text AS payload, headers::text AS headers, created_at, attempts`;
+
+export function renderOutboxStatements(schema: string): OutboxStatements {
+  const s = quoteSchema(schema);
+  const insertColumns = `INSERT INTO ${s}.outbox (id, aggregatetype, aggregateid, type, payload, headers, created_at, available_at)`;
+  // Arrays travel as one JSON text parameter: every adapter passes text through unchanged, while
+  // some (Drizzle) expand array parameters into lists.
+  const manyRows = `SELECT (u.r->>0)::uuid, u.r->>1, u.r->>2, u.r->>3, u.r->4, u.r->5, $2::timestamptz, $2::timestamptz
+    FROM jsonb_array_elements($1::text::jsonb) WITH ORDINALITY AS u(r, ord)`;
+  return {
+    channel: outboxChannel(schema),
+    // The NOTIFY rides in the INSERT (no extra round trip) and is delivered at COMMIT, so a
+    // dispatcher never wakes for an event it cannot see yet. PostgreSQL folds identical
+    // notifications of one transaction into one. `::text::jsonb`: the driver sends text, which
+    // stops drivers that JSON-encode jsonb parameters (postgres.js) from encoding it twice.
+    add: `${insertColumns}
+      SELECT $1::uuid, $2, $3, $4, $5::text::jsonb, $6::text::jsonb, $7::timestamptz, $7::timestamptz
+      FROM (SELECT pg_notify($8, $2)) AS n`,
+    addWithoutNotify: `${insertColumns}
+      VALUES ($1::uuid, $2, $3, $4, $5::text::jsonb, $6::text::jsonb, $7::timestamptz, $7::timestamptz)`,
+    // ORDER BY ord: identity values (the per-key order) follow the order of the array.
+    addMany: `WITH n AS (
+        SELECT count(pg_notify($3, d.t)) FROM (SELECT DISTINCT r->>1 AS t FROM jsonb_array_elements($1::text::jsonb) AS r) AS d
+      )
+      ${insertColumns} ${manyRows} CROSS JOIN n ORDER BY u.ord`,
+    addManyWithoutNotify: `${insertColumns} ${manyRows} ORDER BY u.ord`,
+    claim: claimStatement(s),
+    mark: markStatement(s, false),
+    markDeleting: markStatement(s, true),
+    redrive: `WITH revived AS (
+        UPDATE ${s}.outbox SET dead_at = NULL, attempts = 0, available_at = $1
+        WHERE dead_at IS NOT NULL AND published_at IS NULL
+          AND ($2::uuid IS NULL OR id = $2) AND ($3::text IS NULL OR aggregatetype = $3)
+          AND ($4::text IS NULL OR aggregateid = $4)
+        RETURNING aggregatetype, aggregateid, seq
+      ), released AS (
+        UPDATE ${s}.outbox o SET available_at = $1 FROM revived r
+        WHERE o.published_at IS NULL AND o.dead_at IS NULL AND o.aggregatetype = r.aggregatetype
+          AND o.aggregateid = r.aggregateid AND o.seq > r.seq AND o.available_at > $1
+        RETURNING 1
+      )
+      SELECT (SELECT count(*) FROM revived)::int AS revived, (SELECT count(*) FROM released)::int AS released,
+        (SELECT count(pg_notify($5, t)) FROM (SELECT DISTINCT aggregatetype AS t FROM revived) AS d) AS notified`,
+    // Short autocommit deletes of a bounded batch; SKIP LOCKED so cleanup never waits on a
+    // dispatcher and two cleanups never collide.
+    cleanup: `DELETE FROM ${s}.outbox WHERE id = ANY(ARRAY(
+        SELECT id FROM ${s}.outbox WHERE published_at < $1 ORDER BY published_at LIMIT $2 FOR UPDATE SKIP LOCKED))`,
+    cleanupCaptured: `DELETE FROM ${s}.outbox WHERE id = ANY(ARRAY(
+        SELECT id FROM ${s}.outbox WHERE created_at < $1 AND dead_at IS NULL LIMIT $2 FOR UPDATE SKIP LOCKED))`,
+    stats: `SELECT
+        count(*) FILTER (WHERE published_at IS NULL AND dead_at IS NULL)::bigint AS pending,
+        count(*) FILTER (WHERE published_at IS NULL AND dead_at IS NULL AND available_at <= $1)::bigint AS due,
+        count(*) FILTER (WHERE published_at IS NULL AND dead_at IS NULL AND attempts > 0)::bigint AS retrying,
+        count(*) FILTER (WHERE published_at IS NULL AND dead_at IS NULL AND available_at = 'infinity')::bigint AS parked,
+        count(*) FILTER (WHERE dead_at IS NOT NULL)::bigint AS dead,
+        count(*) FILTER (WHERE published_at IS NOT NULL)::bigint AS published,
+        min(created_at) FILTER (WHERE published_at IS NULL AND dead_at IS NULL) AS oldest_pending
+      FROM ${s}.outbox`,
+    read: `SELECT ${eventColumns}, seq, available_at, last_error, published_at, dead_at FROM ${s}.outbox WHERE id = $1`,
+    listDead: `SELECT ${eventColumns}, seq, available_at, last_error, published_at, dead_at FROM ${s}.outbox
+      WHERE dead_at IS NOT NULL AND ($2::text IS NULL OR aggregatetype = $2) ORDER BY dead_at LIMIT $1`,
+  };
+}
+
+/**
+ * One round trip that picks work, takes ownership of keys, and reads what to publish.
+ *
+ * Ownership of a key is the row lock on its head (its earliest pending event). Only the holder of
+ * that lock publishes the key's events, and it marks them in the same transaction, so another
+ * dispatcher sees either the old head still pending (and cannot lock it) or a new head whose
+ * predecessors are all published. That is what keeps per-key order strict with any number of
+ * dispatchers, across crashes (a dead connection releases its locks) and retries.
+ *
+ * 1. `cand`: keys with a due pending event, oldest first (index `outbox_pending_due`).
+ * 2. `heads`: each key's earliest pending event, due or not (index `outbox_pending_key`).
+ * 3. `held`: keys whose head is not due (backing off, or parked at 'infinity'): their later events
+ *    are pushed to the head's time, so they stop filling the scan while the head waits. Only rows
+ *    nobody holds are touched (SKIP LOCKED), so this never waits.
+ * 4. `locked`: the due heads, locked with SKIP LOCKED. A head another dispatcher holds is skipped
+ *    with its whole key; FOR UPDATE rechecks `published_at IS NULL` on the latest row version, so a
+ *    head published a moment ago is never taken.
+ * 5. The result: each locked key's run from its head, at most `batch / keys` events per key, so a
+ *    single hot key fills a whole batch and many keys get one event each.
+ */
+function claimStatement(s: string): string {
+  return `WITH cand AS MATERIALIZED (
+      SELECT DISTINCT c.aggregatetype, c.aggregateid FROM (
+        SELECT aggregatetype, aggregateid FROM ${s}.outbox
+        WHERE published_at IS NULL AND available_at <= $1
+          AND ($3::text IS NULL OR aggregatetype = ANY(ARRAY(SELECT jsonb_array_elements_text($3::text::jsonb))))
+        ORDER BY available_at LIMIT $2
+      ) AS c
+    ), heads AS MATERIALIZED (
+      SELECT h.* FROM cand CROSS JOIN LATERAL (
+        SELECT o.id, o.aggregatetype, o.aggregateid, o.seq, o.available_at FROM ${s}.outbox o
+        WHERE o.published_at IS NULL AND o.aggregatetype = cand.aggregatetype AND o.aggregateid = cand.aggregateid
+        ORDER BY o.seq LIMIT 1
+      ) AS h
+    ), held AS (
+      UPDATE ${s}.outbox f SET available_at = x.available_at
+      FROM (
+        SELECT x.id, h.available_at FROM heads h CROSS JOIN LATERAL (
+          SELECT x.id FROM ${s}.outbox x
+          WHERE x.published_at IS NULL AND x.aggregatetype = h.aggregatetype AND x.aggregateid = h.aggregateid
+            AND x.seq > h.seq AND x.available_at < h.available_at
+          LIMIT $2 FOR UPDATE SKIP LOCKED
+        ) AS x
+        WHERE h.available_at > $1
+      ) AS x
+      WHERE f.id = x.id
+      RETURNING 1
+    ), locked AS MATERIALIZED (
+      SELECT o.aggregatetype, o.aggregateid, o.seq FROM ${s}.outbox o
+      WHERE o.id = ANY(ARRAY(SELECT id FROM heads WHERE available_at <= $1))
+        AND o.published_at IS NULL AND o.available_at <= $1
+      FOR UPDATE SKIP LOCKED
+    )
+    SELECT held.n AS held, e.id, e.aggregatetype, e.aggregateid, e.type, e.payload::text AS payload,
+      e.headers::text AS headers, e.created_at, e.attempts
+    FROM (SELECT count(*)::int AS n FROM held) AS held
+    LEFT JOIN LATERAL (
+      SELECT e.* FROM locked l CROSS JOIN LATERAL (
+        SELECT * FROM ${s}.outbox e
+        WHERE e.published_at IS NULL AND e.aggregatetype = l.aggregatetype AND e.aggregateid = l.aggregateid
+          AND e.seq >= l.seq
+        ORDER BY e.seq LIMIT greatest(1, $2 / (SELECT count(*) FROM locked))
+      ) AS e
+    ) AS e ON true
+    ORDER BY e.seq`;
+}
+
+/**
+ * Settles a batch in one round trip, inside the claiming transaction (so the head locks are held
+ * until the marks commit). Failed heads get their attempt, error and retry time (or 'infinity' and
+ * `dead_at` when parked); every later pending event of a failed key is held back to the same time.
+ */
+function markStatement(s: string, deletePublished: boolean): string {
+  const published = deletePublished
+    ? `DELETE FROM ${s}.outbox USING ids WHERE id = ANY(ids.a) RETURNING 1`
+    : `UPDATE ${s}.outbox SET published_at = $2 FROM ids WHERE id = ANY(ids.a) RETURNING 1`;
+  return `WITH ids AS (SELECT ARRAY(SELECT jsonb_array_elements_text($1::text::jsonb)::uuid) AS a),
+    published AS (${published}),
+    f AS (SELECT * FROM jsonb_to_recordset($3::text::jsonb) AS f(id uuid, retry_at timestamptz, error text, dead boolean)),
+    failed AS (
+      UPDATE ${s}.outbox o SET attempts = o.attempts + 1, last_error = f.error, available_at = f.retry_at,
+        dead_at = CASE WHEN f.dead THEN $2::timestamptz END
+      FROM f WHERE o.id = f.id
+      RETURNING o.aggregatetype, o.aggregateid, o.seq, o.available_at
+    ), held AS (
+      UPDATE ${s}.outbox o SET available_at = failed.available_at FROM failed
+      WHERE o.published_at IS NULL AND o.aggregatetype = failed.aggregatetype AND o.aggregateid = failed.aggregateid
+        AND o.seq > failed.seq AND o.available_at < failed.available_at
+      RETURNING 1
+    )
+    SELECT (SELECT count(*) FROM published)::int AS published, (SELECT count(*) FROM failed)::int AS failed`;
+}

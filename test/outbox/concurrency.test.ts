@@ -1,0 +1,153 @@
+import { setTimeout as sleep } from 'node:timers/promises';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { adapterFactories, prepareAdapter } from '../support/adapters.js';
+import { fromPg } from '../../src/adapters/pg.js';
+import type { Sql } from '../../src/core/sql.js';
+import { createDispatcher, type OutboxDispatcher } from '../../src/outbox/dispatcher.js';
+import { createOutbox, type Outbox } from '../../src/outbox/outbox.js';
+import { createTestSchema, databaseUrl, type TestSchema } from '../support/database.js';
+import { orderViolations, RecordingPublisher } from './support.js';
+
+let db: TestSchema;
+let sql: Sql;
+let outbox: Outbox;
+
+beforeAll(async () => {
+  db = await createTestSchema({ poolSize: 8 });
+  sql = fromPg(db.pool);
+  outbox = createOutbox({ sql, schema: db.schema });
+});
+afterAll(() => db.close());
+
+async function waitFor(condition: () => boolean | Promise<boolean>, timeoutMs: number): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await condition())) {
+    if (Date.now() > deadline) throw new Error('condition not met in time');
+    await sleep(10);
+  }
+}
+
+describe('two dispatchers at once', () => {
+  it('share the work and keep per-key order through random failures and retries', async () => {
+    const topic = 'two-dispatchers';
+    const keys = ['a', 'b', 'c', 'd', 'e', 'f'];
+    const perKey = 25;
+    const order = new Map<string, number>();
+    const publisher = new RecordingPublisher();
+    // Refuse about a third of the attempts, and let calls overlap so the dispatchers interleave.
+    publisher.refuse = () => Math.random() < 0.3;
+    publisher.delay = () => sleep(Math.floor(Math.random() * 3));
+    const start = (name: string): OutboxDispatcher =>
+      createDispatcher({
+        sql,
+        publisher,
+        schema: db.schema,
+        topics: [topic],
+        batchSize: 7,
+        pollIntervalMs: 5,
+        backoff: { baseMs: 2, maxMs: 10 },
+        maxAttempts: 1000,
+        onError: (error) => console.error(name, error),
+      });
+    const d1 = start('d1');
+    const d2 = start('d2');
+    await Promise.all([d1.start(), d2.start()]);
+    // Producers keep adding while the dispatchers run.
+    for (let i = 0; i < perKey; i++) {
+      await sql.transaction(async (tx) => {
+        for (const key of keys) order.set(await outbox.add(tx, { topic, key, type: `n${i}`, payload: i }), i);
+      });
+    }
+    await waitFor(() => new Set(publisher.ids()).size === order.size, 30_000);
+    await Promise.all([d1.stop(), d2.stop()]);
+
+    expect(orderViolations(publisher.accepted, order)).toEqual([]);
+    expect(d1.counters.published).toBeGreaterThan(0);
+    expect(d2.counters.published).toBeGreaterThan(0);
+    expect(d1.counters.retried + d2.counters.retried).toBeGreaterThan(0);
+    // Each event was marked once: the published counts add up to the events, no double marking.
+    expect(d1.counters.published + d2.counters.published).toBe(order.size);
+    expect(publisher.accepted).toHaveLength(order.size);
+  });
+});
+
+describe('LISTEN/NOTIFY', () => {
+  it('wakes the dispatcher at commit, long before its poll', async () => {
+    const topic = 'notify';
+    const publisher = new RecordingPublisher();
+    const dispatcher = createDispatcher({
+      sql,
+      publisher,
+      schema: db.schema,
+      topics: [topic],
+      listen: databaseUrl(),
+      pollIntervalMs: 60_000,
+    });
+    await dispatcher.start();
+    try {
+      // The first wake after LISTEN connects may run an empty batch; let it pass.
+      await sleep(50);
+      const committedAt = Date.now();
+      await sql.transaction((tx) => outbox.add(tx, { topic, key: 'k', type: 'x', payload: 1 }));
+      await waitFor(() => publisher.accepted.length === 1, 5_000);
+      expect(Date.now() - committedAt).toBeLessThan(1_000);
+    } finally {
+      await dispatcher.stop();
+    }
+  });
+
+  it('a notification for another topic does not wake a dispatcher of other topics', async () => {
+    const publisher = new RecordingPublisher();
+    const dispatcher = createDispatcher({
+      sql,
+      publisher,
+      schema: db.schema,
+      topics: ['only-this'],
+      listen: databaseUrl(),
+      pollIntervalMs: 60_000,
+    });
+    await dispatcher.start();
+    try {
+      await sleep(50);
+      const batches = dispatcher.counters.batches;
+      await sql.transaction((tx) =>
+        outbox.add(tx, { topic: 'something-else', key: 'k', type: 'x', payload: 1 }),
+      );
+      await sleep(200);
+      expect(dispatcher.counters.batches).toBe(batches);
+      await sql.transaction((tx) => outbox.add(tx, { topic: 'only-this', key: 'k', type: 'x', payload: 1 }));
+      await waitFor(() => publisher.accepted.length === 1, 5_000);
+    } finally {
+      await dispatcher.stop();
+    }
+  });
+});
+
+describe('outbox.add on every adapter', () => {
+  for (const factory of adapterFactories) {
+    it(`${factory.name}: commits with the caller's transaction and rolls back with it`, async () => {
+      const schema = `idem_test_ob_${factory.name.replace(/\W/g, '')}_${Math.random().toString(36).slice(2, 8)}`;
+      const adapter = await prepareAdapter(factory, schema);
+      try {
+        const ob = createOutbox({ sql: adapter.sql, schema });
+        const id = await adapter.userTransaction(async (tx) => {
+          await tx.query(`INSERT INTO "${schema}".effects (tenant, intent) VALUES ('t', 'i')`);
+          return ob.add(tx, { topic: 'orders', key: 'o1', type: 'created', payload: { n: 1 } });
+        });
+        await expect(
+          adapter.userTransaction(async (tx) => {
+            await ob.addMany(tx, [{ topic: 'orders', key: 'o2', type: 'created', payload: { n: 2 } }]);
+            throw new Error('rollback');
+          }),
+        ).rejects.toThrow('rollback');
+        const { rows } = await adapter.sql.query(`SELECT id::text AS id FROM "${schema}".outbox`);
+        expect(rows.map((r) => r.id)).toEqual([id]);
+        const publisher = new RecordingPublisher();
+        await createDispatcher({ sql: adapter.sql, publisher, schema }).drain();
+        expect(publisher.accepted.map((e) => e.payload)).toEqual([{ n: 1 }]);
+      } finally {
+        await adapter.close();
+      }
+    });
+  }
+});
