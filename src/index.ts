@@ -36,3 +36,4 @@ export {
 } from './operations/outcome.js';
 export type { RequestRow } from './operations/request-row.js';
 export type { SweepOptions, SweepResult } from './operations/sweep.js';
+export type { OperationEvent, OperationEventKind, OperationObserver } from './observability/events.js';

@@ -11,6 +11,7 @@ import { isRetryable } from '../core/retryable.js';
 import type { Queryable, Sql, Transaction } from '../core/sql.js';
 import { isTransactionRetryable, SqlState, sqlStateOf } from '../core/sqlstate.js';
 import { defaultSchema } from '../migrate/schema-name.js';
+import { observe, type OperationObserver } from '../observability/events.js';
 import { MultiStepRun, type MultiStepOperation } from './multi-step.js';
 import { defaultRetention, type IdemOptions, type OperationSpec, type RetentionPolicy } from './options.js';
 import { toOutcome, type OperationResult, type Outcome } from './outcome.js';
@@ -57,6 +58,7 @@ export class Idem<Client = unknown> {
   private readonly minKeyLength: number;
   private readonly transactionRetries: number;
   private readonly retention: IdemOptions['retention'];
+  private readonly observer: OperationObserver | undefined;
 
   constructor(options: IdemOptions<Client>) {
     this.sql = options.sql;
@@ -68,6 +70,7 @@ export class Idem<Client = unknown> {
     this.minKeyLength = positive('minKeyLength', options.minKeyLength ?? 1);
     this.transactionRetries = nonNegative('transactionRetries', options.transactionRetries ?? 3);
     this.retention = options.retention;
+    this.observer = options.onEvent;
   }
 
   /**
@@ -83,6 +86,13 @@ export class Idem<Client = unknown> {
     handler: (tx: Transaction<Client>, context: OperationContext) => Promise<T | Outcome<T>>,
   ): Promise<OperationResult<T>> {
     const prepared = this.prepare(spec);
+    return observe('idem.run', prepared.scope, this.observer, () => this.runPrepared(prepared, handler));
+  }
+
+  private async runPrepared<T>(
+    prepared: PreparedSpec,
+    handler: (tx: Transaction<Client>, context: OperationContext) => Promise<T | Outcome<T>>,
+  ): Promise<OperationResult<T>> {
     // Fast path: a finished key is answered by one indexed read, with no transaction.
     const replay = await this.tryReplay<T>(this.sql, prepared);
     if (replay) return replay;
@@ -110,11 +120,13 @@ export class Idem<Client = unknown> {
     handler: (tx: Transaction<TxClient>, context: OperationContext) => Promise<T | Outcome<T>>,
   ): Promise<OperationResult<T>> {
     const prepared = this.prepare(spec);
-    try {
-      return await this.claimAndRun(tx, tx, prepared, handler);
-    } catch (error) {
-      throw this.classify(error, prepared.scope);
-    }
+    return observe('idem.runIn', prepared.scope, this.observer, async () => {
+      try {
+        return await this.claimAndRun(tx, tx, prepared, handler);
+      } catch (error) {
+        throw this.classify(error, prepared.scope);
+      }
+    });
   }
 
   /**
@@ -127,7 +139,10 @@ export class Idem<Client = unknown> {
     spec: OperationSpec,
     body: (op: MultiStepOperation<Client>) => Promise<T | Outcome<T>>,
   ): Promise<OperationResult<T>> {
-    return new MultiStepRun<T, Client>(this, this.prepare(spec), body).execute();
+    const prepared = this.prepare(spec);
+    return observe('idem.steps', prepared.scope, this.observer, () =>
+      new MultiStepRun<T, Client>(this, prepared, body).execute(),
+    );
   }
 
   /** Reads a key's row, or null. For tools and tests. */

@@ -1,6 +1,7 @@
 import type { Clock } from '../core/clock.js';
 import type { FingerprintOptions } from '../core/fingerprint.js';
 import type { Sql } from '../core/sql.js';
+import type { OperationObserver } from '../observability/events.js';
 
 const hour = 3_600_000;
 const day = 24 * hour;
@@ -53,6 +54,12 @@ export interface IdemOptions<Client = unknown> {
   minKeyLength?: number;
   /** Whole-transaction retries on serialization failure or deadlock (40001, 40P01). Default 3. */
   transactionRetries?: number;
+  /**
+   * Called once per operation call with its outcome (executed, replayed, key-reused, …) and
+   * duration: the hook for metrics (`createIdemMetrics` in `idem/metrics`). Default: none.
+   * Spans are emitted through `@opentelemetry/api` regardless, and cost nothing without a tracer.
+   */
+  onEvent?: OperationObserver;
 }
 
 /** Names one execution of an intent. */

@@ -1,0 +1,103 @@
+import { SpanStatusCode, trace, type Span } from '@opentelemetry/api';
+import { isIdemError, type OperationScope } from '../core/errors.js';
+import type { OperationResult } from '../operations/outcome.js';
+
+/** How one call of an operation ended. */
+export type OperationEventKind =
+  | 'executed' // the handler ran and its outcome committed
+  | 'refused' // the handler ran and committed a business refusal
+  | 'replayed' // a stored outcome was returned
+  | 'key-reused' // same key, another fingerprint
+  | 'in-progress' // another execution held the key past the wait
+  | 'expired' // the key's result is gone; its tombstone answered
+  | 'fenced' // a taken-over holder's write was refused
+  | 'failed'; // the handler or the database threw
+
+/** Emitted once per call of `run`, `runIn` or `steps`. */
+export interface OperationEvent {
+  kind: OperationEventKind;
+  tenant: string;
+  operation: string;
+  /** Wall time of the call, in milliseconds. */
+  durationMs: number;
+  /** For `failed`: whether a retry may succeed. */
+  retryable?: boolean;
+}
+
+/** Receives operation events: metrics, logs. It must not throw; it must not log keys' payloads. */
+export type OperationObserver = (event: OperationEvent) => void;
+
+const tracer = trace.getTracer('idem');
+
+/**
+ * Runs one operation call inside an OpenTelemetry span (a no-op unless the application registered
+ * a tracer provider) and reports its outcome to the observer.
+ */
+export async function observe<T>(
+  name: string,
+  scope: OperationScope,
+  observer: OperationObserver | undefined,
+  call: () => Promise<OperationResult<T>>,
+): Promise<OperationResult<T>> {
+  const started = performance.now();
+  return tracer.startActiveSpan(
+    name,
+    { attributes: { 'idem.tenant': scope.tenant, 'idem.operation': scope.operation } },
+    async (span: Span) => {
+      try {
+        const result = await call();
+        const kind: OperationEventKind = result.replayed
+          ? 'replayed'
+          : result.state === 'failed'
+            ? 'refused'
+            : 'executed';
+        span.setAttribute('idem.outcome', kind);
+        report(observer, { kind, ...names(scope), durationMs: performance.now() - started });
+        return result;
+      } catch (error) {
+        const kind = kindOf(error);
+        span.setAttribute('idem.outcome', kind);
+        if (kind === 'failed')
+          span.setStatus({ code: SpanStatusCode.ERROR, message: isIdemError(error) ? error.code : 'error' });
+        report(observer, {
+          kind,
+          ...names(scope),
+          durationMs: performance.now() - started,
+          ...(kind === 'failed' ? { retryable: isIdemError(error) && error.retryable } : {}),
+        });
+        throw error;
+      } finally {
+        span.end();
+      }
+    },
+  );
+}
+
+function names(scope: OperationScope) {
+  return { tenant: scope.tenant, operation: scope.operation };
+}
+
+function kindOf(error: unknown): OperationEventKind {
+  if (!isIdemError(error)) return 'failed';
+  switch (error.code) {
+    case 'IDEM_KEY_REUSED':
+      return 'key-reused';
+    case 'IDEM_IN_PROGRESS':
+      return 'in-progress';
+    case 'IDEM_EXPIRED':
+      return 'expired';
+    case 'IDEM_FENCED':
+      return 'fenced';
+    default:
+      return 'failed';
+  }
+}
+
+function report(observer: OperationObserver | undefined, event: OperationEvent): void {
+  if (!observer) return;
+  try {
+    observer(event);
+  } catch {
+    // An observer's failure must never change an operation's outcome.
+  }
+}
