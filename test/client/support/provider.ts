@@ -33,6 +33,7 @@ export class Provider {
   readonly effects: { kind: string; key: string; body: string }[] = [];
   private readonly stored = new Map<string, { status: number; body: string }>();
   private readonly script: Scripted[] = [];
+  private readonly broken = new Map<string, number>();
   private server!: Server;
   url = '';
 
@@ -57,6 +58,17 @@ export class Provider {
     return this;
   }
 
+  /** Answers every request whose path starts with `prefix` with `status`, without effect, until fixed. */
+  breakPath(prefix: string, status: number): this {
+    this.broken.set(prefix, status);
+    return this;
+  }
+
+  fixPath(prefix: string): this {
+    this.broken.delete(prefix);
+    return this;
+  }
+
   effectsOf(kind: string): number {
     return this.effects.filter((e) => e.kind === kind).length;
   }
@@ -74,6 +86,7 @@ export class Provider {
     this.effects.length = 0;
     this.stored.clear();
     this.script.length = 0;
+    this.broken.clear();
   }
 
   private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
@@ -85,6 +98,13 @@ export class Provider {
     const key = rawKey === null ? null : rawKey.replace(/^"(.*)"$/, '$1');
     const path = req.url ?? '/';
     this.requests.push({ method: req.method ?? 'GET', path, key, rawKey, body });
+    for (const [prefix, status] of this.broken) {
+      if (path.startsWith(prefix)) {
+        res.writeHead(status, { 'content-type': 'application/json' });
+        res.end(JSON.stringify({ broken: status }));
+        return;
+      }
+    }
     const scripted = this.script.shift();
     if (scripted?.delayMs) await new Promise((resolve) => setTimeout(resolve, scripted.delayMs));
     if (scripted?.destroy) {

@@ -1,0 +1,26 @@
+/**
+ * idem/workflow: sagas whose compensations are persisted before their steps run, with a derived
+ * idempotency key for every action and compensation; and helpers for Temporal activities.
+ */
+export {
+  defineSaga,
+  step,
+  type ActionContext,
+  type CompensationContext,
+  type SagaDefinition,
+  type SagaPoint,
+  type SagaRef,
+  type SagaStep,
+} from './definition.js';
+export {
+  Sagas,
+  createSagas,
+  type ListSagasOptions,
+  type RecoveredSaga,
+  type SagaRunSpec,
+  type SagasOptions,
+} from './sagas.js';
+export { stepKeys, type SagaResult } from './execution.js';
+export type { SagaRecord, SagaStatus, SagaStepRecord, SagaStepState } from './saga-record.js';
+export { SagaFailedError, SagaStuckError, isSagaFailed, isSagaStuck } from './errors.js';
+export { withIdempotencyKey, currentIdempotencyKey } from '../client/key-context.js';

@@ -1,0 +1,85 @@
+import { toMillis } from '../core/clock.js';
+import type { SagaRef } from './definition.js';
+
+/** Where a saga instance is. */
+export type SagaStatus = 'running' | 'compensating' | 'completed' | 'compensated' | 'stuck';
+
+/** Where one step is. */
+export type SagaStepState = 'registered' | 'done' | 'compensated';
+
+/** A step as stored. */
+export interface SagaStepRecord {
+  position: number;
+  name: string;
+  actionKey: string;
+  compensationKey: string | null;
+  state: SagaStepState;
+  /** The action's result (JSON), when recorded. */
+  result: unknown;
+  compensationResult: unknown;
+  /** Failed compensation attempts so far, across processes. */
+  compensationAttempts: number;
+  registeredAt: number;
+  doneAt: number | null;
+  compensatedAt: number | null;
+}
+
+/** A saga instance as stored, for operators and tests. */
+export interface SagaRecord extends SagaRef {
+  status: SagaStatus;
+  input: unknown;
+  /** Forward: the next step to run. Backward: the next step to compensate (-1: none left). */
+  cursor: number;
+  fence: number;
+  lockedUntil: number | null;
+  result: unknown;
+  /** Why the saga went backward. */
+  error: string | null;
+  /** Why it is stuck. */
+  stuckError: string | null;
+  createdAt: number;
+  updatedAt: number;
+  finishedAt: number | null;
+  fingerprint: string;
+  steps?: SagaStepRecord[];
+}
+
+export function decodeSaga(row: Record<string, unknown>): SagaRecord {
+  return {
+    tenant: row.tenant_id as string,
+    saga: row.saga as string,
+    key: row.saga_key as string,
+    fingerprint: row.fingerprint as string,
+    status: row.status as SagaStatus,
+    input: parse(row.input),
+    cursor: Number(row.cursor),
+    fence: Number(row.fence),
+    lockedUntil: toMillis(row.locked_until),
+    result: parse(row.result),
+    error: (row.error as string | null) ?? null,
+    stuckError: (row.stuck_error as string | null) ?? null,
+    createdAt: toMillis(row.created_at)!,
+    updatedAt: toMillis(row.updated_at)!,
+    finishedAt: toMillis(row.finished_at),
+  };
+}
+
+export function decodeStep(row: Record<string, unknown>): SagaStepRecord {
+  return {
+    position: Number(row.position),
+    name: row.name as string,
+    actionKey: row.action_key as string,
+    compensationKey: (row.compensation_key as string | null) ?? null,
+    state: row.state as SagaStepState,
+    result: parse(row.result),
+    compensationResult: parse(row.compensation_result),
+    compensationAttempts: Number(row.compensation_attempts),
+    registeredAt: toMillis(row.registered_at)!,
+    doneAt: toMillis(row.done_at),
+    compensatedAt: toMillis(row.compensated_at),
+  };
+}
+
+function parse(value: unknown): unknown {
+  return value === null || value === undefined ? null : (JSON.parse(value as string) as unknown);
+}

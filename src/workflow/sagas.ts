@@ -1,0 +1,365 @@
+import { systemClock, type Clock } from '../core/clock.js';
+import { InProgressError, InvalidArgumentError, KeyReusedError } from '../core/errors.js';
+import { fingerprint } from '../core/fingerprint.js';
+import { validateKey, validateName } from '../core/keys.js';
+import type { Sql } from '../core/sql.js';
+import { defaultSchema } from '../migrate/schema-name.js';
+import type { JitterOptions } from '../client/backoff.js';
+import type { SagaDefinition, SagaPoint, SagaRef } from './definition.js';
+import { SagaFailedError, SagaStuckError, isSagaFailed, isSagaStuck } from './errors.js';
+import { Halt, SagaExecution, sagaScope, type SagaResult } from './execution.js';
+import { decodeSaga, decodeStep, type SagaRecord, type SagaStatus } from './saga-record.js';
+import { renderSagaStatements, type SagaStatements } from './statements.js';
+
+/** Options of `createSagas`. */
+export interface SagasOptions<Client = unknown> {
+  /** Where the tables live and how transactions open. See `idem/pg`, `idem/postgres`, … */
+  sql: Sql<Client>;
+  /** Schema of idem's tables. Default `idem`. */
+  schema?: string;
+  /** Time source for leases and backoff waits. Default: the system clock. */
+  clock?: Clock;
+  /**
+   * Lease of the process driving a saga; another process may take the saga over after it
+   * lapses. Renewed at every step. Default 30000 ms: longer than any one action should take
+   * (a step's transaction also row-locks the saga, so a takeover cannot cut into a running step).
+   */
+  leaseMs?: number;
+  /** Attempts of an action on retryable failures, in this process, before the saga turns back. Default 3. */
+  actionAttempts?: number;
+  /**
+   * Failed attempts of one compensation, counted durably across processes, before the saga is
+   * parked as `stuck` for an operator. Default 5.
+   */
+  compensationAttempts?: number;
+  /** Decorrelated-jitter backoff between attempts. Defaults: 100 ms initial, 10000 ms max. */
+  backoff?: JitterOptions;
+  /** An error's `retryAfterMs` (a downstream's Retry-After) is honoured up to this. Default 30000. */
+  maxRetryAfterMs?: number;
+  /** Definitions `recover` and `retry` may resume, by name. `run` registers its own too. */
+  sagas?: SagaDefinition<never, unknown, Client>[];
+  /**
+   * Fault injection for tests and drills: `at` is awaited at every point a saga passes. If it
+   * throws, the engine stops where it is, writes nothing more, and `run` rethrows that error,
+   * exactly as if the process had died there (open step transactions roll back).
+   */
+  hooks?: { at(point: SagaPoint, saga: SagaRef): void | Promise<void> };
+  /** Called when a saga becomes stuck (alerting). */
+  onStuck?: (saga: SagaRef, step: string, error: unknown) => void;
+}
+
+/** What `run` needs besides the definition. */
+export interface SagaRunSpec<I> {
+  tenant: string;
+  /** The intent, e.g. `order-123`. A retry of the same intent must use the same key. */
+  key: string;
+  /** JSON-serialisable input. The same key with another input is refused (`KeyReusedError`). */
+  input: I;
+}
+
+/** Options of `list`. */
+export interface ListSagasOptions {
+  /** Default `['stuck']`: what an operator must look at. */
+  status?: SagaStatus[];
+  saga?: string;
+  /** Default 100. */
+  limit?: number;
+  /** Include each saga's steps. Default false. */
+  steps?: boolean;
+}
+
+/** What `recover` did with one saga. */
+export interface RecoveredSaga {
+  saga: SagaRef;
+  outcome: 'completed' | 'compensated' | 'stuck' | 'busy' | 'unknown-definition' | 'error';
+  error?: unknown;
+}
+
+/**
+ * Sagas with persisted compensations and derived keys, on PostgreSQL.
+ *
+ * @example
+ * const sagas = createSagas({ sql: fromPg(pool), sagas: [checkout] });
+ * try {
+ *   const { value } = await sagas.run(checkout, { tenant: 'acme', key: `order-${id}`, input });
+ * } catch (e) {
+ *   if (isSagaFailed(e)) … // a step failed; every started step was compensated
+ * }
+ * // in a background loop: resume sagas whose process died
+ * await sagas.recover();
+ */
+export class Sagas<Client = unknown> {
+  readonly sql: Sql<Client>;
+  readonly schema: string;
+  readonly clock: Clock;
+  readonly leaseMs: number;
+  readonly actionAttempts: number;
+  readonly compensationAttempts: number;
+  readonly maxRetryAfterMs: number;
+  readonly backoff: JitterOptions | undefined;
+  readonly hooks: SagasOptions<Client>['hooks'];
+  readonly onStuck: SagasOptions<Client>['onStuck'];
+  /** @internal */ readonly statements: SagaStatements;
+  private readonly definitions = new Map<string, SagaDefinition<never, unknown, Client>>();
+
+  constructor(options: SagasOptions<Client>) {
+    this.sql = options.sql;
+    this.schema = options.schema ?? defaultSchema;
+    this.statements = renderSagaStatements(this.schema);
+    this.clock = options.clock ?? systemClock;
+    this.leaseMs = positive('leaseMs', options.leaseMs ?? 30_000);
+    this.actionAttempts = positive('actionAttempts', options.actionAttempts ?? 3);
+    this.compensationAttempts = positive('compensationAttempts', options.compensationAttempts ?? 5);
+    this.maxRetryAfterMs = options.maxRetryAfterMs ?? 30_000;
+    this.backoff = options.backoff;
+    this.hooks = options.hooks;
+    this.onStuck = options.onStuck;
+    for (const definition of options.sagas ?? []) this.register(definition);
+  }
+
+  /** Makes a definition resumable by `recover` and `retry`. */
+  register<I, O>(definition: SagaDefinition<I, O, Client>): void {
+    const known = this.definitions.get(definition.name);
+    if (known && known !== (definition as unknown)) {
+      throw new InvalidArgumentError(`another saga definition is registered as ${definition.name}`);
+    }
+    this.definitions.set(definition.name, definition);
+  }
+
+  /**
+   * Runs the saga once per (tenant, name, key). A first call drives it to the end. A retry of a
+   * completed saga returns the stored result (`replayed`); of a compensated one, rethrows
+   * `SagaFailedError`; of a stuck one, `SagaStuckError`; of one still running elsewhere,
+   * `InProgressError` (try later); of one whose process died, takes it over and resumes it,
+   * forward or backward, where its durable cursor says.
+   *
+   * Throws `SagaFailedError` when a step failed for good and all started steps were compensated,
+   * `SagaStuckError` when a compensation kept failing, `FencedError` when this process lost the
+   * saga to a takeover mid-run.
+   */
+  async run<I, O>(definition: SagaDefinition<I, O, Client>, spec: SagaRunSpec<I>): Promise<SagaResult<O>> {
+    validateName('tenant', spec.tenant);
+    validateKey(spec.key);
+    this.register(definition);
+    const ref: SagaRef = { tenant: spec.tenant, saga: definition.name, key: spec.key };
+    const inputJson = JSON.stringify(spec.input ?? null);
+    const print = fingerprint(spec.input ?? null);
+    const now = this.clock.now();
+    const { rows } = await this.sql.query(this.statements.insert, [
+      ref.tenant,
+      ref.saga,
+      ref.key,
+      print,
+      inputJson,
+      new Date(now + this.leaseMs),
+      new Date(now),
+    ]);
+    // The input is used as stored (parsed from JSON), so a resumed run sees exactly what a first run saw.
+    const input = JSON.parse(inputJson) as I;
+    if (rows[0]) {
+      const execution = new SagaExecution(this, definition, ref, input, 1, 'running', 0, [], null, false);
+      await this.hook({ at: 'saga:started' }, ref);
+      return this.drive(execution);
+    }
+    return this.resumeExisting(definition, ref, print);
+  }
+
+  /**
+   * Takes over a saga whose process died (lease lapsed) and drives it to a final state. Used by
+   * `recover`; call it directly to push one saga along. Returns the final record.
+   */
+  async resume(ref: SagaRef): Promise<SagaRecord> {
+    const definition = this.definitions.get(ref.saga);
+    if (!definition) throw new InvalidArgumentError(`no saga definition registered as ${ref.saga}`);
+    try {
+      await this.resumeExisting(definition, ref, null);
+    } catch (error) {
+      if (!isSagaFailed(error)) throw error;
+    }
+    return (await this.get(ref))!;
+  }
+
+  /**
+   * Resumes every unfinished saga whose lease lapsed (its process died), up to `limit`. Run it
+   * periodically (or at start-up) in one or more processes: concurrent recoverers take disjoint
+   * sagas through the fence, and a busy saga is left to its holder.
+   */
+  async recover(options: { limit?: number } = {}): Promise<RecoveredSaga[]> {
+    const { rows } = await this.sql.query(this.statements.lapsed, [
+      new Date(this.clock.now()),
+      options.limit ?? 100,
+    ]);
+    const outcomes: RecoveredSaga[] = [];
+    for (const row of rows) {
+      const ref: SagaRef = {
+        tenant: row.tenant_id as string,
+        saga: row.saga as string,
+        key: row.saga_key as string,
+      };
+      if (!this.definitions.has(ref.saga)) {
+        outcomes.push({ saga: ref, outcome: 'unknown-definition' });
+        continue;
+      }
+      try {
+        const record = await this.resume(ref);
+        outcomes.push({ saga: ref, outcome: record.status === 'completed' ? 'completed' : 'compensated' });
+      } catch (error) {
+        if (isSagaStuck(error)) outcomes.push({ saga: ref, outcome: 'stuck', error });
+        else if (error instanceof InProgressError) outcomes.push({ saga: ref, outcome: 'busy' });
+        else outcomes.push({ saga: ref, outcome: 'error', error });
+      }
+    }
+    return outcomes;
+  }
+
+  /**
+   * An operator's retry of a stuck saga, once the cause is fixed: resets the failing
+   * compensation's attempt count and compensates onward. Returns the final record
+   * (`compensated`); throws `SagaStuckError` if it gets stuck again.
+   */
+  async retry(ref: SagaRef): Promise<SagaRecord> {
+    const definition = this.definitions.get(ref.saga);
+    if (!definition) throw new InvalidArgumentError(`no saga definition registered as ${ref.saga}`);
+    const now = this.clock.now();
+    const { rows } = await this.sql.transaction(async (tx) => {
+      const unstuck = await tx.query<{ fence: number; cursor: number }>(this.statements.unstick, [
+        ...pk(ref),
+        new Date(now + this.leaseMs),
+        new Date(now),
+      ]);
+      if (unstuck.rows[0]) {
+        await tx.query(this.statements.resetCompensationAttempts, [...pk(ref), unstuck.rows[0].cursor]);
+      }
+      return unstuck;
+    });
+    if (!rows[0]) throw new InvalidArgumentError(`saga ${ref.saga} ${ref.key} is not stuck`);
+    const record = (await this.get(ref, { steps: true }))!;
+    const execution = new SagaExecution(
+      this,
+      definition,
+      ref,
+      record.input as never,
+      Number(rows[0].fence),
+      'compensating',
+      Number(rows[0].cursor),
+      record.steps ?? [],
+      record.error,
+      true,
+    );
+    try {
+      await this.drive(execution);
+    } catch (error) {
+      if (!isSagaFailed(error)) throw error;
+    }
+    return (await this.get(ref))!;
+  }
+
+  /** Reads one saga (with its steps when asked), or null. */
+  async get(ref: SagaRef, options: { steps?: boolean } = {}): Promise<SagaRecord | null> {
+    const { rows } = await this.sql.query(this.statements.read, pk(ref));
+    if (!rows[0]) return null;
+    const record = decodeSaga(rows[0]);
+    if (options.steps) record.steps = await this.readSteps(ref);
+    return record;
+  }
+
+  /** Lists sagas by status, oldest change first. Default: the stuck ones. */
+  async list(options: ListSagasOptions = {}): Promise<SagaRecord[]> {
+    const { rows } = await this.sql.query(this.statements.list, [
+      options.status ?? ['stuck'],
+      options.saga ?? null,
+      options.limit ?? 100,
+    ]);
+    const records = rows.map(decodeSaga);
+    if (options.steps) for (const r of records) r.steps = await this.readSteps(r);
+    return records;
+  }
+
+  private async readSteps(ref: SagaRef) {
+    const { rows } = await this.sql.query(this.statements.readSteps, pk(ref));
+    return rows.map(decodeStep);
+  }
+
+  private async resumeExisting<I, O>(
+    definition: SagaDefinition<I, O, Client>,
+    ref: SagaRef,
+    print: string | null,
+  ): Promise<SagaResult<O>> {
+    const record = await this.get(ref);
+    if (!record) throw new InvalidArgumentError(`saga ${ref.saga} ${ref.key} does not exist`);
+    if (print !== null && record.fingerprint !== print) {
+      throw new KeyReusedError(sagaScope(ref), record.fingerprint, print);
+    }
+    const now = this.clock.now();
+    switch (record.status) {
+      case 'completed':
+        return { value: record.result as O, replayed: true, resumed: false };
+      case 'compensated':
+        throw new SagaFailedError(
+          ref,
+          record.error ?? 'unknown failure',
+          new Error(record.error ?? ''),
+          true,
+        );
+      case 'stuck': {
+        const steps = await this.readSteps(ref);
+        const stuckStep = steps.find((s) => s.position === record.cursor)?.name ?? null;
+        throw new SagaStuckError(ref, stuckStep, new Error(record.stuckError ?? 'stuck'));
+      }
+      default:
+        break;
+    }
+    if (record.lockedUntil !== null && record.lockedUntil > now) {
+      throw new InProgressError(sagaScope(ref), Math.max(1, record.lockedUntil - now));
+    }
+    const { rows } = await this.sql.query<{
+      fence: number;
+      status: string;
+      cursor: number;
+      error: string | null;
+    }>(this.statements.takeOver, [...pk(ref), record.fence, new Date(now + this.leaseMs), new Date(now)]);
+    if (!rows[0]) throw new InProgressError(sagaScope(ref), 1000); // another process took it first
+    // Steps are read after the takeover: from here on the previous holder can write nothing.
+    const execution = new SagaExecution(
+      this,
+      definition,
+      ref,
+      record.input as I,
+      Number(rows[0].fence),
+      rows[0].status as 'running' | 'compensating',
+      Number(rows[0].cursor),
+      await this.readSteps(ref),
+      rows[0].error,
+      true,
+    );
+    return this.drive(execution);
+  }
+
+  private async drive<I, O>(execution: SagaExecution<I, O, Client>): Promise<SagaResult<O>> {
+    try {
+      return await execution.execute();
+    } catch (error) {
+      if (error instanceof Halt) throw error.error;
+      throw error;
+    }
+  }
+
+  private async hook(point: SagaPoint, ref: SagaRef): Promise<void> {
+    await this.hooks?.at(point, ref);
+  }
+}
+
+/** Creates a saga engine for one database and schema. See `SagasOptions` for the defaults. */
+export function createSagas<Client>(options: SagasOptions<Client>): Sagas<Client> {
+  return new Sagas(options);
+}
+
+function pk(ref: SagaRef): [string, string, string] {
+  return [ref.tenant, ref.saga, ref.key];
+}
+
+function positive(name: string, value: number): number {
+  if (!(Number.isFinite(value) && value > 0))
+    throw new InvalidArgumentError(`${name} must be a positive number`);
+  return value;
+}
