@@ -1,0 +1,87 @@
+/**
+ * Typed errors of the webhook receiver. Their messages never carry a header value, a signature or a
+ * secret: they name what is wrong, never what was sent, so they are safe in logs and error bodies.
+ */
+import { IdemError, isIdemError } from '../core/errors.js';
+
+/** Why a delivery was refused with 401. */
+export type UnauthorizedReason =
+  /** The signature header is absent. */
+  | 'signature-missing'
+  /** Signatures are present but none is of a scheme or version this verifier accepts. */
+  | 'signature-unsupported'
+  /** No signature matches any configured secret or key. */
+  | 'signature-mismatch'
+  /** The signed timestamp is older than the tolerance allows. */
+  | 'timestamp-too-old'
+  /** The signed timestamp is further in the future than the tolerance allows. */
+  | 'timestamp-too-new';
+
+/** The delivery is not authentic, or its signed timestamp is outside the tolerance (HTTP 401). */
+export class WebhookUnauthorizedError extends IdemError {
+  declare readonly code: 'IDEM_WEBHOOK_UNAUTHORIZED';
+  readonly status = 401;
+  constructor(readonly reason: UnauthorizedReason) {
+    super('IDEM_WEBHOOK_UNAUTHORIZED', messages[reason]);
+  }
+}
+
+const messages: Record<UnauthorizedReason, string> = {
+  'signature-missing': 'the webhook signature header is missing',
+  'signature-unsupported': 'the webhook carries no signature of a supported scheme',
+  'signature-mismatch': 'no webhook signature matches a configured secret',
+  'timestamp-too-old': 'the webhook timestamp is older than the tolerance allows',
+  'timestamp-too-new': 'the webhook timestamp is further in the future than the tolerance allows',
+};
+
+/** A required header is missing or does not parse, or the body lacks the delivery id (HTTP 400). */
+export class WebhookMalformedError extends IdemError {
+  declare readonly code: 'IDEM_WEBHOOK_MALFORMED';
+  readonly status = 400;
+  /** @param message names the header or field, never its value. */
+  constructor(message: string) {
+    super('IDEM_WEBHOOK_MALFORMED', message);
+  }
+}
+
+/** The body is larger than the configured limit (HTTP 413). Nothing was stored. */
+export class WebhookBodyTooLargeError extends IdemError {
+  declare readonly code: 'IDEM_WEBHOOK_TOO_LARGE';
+  readonly status = 413;
+  constructor(readonly limit: number) {
+    super('IDEM_WEBHOOK_TOO_LARGE', `the webhook body is larger than the limit of ${limit} bytes`);
+  }
+}
+
+/**
+ * A body parser consumed or re-serialised the body before the webhook route saw it, so the exact
+ * bytes that were signed are gone. This is a configuration error of the application (HTTP 500):
+ * mount the webhook route before JSON/text body parsers, or give it the raw bytes.
+ */
+export class RawBodyUnavailableError extends IdemError {
+  declare readonly code: 'IDEM_WEBHOOK_RAW_BODY';
+  readonly status = 500;
+  constructor(message: string) {
+    super('IDEM_WEBHOOK_RAW_BODY', message);
+  }
+}
+
+/** Any error the receiver answers with its own status. */
+export type WebhookRequestError =
+  WebhookUnauthorizedError | WebhookMalformedError | WebhookBodyTooLargeError | RawBodyUnavailableError;
+
+export const isWebhookUnauthorized = (e: unknown): e is WebhookUnauthorizedError =>
+  isIdemError(e) && e.code === 'IDEM_WEBHOOK_UNAUTHORIZED';
+export const isWebhookMalformed = (e: unknown): e is WebhookMalformedError =>
+  isIdemError(e) && e.code === 'IDEM_WEBHOOK_MALFORMED';
+export const isWebhookBodyTooLarge = (e: unknown): e is WebhookBodyTooLargeError =>
+  isIdemError(e) && e.code === 'IDEM_WEBHOOK_TOO_LARGE';
+export const isRawBodyUnavailable = (e: unknown): e is RawBodyUnavailableError =>
+  isIdemError(e) && e.code === 'IDEM_WEBHOOK_RAW_BODY';
+
+/** True for the errors the receiver maps to 400, 401, 413 or 500 itself. */
+export function isWebhookRequestError(e: unknown): e is WebhookRequestError {
+  return (
+    isWebhookUnauthorized(e) || isWebhookMalformed(e) || isWebhookBodyTooLarge(e) || isRawBodyUnavailable(e)
+  );
+}

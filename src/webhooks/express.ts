@@ -1,0 +1,67 @@
+/**
+ * Express 5: `app.post('/webhooks/github', expressWebhook(receiver, 'github'))`, mounted before
+ * (or beside) `express.json()`. The handler reads the raw bytes itself. When a body parser already
+ * ran, a Buffer from `express.raw()` is used as it is (those are the received bytes); anything else
+ * (an object from `express.json()`, a string from `express.text()`) fails loudly with
+ * `RawBodyUnavailableError`, answered 500 and logged at error level, because the signed bytes are
+ * gone.
+ */
+import type { NextFunction, Request, RequestHandler, Response } from 'express';
+import { isWebhookRequestError, RawBodyUnavailableError } from './errors.js';
+import { nodeHeaders } from './headers.js';
+import { sendNodeAnswer } from './node-http.js';
+import { parsedBodyMessage, readNodeBody } from './raw-body.js';
+import type { WebhookReceiver } from './receiver.js';
+
+/** Options of `expressWebhook`. */
+export interface ExpressWebhookOptions {
+  /**
+   * Where an earlier middleware kept the raw bytes, e.g. `(req) => req.rawBody` when
+   * `express.json({ verify })` saved them. Default: read the stream, or use a Buffer `req.body`.
+   */
+  rawBody?: (request: Request) => Uint8Array | undefined;
+}
+
+/** An Express handler that verifies, stores and answers deliveries of one source. */
+export function expressWebhook(
+  receiver: WebhookReceiver,
+  source: string,
+  options: ExpressWebhookOptions = {},
+): RequestHandler {
+  const resolved = receiver.source(source);
+  return (request: Request, response: Response, next: NextFunction) => {
+    handle(request, response).catch(next);
+  };
+
+  async function handle(request: Request, response: Response): Promise<void> {
+    let body: Uint8Array;
+    try {
+      body = await rawBytes(request, resolved.bodyLimit, options);
+    } catch (error) {
+      if (!isWebhookRequestError(error)) throw error;
+      sendNodeAnswer(response, receiver.reject(source, error), error.status === 413);
+      return;
+    }
+    sendNodeAnswer(response, await receiver.receive(source, { headers: nodeHeaders(request.headers), body }));
+  }
+}
+
+async function rawBytes(
+  request: Request,
+  limit: number,
+  options: ExpressWebhookOptions,
+): Promise<Uint8Array> {
+  const kept = options.rawBody?.(request);
+  if (kept !== undefined) return kept;
+  const parsed: unknown = request.body;
+  if (parsed !== undefined) {
+    if (parsed instanceof Uint8Array) return parsed;
+    throw new RawBodyUnavailableError(
+      parsedBodyMessage(
+        'Express',
+        'mount the webhook route before express.json()/express.text(), or use express.raw()',
+      ),
+    );
+  }
+  return readNodeBody(request, limit);
+}

@@ -1,0 +1,96 @@
+/**
+ * Fastify 5. `app.register(fastifyWebhooks(receiver, { routes: { '/webhooks/github': 'github' } }))`
+ * registers the routes in their own encapsulated context, where every content type is kept as raw
+ * bytes (the JSON parser of the rest of the app never sees these bodies) and where a body over the
+ * source's limit answers 413 as a problem document.
+ *
+ * For a route you declare yourself, `fastifyWebhookHandler(receiver, source)` is the handler; it
+ * needs a Buffer body (a `parseAs: 'buffer'` content-type parser) and fails loudly with
+ * `RawBodyUnavailableError` when Fastify's JSON parser already turned the body into an object.
+ */
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import {
+  isWebhookRequestError,
+  RawBodyUnavailableError,
+  WebhookBodyTooLargeError,
+  WebhookMalformedError,
+  type WebhookRequestError,
+} from './errors.js';
+import { nodeHeaders } from './headers.js';
+import type { WebhookAnswer } from './problem.js';
+import { parsedBodyMessage } from './raw-body.js';
+import type { WebhookReceiver } from './receiver.js';
+
+/** Options of `fastifyWebhooks`. */
+export interface FastifyWebhooksOptions {
+  /** Path → source name, e.g. `{ '/webhooks/github': 'github' }`. */
+  routes: Record<string, string>;
+}
+
+/** A Fastify plugin that mounts one POST route per entry of `routes`, with raw-body parsing. */
+export function fastifyWebhooks(
+  receiver: WebhookReceiver,
+  options: FastifyWebhooksOptions,
+): (instance: FastifyInstance) => Promise<void> {
+  const routes = Object.entries(options.routes).map(([path, source]) => ({
+    path,
+    source: receiver.source(source),
+  }));
+  return async (instance) => {
+    // Route URLs as Fastify reports them, with the registration prefix.
+    const byPath = new Map(routes.map((r) => [instance.prefix + r.path, r.source.name]));
+    // Encapsulated: these parsers apply to the routes below only.
+    instance.removeAllContentTypeParsers();
+    instance.addContentTypeParser('*', { parseAs: 'buffer' }, (_request, body, done) => done(null, body));
+    instance.setErrorHandler((error: Error & { statusCode?: number; code?: string }, request, reply) => {
+      const source = byPath.get(request.routeOptions.url ?? '') ?? routes[0]!.source.name;
+      let mapped: WebhookRequestError | undefined;
+      if (isWebhookRequestError(error)) mapped = error;
+      else if (error.code === 'FST_ERR_CTP_BODY_TOO_LARGE')
+        mapped = new WebhookBodyTooLargeError(receiver.source(source).bodyLimit);
+      else if (
+        error.code === 'FST_ERR_CTP_INVALID_MEDIA_TYPE' ||
+        error.code === 'FST_ERR_CTP_INVALID_CONTENT_LENGTH'
+      ) {
+        mapped = new WebhookMalformedError('the Content-Type or Content-Length header does not parse');
+      }
+      if (!mapped) return reply.send(error);
+      return sendAnswer(reply, receiver.reject(source, mapped), mapped.status === 413);
+    });
+    for (const { path, source } of routes) {
+      instance.post(path, { bodyLimit: source.bodyLimit }, fastifyWebhookHandler(receiver, source.name));
+    }
+  };
+}
+
+/** A Fastify route handler for one source. The route must deliver the body as a Buffer. */
+export function fastifyWebhookHandler(
+  receiver: WebhookReceiver,
+  source: string,
+): (request: FastifyRequest, reply: FastifyReply) => Promise<FastifyReply> {
+  receiver.source(source);
+  return async (request, reply) => {
+    const parsed: unknown = request.body;
+    let body: Uint8Array;
+    if (parsed === undefined || parsed === null) body = new Uint8Array(0);
+    else if (parsed instanceof Uint8Array) body = parsed;
+    else {
+      const error = new RawBodyUnavailableError(
+        parsedBodyMessage(
+          'Fastify',
+          "register the route with fastifyWebhooks(), or add a content-type parser with parseAs: 'buffer'",
+        ),
+      );
+      return sendAnswer(reply, receiver.reject(source, error));
+    }
+    // The receiver checks the source's body limit again, for bodies parsed by another parser.
+    return sendAnswer(reply, await receiver.receive(source, { headers: nodeHeaders(request.headers), body }));
+  };
+}
+
+function sendAnswer(reply: FastifyReply, answer: WebhookAnswer, close = false): FastifyReply {
+  reply.code(answer.status).headers(answer.headers);
+  if (close) reply.header('connection', 'close');
+  // A Buffer, so Fastify sends the content type as given (a string would get "; charset=utf-8").
+  return reply.send(Buffer.from(answer.body, 'utf8'));
+}

@@ -1,0 +1,132 @@
+/** Subscriber endpoints: add, list, change, rotate secrets, disable, enable, remove. */
+import { randomUUID } from 'node:crypto';
+import { toMillis, type Clock } from '../../core/clock.js';
+import { InvalidArgumentError } from '../../core/errors.js';
+import type { Queryable } from '../../core/sql.js';
+import { parseSigningSecret } from './sign.js';
+import type { SenderStatements } from './statements.js';
+
+/** An endpoint as stored. `secrets` are signing secrets: keep this object out of logs. */
+export interface WebhookEndpoint {
+  id: string;
+  url: string;
+  secrets: string[];
+  /** `null`: every event type. */
+  eventTypes: string[] | null;
+  enabled: boolean;
+  disabledReason: string | null;
+  disabledAt: Date | null;
+  createdAt: Date;
+}
+
+/** A new endpoint. */
+export interface NewWebhookEndpoint {
+  /** Default: a random UUID. */
+  id?: string;
+  /** `http:` or `https:`. */
+  url: string;
+  /** `whsec_…` and/or `whsk_…` signing secrets; every one signs each attempt. */
+  secrets: string[];
+  /** Event types it subscribes to. Default: every type. */
+  eventTypes?: string[] | null;
+}
+
+export class WebhookEndpoints {
+  constructor(
+    private readonly sql: Queryable,
+    private readonly statements: SenderStatements,
+    private readonly clock: Clock,
+  ) {}
+
+  async create(endpoint: NewWebhookEndpoint): Promise<WebhookEndpoint> {
+    validate(endpoint.url, endpoint.secrets);
+    const { rows } = await this.sql.query(this.statements.insertEndpoint, [
+      endpoint.id ?? randomUUID(),
+      endpoint.url,
+      endpoint.secrets,
+      endpoint.eventTypes ?? null,
+      new Date(this.clock.now()),
+    ]);
+    return decode(rows[0]!);
+  }
+
+  async get(id: string): Promise<WebhookEndpoint | undefined> {
+    const { rows } = await this.sql.query(this.statements.getEndpoint, [id]);
+    return rows[0] ? decode(rows[0]) : undefined;
+  }
+
+  async list(): Promise<WebhookEndpoint[]> {
+    const { rows } = await this.sql.query(this.statements.listEndpoints);
+    return rows.map(decode);
+  }
+
+  /**
+   * Changes the URL, the secrets (rotation: pass `[newSecret, oldSecret]`, later `[newSecret]`) or
+   * the subscribed types (`null` for every type).
+   */
+  async update(
+    id: string,
+    change: { url?: string; secrets?: string[]; eventTypes?: string[] | null },
+  ): Promise<WebhookEndpoint | undefined> {
+    if (change.url !== undefined || change.secrets !== undefined) {
+      validate(change.url ?? 'https://placeholder.invalid/', change.secrets ?? ['whsec_AAAA']);
+    }
+    const { rows } = await this.sql.query(this.statements.updateEndpoint, [
+      id,
+      change.url ?? null,
+      change.secrets ?? null,
+      change.eventTypes ?? null,
+      change.eventTypes !== undefined,
+    ]);
+    return rows[0] ? decode(rows[0]) : undefined;
+  }
+
+  /** Stops deliveries to the endpoint; its pending deliveries are cancelled (redrive after `enable`). */
+  async disable(id: string, reason: string): Promise<boolean> {
+    const { rowCount } = await this.sql.query(this.statements.disableEndpoint, [
+      id,
+      reason,
+      new Date(this.clock.now()),
+    ]);
+    await this.sql.query(this.statements.cancelEndpointDeliveries, [id, `endpoint disabled: ${reason}`]);
+    return rowCount === 1;
+  }
+
+  async enable(id: string): Promise<WebhookEndpoint | undefined> {
+    const { rows } = await this.sql.query(this.statements.enableEndpoint, [id]);
+    return rows[0] ? decode(rows[0]) : undefined;
+  }
+
+  /** Removes the endpoint with its deliveries and their attempts. */
+  async remove(id: string): Promise<boolean> {
+    const { rowCount } = await this.sql.query(this.statements.deleteEndpoint, [id]);
+    return rowCount === 1;
+  }
+}
+
+function validate(url: string, secrets: string[]): void {
+  let parsed: URL;
+  try {
+    parsed = new URL(url);
+  } catch {
+    throw new InvalidArgumentError('an endpoint url must be an absolute URL');
+  }
+  if (parsed.protocol !== 'https:' && parsed.protocol !== 'http:') {
+    throw new InvalidArgumentError('an endpoint url must be http: or https:');
+  }
+  if (secrets.length === 0) throw new InvalidArgumentError('an endpoint needs at least one signing secret');
+  for (const secret of secrets) parseSigningSecret(secret);
+}
+
+export function decode(row: Record<string, unknown>): WebhookEndpoint {
+  return {
+    id: row.id as string,
+    url: row.url as string,
+    secrets: row.secrets as string[],
+    eventTypes: (row.event_types as string[] | null) ?? null,
+    enabled: row.enabled as boolean,
+    disabledReason: (row.disabled_reason as string | null) ?? null,
+    disabledAt: row.disabled_at ? new Date(toMillis(row.disabled_at)!) : null,
+    createdAt: new Date(toMillis(row.created_at)!),
+  };
+}

@@ -1,0 +1,621 @@
+/**
+ * The sender: messages fanned out to subscribed endpoints as signed Standard Webhooks, with the
+ * message id as `webhook-id` on every attempt. Each (message, endpoint) delivery retries on its own
+ * schedule with jitter, never earlier than a `Retry-After` asks; 410 Gone disables the endpoint; a
+ * circuit breaker per endpoint stops hammering one that keeps failing; every HTTP attempt is a row
+ * in `webhook_delivery_attempts` with its status and latency.
+ */
+import { performance } from 'node:perf_hooks';
+import {
+  circuitBreaker,
+  ConsecutiveBreaker,
+  handleAll,
+  isBrokenCircuitError,
+  type CircuitBreakerPolicy,
+} from 'cockatiel';
+import { systemClock, toMillis, type Clock } from '../../core/clock.js';
+import { InvalidArgumentError } from '../../core/errors.js';
+import type { Queryable, Sql } from '../../core/sql.js';
+import { defaultSchema } from '../../migrate/schema-name.js';
+import { consoleLogger, errorMessage, type WebhookLogger } from '../logger.js';
+import { WebhookEndpoints } from './endpoints.js';
+import { parseRetryAfter } from './retry-after.js';
+import { parseSigningSecret, signatureHeader, type SigningKey } from './sign.js';
+import { senderStatements, type SenderStatements } from './statements.js';
+
+const second = 1000;
+const minute = 60 * second;
+const hour = 60 * minute;
+
+/**
+ * The retry schedule of the Standard Webhooks spec: the delay before attempt 2, 3, …; 10 attempts
+ * over about 75 hours.
+ */
+export const standardRetrySchedule: readonly number[] = [
+  5 * second,
+  5 * minute,
+  30 * minute,
+  2 * hour,
+  5 * hour,
+  10 * hour,
+  14 * hour,
+  20 * hour,
+  24 * hour,
+];
+
+/** A message to deliver. */
+export interface WebhookMessage {
+  /** The `webhook-id` on every attempt: use the outbox event id. 1–255 printable ASCII, no `.`. */
+  id: string;
+  /** The event type; endpoints subscribe by type. */
+  type: string;
+  /** The body: bytes or text as they are, anything else as JSON. Stored once; every attempt sends these bytes. */
+  payload: unknown;
+  /** Default `application/json`. */
+  contentType?: string;
+}
+
+/** Options of `createWebhookSender`. */
+export interface WebhookSenderOptions<Client = unknown> {
+  sql: Sql<Client>;
+  /** Schema of idem's tables. Default `idem`. */
+  schema?: string;
+  /** Time for schedules, signatures' timestamps and `Retry-After` dates. Default: the system clock. */
+  clock?: Clock;
+  /** Random numbers in [0, 1) for jitter. Default `Math.random`. */
+  random?: () => number;
+  /** Delays before attempt 2, 3, … in ms. Default `standardRetrySchedule` (10 attempts over ~75 hours). */
+  schedule?: readonly number[];
+  /** Share by which each scheduled delay varies, ±. Default 0.2. */
+  jitter?: number;
+  /** Longest `Retry-After` honoured, in ms; a longer one is capped. Default 24 hours. */
+  maxRetryAfterMs?: number;
+  /** Per-attempt timeout in ms (the spec recommends 15–30 s). Default 15 000. */
+  timeoutMs?: number;
+  /**
+   * The circuit breaker per endpoint (in this process): after `consecutiveFailures` failures in a
+   * row (network error, timeout, 408, 429, 5xx) no request is made for `halfOpenAfterMs`; due
+   * deliveries to it are put back without spending an attempt. `false` disables it.
+   * Default `{ consecutiveFailures: 5, halfOpenAfterMs: 30 000 }`.
+   */
+  breaker?: { consecutiveFailures?: number; halfOpenAfterMs?: number } | false;
+  /** How long a claimed delivery is held before another worker may take it over. Default 60 000 (> timeoutMs). */
+  leaseMs?: number;
+  /** Deliveries attempted at once by `start()`. Default 8. */
+  concurrency?: number;
+  /** How often idle workers look for due deliveries, in ms. Default 1000. */
+  pollIntervalMs?: number;
+  /** Default: the global `fetch`. */
+  fetch?: typeof fetch;
+  /** Default `idem-webhooks`. */
+  userAgent?: string;
+  /** Default: warnings and errors to stderr as JSON. */
+  logger?: WebhookLogger;
+}
+
+/** What one claimed delivery came to. */
+export type AttemptOutcome =
+  'delivered' | 'retry' | 'failed' | 'gone' | 'circuit-open' | 'cancelled' | 'lost';
+
+export interface AttemptResult {
+  messageId: string;
+  endpointId: string;
+  attempt: number;
+  outcome: AttemptOutcome;
+  /** The HTTP status, when an answer came. */
+  status?: number;
+  latencyMs?: number;
+  /** When the next attempt is due, for `retry` and `circuit-open`. */
+  nextAttemptAt?: Date;
+}
+
+/** A delivery as stored. */
+export interface WebhookDelivery {
+  messageId: string;
+  endpointId: string;
+  state: 'pending' | 'delivering' | 'delivered' | 'failed' | 'cancelled';
+  attempts: number;
+  nextAttemptAt: Date;
+  lastStatus: number | null;
+  lastError: string | null;
+  deliveredAt: Date | null;
+}
+
+/** One logged HTTP attempt. */
+export interface WebhookDeliveryAttempt {
+  messageId: string;
+  endpointId: string;
+  attempt: number;
+  startedAt: Date;
+  status: number | null;
+  latencyMs: number;
+  outcome: 'delivered' | 'retry' | 'failed' | 'gone';
+  error: string | null;
+  retryAfterMs: number | null;
+}
+
+interface ClaimedDelivery {
+  message_id: string;
+  endpoint_id: string;
+  attempts: number;
+  event_type: string;
+  payload: Uint8Array;
+  content_type: string;
+  url: string;
+  secrets: string[];
+  enabled: boolean;
+}
+
+/** A non-2xx answer that counts against the endpoint's breaker. */
+class UnhealthyAnswer extends Error {
+  constructor(
+    readonly status: number,
+    readonly headers: Headers,
+  ) {
+    super(`HTTP ${status}`);
+  }
+}
+
+/** Delivers messages to subscriber endpoints. */
+export class WebhookSender<Client = unknown> {
+  readonly schema: string;
+  readonly clock: Clock;
+  readonly endpoints: WebhookEndpoints;
+  /** @internal */ readonly sql: Sql<Client>;
+  private readonly statements: SenderStatements;
+  private readonly random: () => number;
+  private readonly schedule: readonly number[];
+  private readonly jitter: number;
+  private readonly maxRetryAfterMs: number;
+  private readonly timeoutMs: number;
+  private readonly breakerOptions: { consecutiveFailures: number; halfOpenAfterMs: number } | false;
+  private readonly breakers = new Map<string, CircuitBreakerPolicy>();
+  private readonly keys = new Map<string, SigningKey>();
+  private readonly leaseMs: number;
+  private readonly concurrency: number;
+  private readonly pollIntervalMs: number;
+  private readonly fetch: typeof fetch;
+  private readonly userAgent: string;
+  private readonly logger: WebhookLogger;
+  private running = false;
+  private loops: Promise<void>[] = [];
+  private wake = signal();
+
+  constructor(options: WebhookSenderOptions<Client>) {
+    this.sql = options.sql;
+    this.schema = options.schema ?? defaultSchema;
+    this.statements = senderStatements(this.schema);
+    this.clock = options.clock ?? systemClock;
+    this.endpoints = new WebhookEndpoints(this.sql, this.statements, this.clock);
+    this.random = options.random ?? Math.random;
+    this.schedule = options.schedule ?? standardRetrySchedule;
+    for (const delay of this.schedule) nonNegative('schedule', delay);
+    this.jitter = Math.min(1, nonNegative('jitter', options.jitter ?? 0.2));
+    this.maxRetryAfterMs = nonNegative('maxRetryAfterMs', options.maxRetryAfterMs ?? 24 * hour);
+    this.timeoutMs = positive('timeoutMs', options.timeoutMs ?? 15 * second);
+    this.breakerOptions =
+      options.breaker === false
+        ? false
+        : {
+            consecutiveFailures: positive('consecutiveFailures', options.breaker?.consecutiveFailures ?? 5),
+            halfOpenAfterMs: positive('halfOpenAfterMs', options.breaker?.halfOpenAfterMs ?? 30 * second),
+          };
+    this.leaseMs = positive('leaseMs', options.leaseMs ?? 60 * second);
+    if (this.leaseMs <= this.timeoutMs)
+      throw new InvalidArgumentError('leaseMs must be longer than timeoutMs');
+    this.concurrency = positive('concurrency', options.concurrency ?? 8);
+    this.pollIntervalMs = positive('pollIntervalMs', options.pollIntervalMs ?? 1000);
+    this.fetch = options.fetch ?? globalThis.fetch;
+    this.userAgent = options.userAgent ?? 'idem-webhooks';
+    this.logger = options.logger ?? consoleLogger;
+  }
+
+  /** Attempts per delivery: the first plus one per scheduled delay. */
+  get maxAttempts(): number {
+    return this.schedule.length + 1;
+  }
+
+  /**
+   * Stores the message and one delivery per enabled endpoint subscribed to its type, in one
+   * statement on `db` (your transaction, to send only what commits; or the pool). A message id
+   * stored before adds nothing. Returns the number of deliveries created.
+   */
+  async enqueue(db: Queryable, message: WebhookMessage): Promise<number> {
+    if (!/^[\x21-\x2d\x2f-\x7e]{1,255}$/.test(message.id)) {
+      throw new InvalidArgumentError(
+        'a webhook message id must be 1–255 printable ASCII characters without "."',
+      );
+    }
+    const { rowCount } = await db.query(this.statements.enqueue, [
+      message.id,
+      message.type,
+      encodePayload(message.payload),
+      message.contentType ?? 'application/json',
+      new Date(this.clock.now()),
+    ]);
+    return rowCount;
+  }
+
+  /**
+   * Delivers one message now: stores it (as `enqueue`), then makes the first attempt to each
+   * subscribed endpoint whose delivery is due. Failed deliveries stay scheduled for the workers.
+   */
+  async deliver(message: WebhookMessage): Promise<AttemptResult[]> {
+    await this.enqueue(this.sql, message);
+    return this.attemptDue({ messageId: message.id, limit: 1000 });
+  }
+
+  /** Claims up to `limit` due deliveries and attempts them concurrently. */
+  async runOnce(limit = this.concurrency): Promise<AttemptResult[]> {
+    return this.attemptDue({ limit });
+  }
+
+  /** Attempts due deliveries until none is due (bounded by `maxRounds`). */
+  async drain(options: { limit?: number; maxRounds?: number } = {}): Promise<AttemptResult[]> {
+    const results: AttemptResult[] = [];
+    for (let round = 0; round < (options.maxRounds ?? 10_000); round++) {
+      const batch = await this.runOnce(options.limit ?? this.concurrency);
+      if (batch.length === 0) break;
+      results.push(...batch);
+    }
+    return results;
+  }
+
+  /** Starts `concurrency` workers. Idempotent. */
+  start(): void {
+    if (this.running) return;
+    this.running = true;
+    for (let i = 0; i < this.concurrency; i++) this.loops.push(this.loop());
+  }
+
+  /** Stops the workers after their current attempt. */
+  async stop(): Promise<void> {
+    this.running = false;
+    this.notify();
+    await Promise.all(this.loops);
+    this.loops = [];
+  }
+
+  /** Wakes idle workers now. */
+  notify(): void {
+    const current = this.wake;
+    this.wake = signal();
+    current.resolve();
+  }
+
+  /** Puts failed (or cancelled) deliveries of enabled endpoints back to pending with fresh attempts. */
+  async redrive(
+    options: { endpointId?: string; messageId?: string; states?: ('failed' | 'cancelled')[] } = {},
+  ): Promise<number> {
+    const states = options.states ?? ['failed'];
+    for (const state of states) {
+      if (state !== 'failed' && state !== 'cancelled')
+        throw new InvalidArgumentError(`cannot redrive ${String(state)} deliveries`);
+    }
+    const { rowCount } = await this.sql.query(this.statements.redrive, [
+      new Date(this.clock.now()),
+      states,
+      options.endpointId ?? null,
+      options.messageId ?? null,
+    ]);
+    if (rowCount > 0) this.notify();
+    return rowCount;
+  }
+
+  /** Deliveries, optionally of one message or endpoint. */
+  async deliveries(
+    options: { messageId?: string; endpointId?: string; limit?: number } = {},
+  ): Promise<WebhookDelivery[]> {
+    const { rows } = await this.sql.query(this.statements.deliveries, [
+      options.messageId ?? null,
+      options.endpointId ?? null,
+      options.limit ?? 1000,
+    ]);
+    return rows.map((r) => ({
+      messageId: r.message_id as string,
+      endpointId: r.endpoint_id as string,
+      state: r.state as WebhookDelivery['state'],
+      attempts: Number(r.attempts),
+      nextAttemptAt: new Date(toMillis(r.next_attempt_at)!),
+      lastStatus: r.last_status === null ? null : Number(r.last_status),
+      lastError: (r.last_error as string | null) ?? null,
+      deliveredAt: r.delivered_at ? new Date(toMillis(r.delivered_at)!) : null,
+    }));
+  }
+
+  /** The logged HTTP attempts of a message, in order. */
+  async attempts(messageId: string, endpointId?: string): Promise<WebhookDeliveryAttempt[]> {
+    const { rows } = await this.sql.query(this.statements.attempts, [messageId, endpointId ?? null]);
+    return rows.map((r) => ({
+      messageId: r.message_id as string,
+      endpointId: r.endpoint_id as string,
+      attempt: Number(r.attempt),
+      startedAt: new Date(toMillis(r.started_at)!),
+      status: r.status === null ? null : Number(r.status),
+      latencyMs: Number(r.latency_ms),
+      outcome: r.outcome as WebhookDeliveryAttempt['outcome'],
+      error: (r.error as string | null) ?? null,
+      retryAfterMs: r.retry_after_ms === null ? null : Number(r.retry_after_ms),
+    }));
+  }
+
+  /** Deletes messages older than `olderThanMs` (default 30 days) whose deliveries are all finished. */
+  async sweep(
+    options: { olderThanMs?: number; batchSize?: number; maxBatches?: number } = {},
+  ): Promise<{ deleted: number }> {
+    const cutoff = new Date(this.clock.now() - (options.olderThanMs ?? 30 * 24 * hour));
+    const batchSize = options.batchSize ?? 1000;
+    let deleted = 0;
+    for (let batch = 0; batch < (options.maxBatches ?? 1000); batch++) {
+      const { rowCount } = await this.sql.query(this.statements.sweep, [cutoff, batchSize]);
+      deleted += rowCount;
+      if (rowCount < batchSize) break;
+    }
+    return { deleted };
+  }
+
+  private async loop(): Promise<void> {
+    while (this.running) {
+      let attempted = 0;
+      try {
+        attempted = (await this.runOnce(1)).length;
+      } catch (error) {
+        this.logger.error?.('webhook sender could not claim deliveries', { error: errorMessage(error) });
+      }
+      if (attempted === 0 && this.running) {
+        await Promise.race([this.clock.sleep(this.pollIntervalMs), this.wake.promise]);
+      }
+    }
+  }
+
+  private async attemptDue(options: { messageId?: string; limit: number }): Promise<AttemptResult[]> {
+    const now = this.clock.now();
+    const { rows } = await this.sql.query<ClaimedDelivery & Record<string, unknown>>(this.statements.claim, [
+      new Date(now),
+      options.limit,
+      new Date(now + this.leaseMs),
+      options.messageId ?? null,
+    ]);
+    return Promise.all(rows.map((row) => this.attempt(row)));
+  }
+
+  private breakerFor(endpointId: string): CircuitBreakerPolicy | undefined {
+    if (this.breakerOptions === false) return undefined;
+    let breaker = this.breakers.get(endpointId);
+    if (!breaker) {
+      breaker = circuitBreaker(handleAll, {
+        halfOpenAfter: this.breakerOptions.halfOpenAfterMs,
+        breaker: new ConsecutiveBreaker(this.breakerOptions.consecutiveFailures),
+      });
+      this.breakers.set(endpointId, breaker);
+    }
+    return breaker;
+  }
+
+  private signingKey(secret: string): SigningKey {
+    let key = this.keys.get(secret);
+    if (!key) {
+      key = parseSigningSecret(secret);
+      this.keys.set(secret, key);
+    }
+    return key;
+  }
+
+  private async attempt(row: ClaimedDelivery): Promise<AttemptResult> {
+    const base = { messageId: row.message_id, endpointId: row.endpoint_id, attempt: row.attempts };
+    const fence = [row.message_id, row.endpoint_id, row.attempts];
+    if (!row.enabled) {
+      await this.sql.query(this.statements.release, [
+        ...fence,
+        'cancelled',
+        new Date(this.clock.now()),
+        'endpoint disabled',
+      ]);
+      return { ...base, outcome: 'cancelled' };
+    }
+    if (row.attempts > this.maxAttempts) {
+      // Only after lost workers: each claim counted an attempt that never reported back.
+      await this.settle(
+        row,
+        'failed',
+        null,
+        'attempts exhausted: the workers that claimed it never finished',
+      );
+      return { ...base, outcome: 'failed' };
+    }
+
+    const startedAt = this.clock.now();
+    const timestamp = Math.floor(startedAt / 1000);
+    const body = row.payload;
+    const headers: Record<string, string> = {
+      'content-type': row.content_type,
+      'user-agent': this.userAgent,
+      'webhook-id': row.message_id,
+      'webhook-timestamp': String(timestamp),
+      'webhook-signature': signatureHeader(
+        row.secrets.map((s) => this.signingKey(s)),
+        row.message_id,
+        timestamp,
+        body,
+      ),
+    };
+
+    const breaker = this.breakerFor(row.endpoint_id);
+    const t0 = performance.now();
+    let status: number | undefined;
+    let answerHeaders: Headers | undefined;
+    let failure: unknown;
+    try {
+      const send = async (signal?: AbortSignal) => {
+        const answer = await this.post(row.url, headers, body, signal);
+        if (countsAgainstBreaker(answer.status)) throw new UnhealthyAnswer(answer.status, answer.headers);
+        return answer;
+      };
+      const answer = breaker ? await breaker.execute(({ signal }) => send(signal)) : await send();
+      status = answer.status;
+      answerHeaders = answer.headers;
+    } catch (error) {
+      if (isBrokenCircuitError(error)) {
+        const next = new Date(
+          this.clock.now() + (this.breakerOptions ? this.breakerOptions.halfOpenAfterMs : 0),
+        );
+        await this.sql.query(this.statements.release, [
+          ...fence,
+          'pending',
+          next,
+          'circuit open: endpoint failing',
+        ]);
+        return { ...base, outcome: 'circuit-open', nextAttemptAt: next };
+      }
+      if (error instanceof UnhealthyAnswer) {
+        status = error.status;
+        answerHeaders = error.headers;
+      } else {
+        failure = error;
+      }
+    }
+    const latencyMs = performance.now() - t0;
+    const now = this.clock.now();
+
+    let outcome: 'delivered' | 'retry' | 'failed' | 'gone';
+    let retryAfterMs: number | undefined;
+    let next = new Date(now);
+    if (status !== undefined && status >= 200 && status < 300) outcome = 'delivered';
+    else if (status === 410) outcome = 'gone';
+    else {
+      retryAfterMs = parseRetryAfter(answerHeaders?.get('retry-after'), now);
+      if (retryAfterMs !== undefined) retryAfterMs = Math.min(retryAfterMs, this.maxRetryAfterMs);
+      if (row.attempts >= this.maxAttempts) outcome = 'failed';
+      else {
+        outcome = 'retry';
+        next = new Date(now + Math.max(this.scheduledDelay(row.attempts), retryAfterMs ?? 0));
+      }
+    }
+    const error =
+      failure !== undefined ? errorMessage(failure) : outcome === 'delivered' ? null : `HTTP ${status}`;
+
+    await this.sql.transaction(async (tx) => {
+      await tx.query(this.statements.recordAttempt, [
+        row.message_id,
+        row.endpoint_id,
+        row.attempts,
+        new Date(startedAt),
+        status ?? null,
+        latencyMs,
+        outcome,
+        error,
+        retryAfterMs ?? null,
+      ]);
+      const state = outcome === 'retry' ? 'pending' : outcome === 'gone' ? 'cancelled' : outcome;
+      await tx.query(this.statements.settle, [...fence, state, next, status ?? null, error, new Date(now)]);
+      if (outcome === 'gone') {
+        await tx.query(this.statements.disableEndpoint, [
+          row.endpoint_id,
+          'gone: the endpoint answered 410',
+          new Date(now),
+        ]);
+        await tx.query(this.statements.cancelEndpointDeliveries, [
+          row.endpoint_id,
+          'endpoint disabled: it answered 410 Gone',
+        ]);
+      }
+    });
+
+    const fields = { ...base, status: status ?? null, outcome, latencyMs: Math.round(latencyMs) };
+    if (outcome === 'delivered') this.logger.debug?.('webhook delivered', fields);
+    else if (outcome === 'gone') this.logger.warn?.('webhook endpoint disabled after 410 Gone', fields);
+    else
+      this.logger.warn?.(
+        outcome === 'failed' ? 'webhook delivery failed' : 'webhook delivery will be retried',
+        { ...fields, error },
+      );
+    return {
+      ...base,
+      outcome,
+      status,
+      latencyMs,
+      ...(outcome === 'retry' ? { nextAttemptAt: next } : {}),
+    };
+  }
+
+  private async settle(
+    row: ClaimedDelivery,
+    state: string,
+    status: number | null,
+    error: string,
+  ): Promise<void> {
+    const now = new Date(this.clock.now());
+    await this.sql.query(this.statements.settle, [
+      row.message_id,
+      row.endpoint_id,
+      row.attempts,
+      state,
+      now,
+      status,
+      error,
+      now,
+    ]);
+  }
+
+  /** The scheduled delay after `attempt` attempts, with ± jitter. */
+  private scheduledDelay(attempt: number): number {
+    const delay = this.schedule[Math.min(attempt, this.schedule.length) - 1] ?? 0;
+    return Math.round(delay * (1 + this.jitter * (2 * this.random() - 1)));
+  }
+
+  private async post(
+    url: string,
+    headers: Record<string, string>,
+    body: Uint8Array,
+    signal?: AbortSignal,
+  ): Promise<{ status: number; headers: Headers }> {
+    const timeout = AbortSignal.timeout(this.timeoutMs);
+    const response = await this.fetch(url, {
+      method: 'POST',
+      headers,
+      body: body as Uint8Array<ArrayBuffer>,
+      // A redirect is a failed attempt: the endpoint's URL should be updated instead.
+      redirect: 'manual',
+      signal: signal ? AbortSignal.any([signal, timeout]) : timeout,
+    });
+    // The answer's body is not needed; releasing it frees the connection.
+    await response.body?.cancel().catch(() => undefined);
+    return { status: response.status, headers: response.headers };
+  }
+}
+
+/** Creates a sender. See `WebhookSenderOptions`. */
+export function createWebhookSender<Client>(options: WebhookSenderOptions<Client>): WebhookSender<Client> {
+  return new WebhookSender(options);
+}
+
+function countsAgainstBreaker(status: number): boolean {
+  return status === 408 || status === 429 || status >= 500;
+}
+
+function encodePayload(payload: unknown): Buffer {
+  if (payload instanceof Uint8Array)
+    return Buffer.from(payload.buffer, payload.byteOffset, payload.byteLength);
+  if (typeof payload === 'string') return Buffer.from(payload, 'utf8');
+  const json = JSON.stringify(payload);
+  if (json === undefined) throw new InvalidArgumentError('a webhook payload must be bytes, text or JSON');
+  return Buffer.from(json, 'utf8');
+}
+
+function signal(): { promise: Promise<void>; resolve: () => void } {
+  let resolve!: () => void;
+  const promise = new Promise<void>((r) => (resolve = r));
+  return { promise, resolve };
+}
+
+function positive(name: string, value: number): number {
+  if (!Number.isFinite(value) || value <= 0)
+    throw new InvalidArgumentError(`${name} must be a positive number`);
+  return value;
+}
+
+function nonNegative(name: string, value: number): number {
+  if (!Number.isFinite(value) || value < 0)
+    throw new InvalidArgumentError(`${name} must be a non-negative number`);
+  return value;
+}

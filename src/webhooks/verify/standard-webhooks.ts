@@ -1,0 +1,124 @@
+/**
+ * Standard Webhooks (https://www.standardwebhooks.com): `webhook-id`, `webhook-timestamp` and
+ * `webhook-signature`, a space-delimited list of `v1,<base64 HMAC-SHA256>` and
+ * `v1a,<base64 ed25519>` signatures over `${id}.${timestamp}.${body}`.
+ *
+ * Written on node:crypto rather than on the `standardwebhooks` npm package (which the tests use as
+ * the reference signer) because that package (1.1.1): verifies `v1` only, skipping every `v1a`
+ * signature; turns a Buffer body into a UTF-8 string before hashing, so a body that is not valid
+ * UTF-8 is hashed as different bytes than were received; reads `Date.now()` with a fixed five-minute
+ * window, so time cannot be injected or the tolerance chosen; and hashes in JavaScript (fast-sha256)
+ * where node:crypto uses OpenSSL. bench/webhooks.bench.ts measures the two side by side.
+ */
+import { createPublicKey, verify as verifySignature, type KeyObject } from 'node:crypto';
+import { InvalidArgumentError } from '../../core/errors.js';
+import { WebhookUnauthorizedError } from '../errors.js';
+import {
+  checkTolerance,
+  decodeSignature,
+  defaultRetentionMs,
+  eventTypeOf,
+  hmac,
+  jsonObject,
+  parseUnixSeconds,
+  requireHeader,
+  resolveTolerance,
+  safeEqual,
+  validateDeliveryId,
+} from './common.js';
+import type { Secret, ToleranceOptions, VerifiedDelivery, WebhookRequest, WebhookVerifier } from './types.js';
+
+/** Options of `standardWebhooksVerifier`. At least one secret or public key is required. */
+export interface StandardWebhooksOptions extends ToleranceOptions {
+  /**
+   * Symmetric secrets for `v1` signatures: `whsec_<base64>` (the prefix is optional) or raw key
+   * bytes. List the old and the new secret while rotating; any one matching is enough.
+   */
+  secrets?: Secret[];
+  /**
+   * Public keys for `v1a` (ed25519) signatures: `whpk_<base64 of the 32-byte key>` (the prefix is
+   * optional) or a `KeyObject`. Several may be listed for rotation.
+   */
+  publicKeys?: (string | KeyObject)[];
+  /** Receipt retention. Default 4 days: the ~3-day example retry schedule of the spec plus margin. */
+  retentionMs?: number;
+}
+
+const signatureHeader = 'webhook-signature';
+/** DER prefix of an ed25519 SubjectPublicKeyInfo; the raw 32-byte key follows it. */
+const ed25519SpkiPrefix = Buffer.from('302a300506032b6570032100', 'hex');
+
+/** Decodes a `whsec_…` secret (or bare base64) to key bytes. */
+export function decodeStandardSecret(secret: Secret): Uint8Array {
+  if (typeof secret !== 'string') return Uint8Array.from(secret);
+  const key = Buffer.from(secret.startsWith('whsec_') ? secret.slice(6) : secret, 'base64');
+  if (key.length === 0) throw new InvalidArgumentError('a Standard Webhooks secret decodes to no bytes');
+  return key;
+}
+
+/** Decodes a `whpk_…` public key (or bare base64 of 32 bytes) to an ed25519 `KeyObject`. */
+export function decodeStandardPublicKey(key: string | KeyObject): KeyObject {
+  if (typeof key !== 'string') return key;
+  const raw = Buffer.from(key.startsWith('whpk_') ? key.slice(5) : key, 'base64');
+  if (raw.length !== 32) throw new InvalidArgumentError('a Standard Webhooks public key must be 32 bytes');
+  return createPublicKey({ key: Buffer.concat([ed25519SpkiPrefix, raw]), format: 'der', type: 'spki' });
+}
+
+/** Verifies Standard Webhooks `v1` and `v1a` signatures. */
+export function standardWebhooksVerifier(options: StandardWebhooksOptions): WebhookVerifier {
+  const keys = (options.secrets ?? []).map(decodeStandardSecret);
+  const publicKeys = (options.publicKeys ?? []).map(decodeStandardPublicKey);
+  if (keys.length === 0 && publicKeys.length === 0) {
+    throw new InvalidArgumentError('standardWebhooksVerifier: at least one secret or public key is required');
+  }
+  const tolerance = resolveTolerance(options, 'standardWebhooksVerifier');
+  return {
+    scheme: 'standard-webhooks',
+    retentionMs: options.retentionMs ?? defaultRetentionMs,
+    storedHeaders: ['webhook-id', 'webhook-timestamp', 'content-type', 'user-agent'],
+    signatureHeaders: [signatureHeader],
+    verify(request: WebhookRequest, now: number): VerifiedDelivery {
+      const signatures = request.headers.get(signatureHeader);
+      if (signatures === undefined || signatures.trim() === '') {
+        throw new WebhookUnauthorizedError('signature-missing');
+      }
+      const id = validateDeliveryId(
+        requireHeader(request.headers.get('webhook-id'), 'webhook-id'),
+        'webhook-id',
+      );
+      const timestamp = requireHeader(request.headers.get('webhook-timestamp'), 'webhook-timestamp');
+      const signedAt = parseUnixSeconds(timestamp, 'webhook-timestamp');
+      checkTolerance(signedAt, now, tolerance);
+
+      const prefix = `${id}.${timestamp}.`;
+      let supported = false;
+      let expected: Buffer[] | undefined;
+      let content: Buffer | undefined;
+      for (const entry of signatures.trim().split(/\s+/)) {
+        const comma = entry.indexOf(',');
+        if (comma < 0) continue;
+        const version = entry.slice(0, comma);
+        if (version === 'v1' && keys.length > 0) {
+          supported = true;
+          const given = decodeSignature(entry.slice(comma + 1), 'base64');
+          if (!given) continue;
+          expected ??= keys.map((key) => hmac('sha256', key, [prefix, request.body]));
+          if (expected.some((mac) => safeEqual(mac, given))) return delivered(id, signedAt, request.body);
+        } else if (version === 'v1a' && publicKeys.length > 0) {
+          supported = true;
+          const given = decodeSignature(entry.slice(comma + 1), 'base64');
+          if (!given || given.length !== 64) continue;
+          content ??= Buffer.concat([Buffer.from(prefix, 'utf8'), request.body]);
+          for (const key of publicKeys) {
+            if (verifySignature(null, content, key, given)) return delivered(id, signedAt, request.body);
+          }
+        }
+      }
+      throw new WebhookUnauthorizedError(supported ? 'signature-mismatch' : 'signature-unsupported');
+    },
+  };
+}
+
+function delivered(id: string, signedAt: number, body: Uint8Array): VerifiedDelivery {
+  return { deliveryId: id, signedAt, eventType: eventTypeOf(jsonObject(body)?.type) };
+}

@@ -1,0 +1,449 @@
+/**
+ * The receiver over real HTTP on 127.0.0.1, through Express, Fastify, Hono and node:http, on a real
+ * PostgreSQL. Seed scenario 5 (a replayed delivery with the same id has one effect) through every
+ * verifier; every bad input answered with its status and nothing stored; raw bodies that a parser
+ * consumed fail loudly; no secret or signature in any log line or error body.
+ */
+import { serve } from '@hono/node-server';
+import express from 'express';
+import Fastify from 'fastify';
+import { Hono } from 'hono';
+import { once } from 'node:events';
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { fromPg, type PgClientLike } from '../../src/adapters/pg.js';
+import { ManualClock } from '../../src/core/clock.js';
+import {
+  createWebhookProcessor,
+  createWebhookReceiver,
+  expressWebhook,
+  fastifyWebhookHandler,
+  githubVerifier,
+  honoWebhook,
+  hmacVerifier,
+  standardWebhooksVerifier,
+  stripeVerifier,
+  type WebhookProcessor,
+  type WebhookReceiver,
+} from '../../src/webhooks/index.js';
+import { createTestSchema, type TestSchema } from '../support/database.js';
+import {
+  capturingLogger,
+  closeNode,
+  count,
+  frameworks,
+  githubSecret,
+  hmacSecret,
+  listenNode,
+  post,
+  signGeneric,
+  signGithub,
+  signStandard,
+  signStripe,
+  standardSecret,
+  startServer,
+  stripeSecret,
+  type Framework,
+  type SignedRequest,
+  type TestServer,
+} from './support.js';
+
+const clock = new ManualClock(Date.UTC(2030, 0, 1, 12));
+const logger = capturingLogger();
+const bodies: string[] = [];
+let db: TestSchema;
+let receiver: WebhookReceiver;
+let processor: WebhookProcessor<PgClientLike>;
+const servers = new Map<Framework, TestServer>();
+
+type Source = 'standard' | 'github' | 'stripe' | 'generic';
+const sources: Source[] = ['standard', 'github', 'stripe', 'generic'];
+const bodyLimit = 4096;
+
+/** A signed delivery of `source` whose dedupe id is derived from `id`. */
+function signed(source: Source, id: string, type = 'thing.happened'): SignedRequest {
+  const body = JSON.stringify({ id, type, data: { n: 1 } });
+  const timestampMs = clock.now();
+  if (source === 'standard') return signStandard({ id, body, timestampMs });
+  if (source === 'github') return signGithub({ delivery: id, hookId: '42', event: type, body });
+  if (source === 'stripe') return signStripe({ body, timestampMs });
+  return signGeneric({ id, body, timestampMs, event: type });
+}
+
+async function send(framework: Framework, source: Source, request: SignedRequest) {
+  const answer = await post(`${servers.get(framework)!.url}/hooks/${source}`, request);
+  bodies.push(answer.body);
+  return answer;
+}
+
+const receipts = (where = 'true') => count(db.pool, db.schema, 'webhook_receipts', where);
+const effects = async (deliveryId: string) => {
+  const { rows } = await db.pool.query<{ n: string }>(
+    `SELECT count(*) AS n FROM "${db.schema}".effects WHERE delivery_id = $1`,
+    [deliveryId],
+  );
+  return Number(rows[0]!.n);
+};
+
+beforeAll(async () => {
+  db = await createTestSchema();
+  await db.pool.query(
+    `CREATE TABLE "${db.schema}".effects (source text NOT NULL, delivery_id text NOT NULL)`,
+  );
+  receiver = createWebhookReceiver({
+    sql: fromPg(db.pool),
+    schema: db.schema,
+    clock,
+    logger,
+    bodyLimit,
+    sources: {
+      standard: standardWebhooksVerifier({ secrets: [standardSecret] }),
+      github: githubVerifier({ secrets: [githubSecret] }),
+      stripe: stripeVerifier({ secrets: [stripeSecret] }),
+      generic: hmacVerifier({
+        secrets: [hmacSecret],
+        header: 'x-signature',
+        algorithm: 'sha512',
+        encoding: 'base64',
+        prefix: 'sha512=',
+        deliveryIdHeader: 'x-delivery-id',
+        eventTypeHeader: 'x-event-type',
+        timestamp: { header: 'x-timestamp' },
+      }),
+    },
+  });
+  const effect = {
+    'thing.happened': async (
+      tx: { query: (q: string, p: unknown[]) => Promise<unknown> },
+      event: { source: string; deliveryId: string },
+    ) => {
+      await tx.query(`INSERT INTO "${db.schema}".effects (source, delivery_id) VALUES ($1, $2)`, [
+        event.source,
+        event.deliveryId,
+      ]);
+    },
+  };
+  processor = createWebhookProcessor({
+    sql: fromPg(db.pool),
+    schema: db.schema,
+    clock,
+    logger,
+    handlers: { standard: effect, github: effect, stripe: effect, generic: effect },
+  });
+  for (const framework of frameworks) servers.set(framework, await startServer(framework, receiver));
+});
+
+afterAll(async () => {
+  for (const server of servers.values()) await server.close();
+  await db?.close();
+});
+
+describe.each(frameworks)('%s', (framework) => {
+  describe.each(sources)('%s verifier', (source) => {
+    it('seed scenario 5: a replayed delivery with the same id is stored once and has one effect', async () => {
+      const id = `${framework}-${source}-replay`;
+      const request = signed(source, id);
+      const dedupeId = source === 'github' ? `42:${id}` : id;
+
+      const first = await send(framework, source, request);
+      expect(first.status).toBe(202);
+      expect(JSON.parse(first.body)).toEqual({ received: true, duplicate: false });
+      // Replays: one after another, then five at once.
+      const again = await send(framework, source, request);
+      expect(again.status).toBe(200);
+      expect(JSON.parse(again.body)).toEqual({ received: true, duplicate: true });
+      const concurrent = await Promise.all(Array.from({ length: 5 }, () => send(framework, source, request)));
+      expect(concurrent.map((a) => a.status)).toEqual([200, 200, 200, 200, 200]);
+      expect(await receipts(`source = '${source}' AND delivery_id = '${dedupeId}'`)).toBe(1);
+
+      await processor.drain();
+      expect(await effects(dedupeId)).toBe(1);
+      // A replay after processing: acknowledged, no new work.
+      expect((await send(framework, source, request)).status).toBe(200);
+      expect(await receipts(`delivery_id = '${dedupeId}' AND state <> 'applied'`)).toBe(0);
+      await processor.drain();
+      expect(await effects(dedupeId)).toBe(1);
+    });
+
+    it('missing or wrong signature is 401, malformed headers 400, nothing stored', async () => {
+      const before = await receipts();
+      const request = signed(source, `${framework}-${source}-bad`);
+      const signatureHeader = {
+        standard: 'webhook-signature',
+        github: 'x-hub-signature-256',
+        stripe: 'stripe-signature',
+        generic: 'x-signature',
+      }[source];
+      const { [signatureHeader]: signature, ...unsigned } = request.headers;
+
+      const missing = await send(framework, source, { ...request, headers: unsigned });
+      expect(missing.status).toBe(401);
+      expect(missing.contentType).toBe('application/problem+json');
+      expect(JSON.parse(missing.body)).toMatchObject({
+        status: 401,
+        code: 'IDEM_WEBHOOK_UNAUTHORIZED',
+        reason: 'signature-missing',
+      });
+
+      const tampered = await send(framework, source, {
+        ...request,
+        body: Buffer.from(request.body.toString() + ' '),
+      });
+      expect(tampered.status).toBe(401);
+      expect(JSON.parse(tampered.body)).toMatchObject({ reason: 'signature-mismatch' });
+
+      const malformedHeaders: Record<string, string> = {
+        standard: { 'webhook-timestamp': 'yesterday' },
+        github: { 'x-hub-signature-256': 'md5=0' },
+        stripe: { 'stripe-signature': 'nonsense' },
+        generic: { 'x-timestamp': 'soon' },
+      }[source];
+      const malformed = await send(framework, source, {
+        ...request,
+        headers: { ...request.headers, ...malformedHeaders },
+      });
+      expect(malformed.status).toBe(400);
+      expect(malformed.contentType).toBe('application/problem+json');
+      expect(JSON.parse(malformed.body)).toMatchObject({ status: 400, code: 'IDEM_WEBHOOK_MALFORMED' });
+      expect(signature).toBeDefined();
+      expect(await receipts()).toBe(before);
+    });
+  });
+
+  it('timestamps outside the tolerance, past or future, are 401 and nothing is stored', async () => {
+    const before = await receipts();
+    for (const offset of [-301_000, 301_000]) {
+      for (const request of [
+        signStandard({ id: `${framework}-old-${offset}`, body: '{}', timestampMs: clock.now() + offset }),
+      ]) {
+        const answer = await send(framework, 'standard', request);
+        expect(answer.status).toBe(401);
+        expect((JSON.parse(answer.body) as { reason: string }).reason).toBe(
+          offset < 0 ? 'timestamp-too-old' : 'timestamp-too-new',
+        );
+      }
+      const stripe = await send(
+        framework,
+        'stripe',
+        signStripe({ body: '{"id":"evt_t"}', timestampMs: clock.now() + offset }),
+      );
+      expect(stripe.status).toBe(401);
+      const generic = await send(
+        framework,
+        'generic',
+        signGeneric({ id: 'g-t', body: '{}', timestampMs: clock.now() + offset }),
+      );
+      expect(generic.status).toBe(401);
+    }
+    expect(await receipts()).toBe(before);
+  });
+
+  it('a body over the limit is 413 and nothing is stored', async () => {
+    const before = await receipts();
+    const big = JSON.stringify({ type: 'thing.happened', pad: 'x'.repeat(bodyLimit) });
+    const answer = await send(
+      framework,
+      'standard',
+      signStandard({ id: `${framework}-big`, body: big, timestampMs: clock.now() }),
+    );
+    expect(answer.status).toBe(413);
+    expect(answer.contentType).toBe('application/problem+json');
+    expect(JSON.parse(answer.body)).toMatchObject({ status: 413, code: 'IDEM_WEBHOOK_TOO_LARGE' });
+    expect(await receipts()).toBe(before);
+  });
+
+  it('an unknown event type is stored, acknowledged, and recorded as unhandled', async () => {
+    const id = `${framework}-unknown-type`;
+    const answer = await send(framework, 'standard', signed('standard', id, 'never.heard.of'));
+    expect(answer.status).toBe(202);
+    expect(await receipts(`delivery_id = '${id}' AND event_type = 'never.heard.of'`)).toBe(1);
+    await processor.drain();
+    expect(await receipts(`delivery_id = '${id}' AND state = 'unhandled'`)).toBe(1);
+    expect(await effects(id)).toBe(0);
+  });
+});
+
+describe('the stored receipt', () => {
+  it('keeps the exact bytes and the chosen headers, never a signature header', async () => {
+    const request = signGithub({
+      delivery: 'stored-1',
+      hookId: '42',
+      event: 'push',
+      body: '{"b": [1, 2 ,3]}\n',
+    });
+    expect((await send('express', 'github', request)).status).toBe(202);
+    const { rows } = await db.pool.query(
+      `SELECT body, headers, event_type, received_at, expires_at FROM "${db.schema}".webhook_receipts
+       WHERE source = 'github' AND delivery_id = '42:stored-1'`,
+    );
+    const row = rows[0] as {
+      body: Buffer;
+      headers: Record<string, string>;
+      event_type: string;
+      received_at: Date;
+      expires_at: Date;
+    };
+    expect(Buffer.compare(row.body, Buffer.from(request.body))).toBe(0);
+    expect(row.headers).toMatchObject({
+      'x-github-delivery': 'stored-1',
+      'x-github-hook-id': '42',
+      'x-github-event': 'push',
+    });
+    expect(row.headers['x-hub-signature-256']).toBeUndefined();
+    expect(row.event_type).toBe('push');
+    // GitHub default retention: 4 days (3-day redelivery window plus margin).
+    expect(row.expires_at.getTime() - row.received_at.getTime()).toBe(4 * 86_400_000);
+  });
+
+  it('a database failure answers 503 with Retry-After: the sender will deliver again', async () => {
+    const broken = createWebhookReceiver({
+      sql: fromPg(db.pool),
+      schema: 'idem_no_such_schema',
+      clock,
+      logger,
+      sources: { standard: standardWebhooksVerifier({ secrets: [standardSecret] }) },
+    });
+    const answer = await broken.receive('standard', {
+      headers: {
+        get: (name) => signStandard({ id: 'x', body: '{}', timestampMs: clock.now() }).headers[name],
+      },
+      body: Buffer.from('{}'),
+    });
+    expect(answer.status).toBe(503);
+    expect(answer.headers['retry-after']).toBe('5');
+    expect(JSON.parse(answer.body)).toMatchObject({ status: 503 });
+  });
+});
+
+describe('raw body already consumed by a parser', () => {
+  async function listenHono(app: Hono): Promise<TestServer> {
+    const server = serve({ fetch: app.fetch, hostname: '127.0.0.1', port: 0 }) as Server;
+    await once(server, 'listening');
+    return {
+      url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+      close: () => closeNode(server),
+    };
+  }
+
+  async function expectLoudFailure(url: string, id: string) {
+    const lines = logger.lines.length;
+    const answer = await post(
+      url,
+      signStandard({ id, body: '{"type":"thing.happened"}', timestampMs: clock.now() }),
+    );
+    bodies.push(answer.body);
+    expect(answer.status).toBe(500);
+    expect(answer.contentType).toBe('application/problem+json');
+    expect(JSON.parse(answer.body)).toMatchObject({ code: 'IDEM_WEBHOOK_RAW_BODY' });
+    expect(
+      logger.lines
+        .slice(lines)
+        .some((l) => l.includes('"level":"error"') && l.includes('IDEM_WEBHOOK_RAW_BODY')),
+    ).toBe(true);
+    expect(await receipts(`delivery_id = '${id}'`)).toBe(0);
+  }
+
+  it('Express: express.json() first fails loudly; express.raw() first is fine', async () => {
+    const app = express();
+    app.post('/json', express.json(), expressWebhook(receiver, 'standard'));
+    app.post('/text', express.text({ type: '*/*' }), expressWebhook(receiver, 'standard'));
+    app.post('/raw', express.raw({ type: '*/*' }), expressWebhook(receiver, 'standard'));
+    const server = await listenNode(createServer(app));
+    try {
+      await expectLoudFailure(`${server.url}/json`, 'express-json');
+      await expectLoudFailure(`${server.url}/text`, 'express-text');
+      const raw = await post(
+        `${server.url}/raw`,
+        signStandard({ id: 'express-raw', body: '{"a":1}', timestampMs: clock.now() }),
+      );
+      expect(raw.status).toBe(202);
+    } finally {
+      await server.close();
+    }
+  });
+
+  it('Fastify: a route behind the JSON parser fails loudly', async () => {
+    const app = Fastify();
+    app.post('/json', fastifyWebhookHandler(receiver, 'standard'));
+    await app.listen({ host: '127.0.0.1', port: 0 });
+    try {
+      await expectLoudFailure(
+        `http://127.0.0.1:${(app.server.address() as AddressInfo).port}/json`,
+        'fastify-json',
+      );
+    } finally {
+      await app.close();
+    }
+  });
+
+  it('Hono: a middleware that read c.req.json() first fails loudly; one that read arrayBuffer() is fine', async () => {
+    const app = new Hono();
+    app.post('/json', async (c, next) => {
+      await c.req.json();
+      await next();
+    });
+    app.post('/json', honoWebhook(receiver, 'standard'));
+    app.post('/bytes', async (c, next) => {
+      await c.req.arrayBuffer();
+      await next();
+    });
+    app.post('/bytes', honoWebhook(receiver, 'standard'));
+    const server = await listenHono(app);
+    try {
+      await expectLoudFailure(`${server.url}/json`, 'hono-json');
+      const bytes = await post(
+        `${server.url}/bytes`,
+        signStandard({ id: 'hono-bytes', body: '{"a": 1}', timestampMs: clock.now() }),
+      );
+      expect(bytes.status).toBe(202);
+    } finally {
+      await server.close();
+    }
+  });
+});
+
+describe('secrets and signatures', () => {
+  it('never appear in a log line or an error body', async () => {
+    // More rejected and accepted traffic, so every log path has run.
+    const request = signStandard({
+      id: 'secret-check',
+      body: '{"type":"thing.happened"}',
+      timestampMs: clock.now(),
+    });
+    await send('node', 'standard', { ...request, body: Buffer.from('{"type":"other"}') });
+    await send('node', 'standard', request);
+    await send('node', 'standard', request);
+    await send(
+      'fastify',
+      'github',
+      signGithub({ delivery: 'sc', hookId: '1', event: 'push', body: '{}', secret: 'wrong' }),
+    );
+
+    const secrets = [
+      standardSecret,
+      standardSecret.slice(6),
+      Buffer.from(standardSecret.slice(6), 'base64').toString('hex'),
+      githubSecret,
+      stripeSecret,
+      hmacSecret,
+    ];
+    const signatures = [
+      request.headers['webhook-signature']!,
+      request.headers['webhook-signature']!.split(',')[1]!,
+      signGithub({ delivery: 'sc', hookId: '1', event: 'push', body: '{}', secret: 'wrong' }).headers[
+        'x-hub-signature-256'
+      ]!,
+    ];
+    const everything = [...logger.lines, ...bodies].join('\n');
+    expect(logger.lines.length).toBeGreaterThan(20);
+    expect(bodies.length).toBeGreaterThan(50);
+    for (const needle of [...secrets, ...signatures]) expect(everything).not.toContain(needle);
+    // The stored headers hold no signature either.
+    const { rows } = await db.pool.query(`SELECT headers::text AS h FROM "${db.schema}".webhook_receipts`);
+    const stored = rows.map((r: { h: string }) => r.h).join('\n');
+    for (const header of ['webhook-signature', 'x-hub-signature-256', 'stripe-signature', 'x-signature"']) {
+      expect(stored).not.toContain(header);
+    }
+  });
+});
