@@ -23,4 +23,14 @@ export {
 export { stepKeys, type SagaResult } from './execution.js';
 export type { SagaRecord, SagaStatus, SagaStepRecord, SagaStepState } from './saga-record.js';
 export { SagaFailedError, SagaStuckError, isSagaFailed, isSagaStuck } from './errors.js';
+export {
+  activityKey,
+  activityScope,
+  runActivity,
+  runActivitySteps,
+  type ActivityContextLike,
+  type ActivityKeyOptions,
+  type ActivityRun,
+  type RunActivityOptions,
+} from './temporal.js';
 export { withIdempotencyKey, currentIdempotencyKey } from '../client/key-context.js';
