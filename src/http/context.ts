@@ -1,0 +1,141 @@
+import { InvalidArgumentError, type OperationScope, type ResourcePointer } from '../core/errors.js';
+import type { QueryResult, Row, Transaction } from '../core/sql.js';
+import type { OperationContext } from '../operations/idem.js';
+import type { MultiStepOperation } from '../operations/multi-step.js';
+
+/**
+ * What a handler behind the idempotency integration gets, as `req.idem` (Express, node:http),
+ * `request.idem` (Fastify) or `c.get('idem')` (Hono).
+ */
+export interface IdempotencyContext<Client = unknown> {
+  /** The request's idempotency key. */
+  readonly key: string;
+  readonly tenant: string;
+  readonly operation: string;
+  readonly scope: OperationScope;
+  readonly mode: 'transaction' | 'steps';
+  /**
+   * Transaction mode: the transaction the key was claimed in. Write business rows through it
+   * (`tx.query(...)`, or your driver's object `tx.client`); they commit together with the key and
+   * the stored response, before the response is sent. Refused after the response is sent, and in
+   * steps mode.
+   */
+  readonly tx: Transaction<Client>;
+  /**
+   * Steps mode: runs `fn` once per intent in its own transaction and records its result under
+   * `name` (the recovery point). A retry after a failure or crash skips recorded steps and reruns
+   * the interrupted one with the same `key` for the downstream call.
+   */
+  step<R>(name: string, fn: (tx: Transaction<Client>, step: { key: string }) => Promise<R>): Promise<R>;
+  /** Steps mode: renews the lease during a long step. */
+  heartbeat(): Promise<void>;
+  /** Steps mode: true when this request took over an execution that crashed or failed. */
+  readonly resumed: boolean;
+  /** A key for a downstream call, derived from this intent and `name`; stable across retries. */
+  deriveKey(name: string): string;
+  /** Names what this request created; the key's tombstone keeps it after the response expires. */
+  setResource(resource: ResourcePointer): void;
+}
+
+/** @internal Common state of both modes. */
+abstract class BaseContext<Client> implements IdempotencyContext<Client> {
+  abstract readonly mode: 'transaction' | 'steps';
+  resource: ResourcePointer | null = null;
+  protected closed = false;
+
+  constructor(
+    readonly scope: OperationScope,
+    private readonly derive: (name: string) => string,
+  ) {}
+
+  get key(): string {
+    return this.scope.key;
+  }
+  get tenant(): string {
+    return this.scope.tenant;
+  }
+  get operation(): string {
+    return this.scope.operation;
+  }
+  abstract get tx(): Transaction<Client>;
+  abstract step<R>(
+    name: string,
+    fn: (tx: Transaction<Client>, step: { key: string }) => Promise<R>,
+  ): Promise<R>;
+  abstract heartbeat(): Promise<void>;
+  abstract get resumed(): boolean;
+
+  deriveKey(name: string): string {
+    return this.derive(name);
+  }
+  setResource(resource: ResourcePointer): void {
+    this.resource = { type: String(resource.type), id: String(resource.id) };
+  }
+  /** Called once the response is captured: later use of the transaction is a bug. */
+  close(): void {
+    this.closed = true;
+  }
+}
+
+/** @internal */
+export class TransactionContext<Client> extends BaseContext<Client> {
+  readonly mode = 'transaction';
+  private readonly guarded: Transaction<Client>;
+
+  constructor(tx: Transaction<Client>, operation: OperationContext) {
+    super(operation.scope, (name) => operation.deriveKey(name));
+    // A query after the response was captured would run after COMMIT, on a connection that is back
+    // in the pool (maybe inside someone else's transaction): refuse it loudly instead.
+    this.guarded = {
+      client: tx.client,
+      query: <R extends Row>(text: string, params?: readonly unknown[]): Promise<QueryResult<R>> => {
+        if (this.closed) {
+          return Promise.reject(
+            new InvalidArgumentError('idem.tx used after the response was sent; write before responding'),
+          );
+        }
+        return tx.query<R>(text, params);
+      },
+    };
+  }
+  get tx(): Transaction<Client> {
+    return this.guarded;
+  }
+  get resumed(): boolean {
+    return false;
+  }
+  step(): never {
+    throw new InvalidArgumentError(
+      "idem.step() needs mode: 'steps'; in transaction mode write through idem.tx",
+    );
+  }
+  heartbeat(): never {
+    throw new InvalidArgumentError("idem.heartbeat() needs mode: 'steps'");
+  }
+}
+
+/** @internal */
+export class StepsContext<Client> extends BaseContext<Client> {
+  readonly mode = 'steps';
+
+  constructor(private readonly op: MultiStepOperation<Client>) {
+    super(op.scope, (name) => op.deriveKey(name));
+  }
+  get tx(): never {
+    throw new InvalidArgumentError(
+      "idem.tx is not available in mode 'steps': each idem.step(name, (tx) => ...) gets its own",
+    );
+  }
+  get resumed(): boolean {
+    return this.op.resumed;
+  }
+  step<R>(name: string, fn: (tx: Transaction<Client>, step: { key: string }) => Promise<R>): Promise<R> {
+    if (this.closed) {
+      return Promise.reject(new InvalidArgumentError('idem.step() used after the response was sent'));
+    }
+    return this.op.step(name, fn);
+  }
+  heartbeat(): Promise<void> {
+    return this.op.heartbeat();
+  }
+}

@@ -1,0 +1,336 @@
+import {
+  isExpired,
+  isFenced,
+  isInProgress,
+  isInvalidKey,
+  isKeyReused,
+  isOperationFailed,
+} from '../core/errors.js';
+import { isRetryable } from '../core/retryable.js';
+import type { OperationSpec } from '../operations/options.js';
+import { completed, refused, type Outcome } from '../operations/outcome.js';
+import { StepsContext, TransactionContext, type IdempotencyContext } from './context.js';
+import { parseIdempotencyKey } from './key-header.js';
+import {
+  resolveOptions,
+  type CapturedResponse,
+  type IdempotencyOptions,
+  type ResolvedOptions,
+  type RouteInfo,
+} from './options.js';
+import { problemResponse, type ProblemExtras, type ProblemKind } from './problem.js';
+import { requestFingerprint } from './request-fingerprint.js';
+import { replayedHeader, selectReplayHeaders } from './response-headers.js';
+import { restoreResponse, storedMeta, type StoredResponseMeta } from './stored-response.js';
+
+/** A request as the framework-neutral engine sees it. */
+export interface RequestView<Req> {
+  /** The framework's own request (or context), handed to the option callbacks. */
+  native: Req;
+  method: string;
+  /** The matched route pattern, or undefined when the framework cannot tell (then `operation` is needed). */
+  route: string | undefined;
+  path: string;
+  /** Raw query string without `?`. */
+  query: string;
+  /** Every field line of the key header, as received. */
+  keyFields: readonly string[];
+  /** The declared `Content-Length`, if any. */
+  contentLength: number | undefined;
+}
+
+/** A request that passed the checks and may claim its key. */
+export interface Ticket {
+  key: string;
+  tenant: string;
+  operation: string;
+  method: string;
+  route: string;
+  path: string;
+  query: string;
+}
+
+/** The first decision: leave the request alone, answer it now, or go on with its key. */
+export type Admission =
+  { kind: 'pass' } | { kind: 'answer'; response: CapturedResponse } | { kind: 'admitted'; ticket: Ticket };
+
+/** What the integration sends. */
+export type Answer =
+  /** The handler's own response. `stored` is false when the store policy discarded it (5xx…). */
+  | { kind: 'handler'; response: CapturedResponse; stored: boolean }
+  /** A stored response, with `Idempotent-Replayed: true`. The handler did not run. */
+  | { kind: 'replay'; response: CapturedResponse }
+  /** A problem document. `afterHandler`: the handler ran and its response must be discarded. */
+  | { kind: 'problem'; response: CapturedResponse; afterHandler: boolean };
+
+/** Runs the handler and resolves with its response once the handler has answered. */
+export type Respond<Client> = (context: IdempotencyContext<Client>) => Promise<CapturedResponse>;
+
+const discardBrand = Symbol.for('idem.http.discard');
+
+/** Thrown inside the operation to roll back a response the store policy does not keep. */
+class DiscardResponse extends Error {
+  readonly [discardBrand] = true;
+  /** Not a failure of the intent: the retry must run afresh. */
+  readonly retryable = true;
+  constructor(status: number) {
+    super(`response ${status} is not stored; the handler's writes were rolled back`);
+  }
+}
+
+/**
+ * `idem.run` retries the whole transaction on a serialization failure or deadlock at COMMIT. Over
+ * HTTP the handler cannot run twice for one request (its response was already produced), so the
+ * second attempt stops here and the client gets the retryable 503.
+ */
+class HandlerAlreadyRan extends Error {
+  readonly retryable = true;
+  constructor() {
+    super('the transaction failed after the handler ran; it cannot run twice for one request');
+  }
+}
+
+interface RunState {
+  invoked: boolean;
+  captured: CapturedResponse | undefined;
+}
+
+/**
+ * The framework-neutral Idempotency-Key contract. The integrations (`idem/express`,
+ * `idem/fastify`, `idem/hono`, `idem/node-http`) translate their request and response to and from
+ * this engine and keep no logic of their own.
+ */
+export class HttpIdempotency<Req, Client = unknown> {
+  readonly options: ResolvedOptions<Req, Client>;
+  private readonly onError: (error: unknown) => void;
+
+  constructor(options: IdempotencyOptions<Req, Client> & { onError?: (error: unknown) => void }) {
+    this.options = resolveOptions(options);
+    this.onError = options.onError ?? ((error) => console.error('[idem/http]', error));
+  }
+
+  /** A copy with some options replaced, for one route. */
+  with(overrides: Partial<IdempotencyOptions<Req, Client>>): HttpIdempotency<Req, Client> {
+    const base = this.options;
+    return new HttpIdempotency<Req, Client>({
+      idem: base.idem,
+      tenant: base.tenant,
+      operation: base.operation,
+      methods: [...base.methods],
+      required: base.required,
+      header: base.header,
+      maxBodyBytes: base.maxBodyBytes,
+      fingerprint: { exclude: base.exclude, query: base.includeQuery },
+      replayHeaders: [...base.replayHeaders],
+      store: base.store,
+      waitMs: base.waitMs,
+      retention: base.retention,
+      mode: base.mode,
+      resource: base.resource,
+      problemTypeBase: base.problemTypeBase,
+      onError: this.onError,
+      ...(overrides.singleTenant ? { tenant: undefined } : {}),
+      ...overrides,
+    });
+  }
+
+  /** Whether the method is covered. */
+  covers(method: string): boolean {
+    return this.options.methods.has(method.toUpperCase());
+  }
+
+  /** Reads the key header: pass (no key, not required), a 400 answer, or the key. */
+  readKey(
+    fields: readonly string[],
+  ): { kind: 'pass' } | { kind: 'answer'; response: CapturedResponse } | { kind: 'key'; key: string } {
+    const parsed = parseIdempotencyKey(fields);
+    if (parsed.ok) return { kind: 'key', key: parsed.key };
+    if (parsed.reason === 'missing' && !this.options.required) return { kind: 'pass' };
+    return { kind: 'answer', response: this.problem(`key-${parsed.reason}`, parsed.detail) };
+  }
+
+  /** 413 when the declared length is over the limit, before a byte is read. */
+  checkLength(contentLength: number | undefined): CapturedResponse | null {
+    if (contentLength === undefined || contentLength <= this.options.maxBodyBytes) return null;
+    return this.bodyTooLarge();
+  }
+
+  bodyTooLarge(): CapturedResponse {
+    return this.problem(
+      'body-too-large',
+      `the request body is larger than ${this.options.maxBodyBytes} bytes; nothing was stored`,
+    );
+  }
+
+  bodyMalformed(detail: string): CapturedResponse {
+    return this.problem('body-malformed', detail);
+  }
+
+  /** Resolves tenant and operation. A throwing tenant resolver throws here (it is the app's error). */
+  async scope(
+    view: RequestView<Req>,
+    key: string,
+  ): Promise<{ kind: 'answer'; response: CapturedResponse } | { kind: 'admitted'; ticket: Ticket }> {
+    const method = view.method.toUpperCase();
+    const tenant = await this.options.tenant(view.native);
+    if (typeof tenant !== 'string' || tenant === '') {
+      return { kind: 'answer', response: this.problem('tenant-missing', 'the request names no tenant') };
+    }
+    const route = view.route ?? '';
+    const info: RouteInfo = { method, route, path: view.path };
+    const { operation: named } = this.options;
+    let operation: string;
+    if (typeof named === 'string') operation = named;
+    else if (typeof named === 'function') operation = named(view.native, info);
+    else if (view.route === undefined) {
+      const response = this.problem(
+        'internal',
+        'the route pattern is unknown here: mount the idempotency middleware on the route, or give `operation`',
+      );
+      return { kind: 'answer', response };
+    } else operation = `${method} ${route}`;
+    return {
+      kind: 'admitted',
+      ticket: { key, tenant, operation, method, route, path: view.path, query: view.query },
+    };
+  }
+
+  /** Every check that needs no body: coverage, key, length, tenant, operation. */
+  async admit(view: RequestView<Req>): Promise<Admission> {
+    if (!this.covers(view.method)) return { kind: 'pass' };
+    const key = this.readKey(view.keyFields);
+    if (key.kind !== 'key') return key;
+    const tooLarge = this.checkLength(view.contentLength);
+    if (tooLarge) return { kind: 'answer', response: tooLarge };
+    return this.scope(view, key.key);
+  }
+
+  /**
+   * Claims the key and runs `respond` (the handler) once per intent; stores the captured response
+   * in the same transaction as the handler's writes (transaction mode) or after its steps (steps
+   * mode); commits; and only then returns what to send.
+   */
+  async execute(ticket: Ticket, body: unknown, respond: Respond<Client>): Promise<Answer> {
+    const { idem, mode, exclude, includeQuery } = this.options;
+    let fingerprint: string;
+    try {
+      fingerprint = requestFingerprint({ ...ticket, body }, exclude, includeQuery);
+    } catch (error) {
+      return { kind: 'problem', response: this.bodyMalformed(describe(error)), afterHandler: false };
+    }
+    const spec: OperationSpec = {
+      tenant: ticket.tenant,
+      operation: ticket.operation,
+      key: ticket.key,
+      fingerprint,
+      ...(this.options.waitMs !== undefined ? { waitMs: this.options.waitMs } : {}),
+      ...(this.options.retention ? { retention: this.options.retention } : {}),
+    };
+    const state: RunState = { invoked: false, captured: undefined };
+    try {
+      const result =
+        mode === 'transaction'
+          ? await idem.run(spec, (tx, operation) =>
+              this.runHandler(state, new TransactionContext(tx, operation), respond),
+            )
+          : await idem.steps(spec, (op) => this.runHandler(state, new StepsContext(op), respond));
+      if (result.replayed) {
+        const stored = restoreResponse(result.value, result.body);
+        stored.headers.push([replayedHeader, 'true']);
+        return { kind: 'replay', response: stored };
+      }
+      return { kind: 'handler', response: state.captured!, stored: true };
+    } catch (error) {
+      return this.failure(error, state);
+    }
+  }
+
+  private async runHandler(
+    state: RunState,
+    context: TransactionContext<Client> | StepsContext<Client>,
+    respond: Respond<Client>,
+  ): Promise<Outcome<StoredResponseMeta>> {
+    if (state.invoked) throw new HandlerAlreadyRan();
+    state.invoked = true;
+    let captured: CapturedResponse;
+    try {
+      captured = await respond(context);
+    } finally {
+      context.close();
+    }
+    state.captured = captured;
+    const decision = this.options.store(captured.status);
+    if (decision === 'discard') throw new DiscardResponse(captured.status);
+    const meta = storedMeta(
+      captured.status,
+      selectReplayHeaders(captured.headers, this.options.replayHeaders),
+    );
+    const resource = context.resource ?? this.options.resource(captured);
+    const extras = resource ? { body: captured.body, resource } : { body: captured.body };
+    return decision === 'completed' ? completed(meta, extras) : refused(meta, extras);
+  }
+
+  private failure(error: unknown, state: RunState): Answer {
+    const cause = isOperationFailed(error) ? error.cause : undefined;
+    if (isDiscard(cause) && state.captured) {
+      return { kind: 'handler', response: state.captured, stored: false };
+    }
+    const answer = (kind: ProblemKind, detail: string, extras?: ProblemExtras): Answer => ({
+      kind: 'problem',
+      response: this.problem(kind, detail, extras),
+      afterHandler: state.invoked,
+    });
+    if (isKeyReused(error)) {
+      return answer('key-reused', 'this idempotency key was first used with a different request');
+    }
+    if (isInProgress(error)) {
+      const retryAfterSeconds = Math.max(1, Math.ceil(error.retryAfterMs / 1000));
+      return answer('in-progress', 'a request with this idempotency key is still running; retry later', {
+        retryAfterSeconds,
+      });
+    }
+    if (isExpired(error)) {
+      const expired = error;
+      return answer(
+        'result-expired',
+        'this idempotency key was used and its request completed, but the stored response has expired; it will not run again',
+        { resource: expired.resource, completedAt: expired.completedAt },
+      );
+    }
+    if (isFenced(error)) {
+      return answer('fenced', 'a retry of this request took it over; its answer is the one that counts', {
+        retryAfterSeconds: 1,
+      });
+    }
+    if (isInvalidKey(error)) return answer('key-malformed', (error as Error).message);
+    this.onError(error);
+    if (state.captured) {
+      return answer(
+        'commit-failed',
+        'the request ran but its commit failed, so nothing was stored; retry with the same key',
+        { retryAfterSeconds: 1 },
+      );
+    }
+    if (!state.invoked && isRetryable(error)) {
+      return answer('unavailable', 'the idempotency store is unavailable; retry with the same key', {
+        retryAfterSeconds: 1,
+      });
+    }
+    return answer('internal', 'the request could not be processed; nothing was stored (see the server log)');
+  }
+
+  /** Builds a problem response with this instance's type base. */
+  problem(kind: ProblemKind, detail: string, extras?: ProblemExtras): CapturedResponse {
+    return problemResponse(kind, detail, this.options.problemTypeBase, extras);
+  }
+}
+
+function isDiscard(error: unknown): boolean {
+  return (
+    typeof error === 'object' && error !== null && (error as Record<symbol, unknown>)[discardBrand] === true
+  );
+}
+
+function describe(error: unknown): string {
+  return error instanceof Error ? error.message : String(error);
+}

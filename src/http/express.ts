@@ -1,0 +1,147 @@
+/**
+ * The Idempotency-Key contract for Express 5, as route middleware.
+ *
+ * @example
+ * import { idempotency } from 'idem/express';
+ * const idempotent = idempotency({ idem, tenant: (req) => req.user.accountId });
+ * app.post('/orders', idempotent, async (req, res) => {
+ *   const { rows } = await req.idem!.tx.query('INSERT INTO orders (amount) VALUES ($1) RETURNING id', [req.body.amount]);
+ *   res.status(201).json({ id: rows[0].id });
+ * });
+ * app.post('/checkout', idempotent.with({ mode: 'steps' }), checkoutHandler);
+ *
+ * Mount it on the route (as above, or `router.post(...)`), not with `app.use`: only there does
+ * Express know the route pattern the operation is named after. With `app.use`, give `operation`.
+ * The middleware reads and parses the body itself (JSON → object, `text/*` → string, anything else
+ * → Buffer) within `maxBodyBytes`, unless a body parser already ran.
+ */
+import type { IncomingMessage } from 'node:http';
+import type { NextFunction, Request, RequestHandler, Response } from 'express';
+import type { IdempotencyContext } from './context.js';
+import { HttpIdempotency, type Answer, type RequestView } from './engine.js';
+import type { IdempotencyOptions } from './options.js';
+import {
+  BodyMalformedError,
+  BodyTooLargeError,
+  declaredLength,
+  parseBody,
+  readNodeBody,
+} from './request-body.js';
+import {
+  captureNodeResponse,
+  rawHeaderValues,
+  writeNodeResponse,
+  type NodeResponseCapture,
+} from './node-response-capture.js';
+
+declare global {
+  // eslint-disable-next-line @typescript-eslint/no-namespace -- Express's own extension point
+  namespace Express {
+    interface Request {
+      /** Set by the idempotency middleware on covered requests that carry a key. */
+      idem?: IdempotencyContext;
+    }
+  }
+}
+
+/** Options of the Express middleware; `tenant` and `operation` receive the Express request. */
+export type ExpressIdempotencyOptions<Client = unknown> = IdempotencyOptions<Request, Client> & {
+  /** Called with errors idem answers 500/503 for. Default: `console.error`. */
+  onError?: (error: unknown) => void;
+};
+
+/** The middleware, with `.with(overrides)` for routes that need other options. */
+export interface ExpressIdempotency<Client = unknown> extends RequestHandler {
+  with(overrides: Partial<IdempotencyOptions<Request, Client>>): ExpressIdempotency<Client>;
+  readonly engine: HttpIdempotency<Request, Client>;
+}
+
+export function idempotency<Client = unknown>(
+  options: ExpressIdempotencyOptions<Client>,
+): ExpressIdempotency<Client> {
+  return middleware(new HttpIdempotency<Request, Client>(options));
+}
+
+function middleware<Client>(engine: HttpIdempotency<Request, Client>): ExpressIdempotency<Client> {
+  const handler = (req: Request, res: Response, next: NextFunction) => {
+    handle(engine, req, res, next).catch((error: unknown) => {
+      // Only reached if sending itself failed: the response may be half-written.
+      console.error('[idem/express]', error);
+      if (!res.headersSent) next(error);
+      else res.destroy();
+    });
+  };
+  return Object.assign(handler, {
+    with: (overrides: Partial<IdempotencyOptions<Request, Client>>) => middleware(engine.with(overrides)),
+    engine,
+  });
+}
+
+async function handle<Client>(
+  engine: HttpIdempotency<Request, Client>,
+  req: Request,
+  res: Response,
+  next: NextFunction,
+): Promise<void> {
+  if (!engine.covers(req.method)) return next();
+  const [path = '/', query = ''] = req.originalUrl.split('?', 2);
+  const view: RequestView<Request> = {
+    native: req,
+    method: req.method,
+    route: routePattern(req),
+    path,
+    query,
+    keyFields: rawHeaderValues(req.rawHeaders, engine.options.header),
+    contentLength: declaredLength(req.headers['content-length']),
+  };
+  let admission;
+  try {
+    admission = await engine.admit(view);
+  } catch (error) {
+    return next(error); // the tenant resolver's own error, e.g. 401 from auth
+  }
+  if (admission.kind === 'pass') return next();
+  if (admission.kind === 'answer') return writeNodeResponse(res, admission.response);
+
+  let body: unknown = req.body;
+  if (body === undefined && hasUnreadBody(req)) {
+    try {
+      body = parseBody(await readNodeBody(req, engine.options.maxBodyBytes), req.headers['content-type']);
+    } catch (error) {
+      if (error instanceof BodyTooLargeError) return writeNodeResponse(res, engine.bodyTooLarge());
+      if (error instanceof BodyMalformedError)
+        return writeNodeResponse(res, engine.bodyMalformed(error.message));
+      return next(error);
+    }
+    req.body = body;
+  }
+
+  let capture: NodeResponseCapture | undefined;
+  const answer: Answer = await engine.execute(admission.ticket, body, (context) => {
+    req.idem = context;
+    capture = captureNodeResponse(res);
+    next(); // the route's handler runs; its response (or the error handler's) is captured
+    return capture.done;
+  });
+  if (answer.kind === 'handler') capture!.release();
+  else if (answer.kind === 'problem' && answer.afterHandler && capture) capture.replace(answer.response);
+  else writeNodeResponse(res, answer.response);
+}
+
+/** `/orders/:id` with the router's mount path, or undefined outside a route. */
+function routePattern(req: Request): string | undefined {
+  const path = (req as { route?: { path?: unknown } }).route?.path;
+  let pattern: string;
+  if (typeof path === 'string') pattern = path;
+  else if (path instanceof RegExp) pattern = String(path);
+  else if (Array.isArray(path)) pattern = path.map(String).join('|');
+  else return undefined;
+  return `${req.baseUrl ?? ''}${pattern}`;
+}
+
+function hasUnreadBody(req: IncomingMessage): boolean {
+  if (req.readableEnded) return false;
+  return (
+    req.headers['transfer-encoding'] !== undefined || (declaredLength(req.headers['content-length']) ?? 0) > 0
+  );
+}

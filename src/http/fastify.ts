@@ -1,0 +1,237 @@
+/**
+ * The Idempotency-Key contract for Fastify 5, as a plugin.
+ *
+ * @example
+ * import { idempotency } from 'idem/fastify';
+ * await app.register(idempotency, { idem, tenant: (request) => request.user.accountId });
+ * app.post('/orders', async (request, reply) => {
+ *   const { rows } = await request.idem!.tx.query('INSERT INTO orders (amount) VALUES ($1) RETURNING id', [request.body.amount]);
+ *   return reply.code(201).send({ id: rows[0].id });
+ * });
+ * app.post('/checkout', { config: { idempotency: { mode: 'steps' } } }, checkoutHandler);
+ * app.post('/webhooks/ping', { config: { idempotency: false } }, pingHandler);
+ *
+ * Every route registered after the plugin, in its scope and below, whose method is covered (POST
+ * and PATCH by default) follows the contract, unless its `config.idempotency` is `false`; a route's
+ * `config.idempotency` object overrides options for that route. The plugin adds route hooks:
+ * `onRequest` checks the key and the declared length, `preHandler` (after the route's own, so after
+ * authentication) resolves the tenant and claims the key, `onSend` (last) captures the serialized
+ * reply, stores it, commits, and only then lets Fastify send it. The route's `bodyLimit` is capped
+ * at `maxBodyBytes`.
+ */
+import type { FastifyPluginCallback, FastifyReply, FastifyRequest, RouteOptions } from 'fastify';
+import type { IdempotencyContext } from './context.js';
+import { HttpIdempotency, type Answer, type RequestView } from './engine.js';
+import type { CapturedResponse, IdempotencyOptions } from './options.js';
+import { declaredLength } from './request-body.js';
+import { headerMap, headerPairs } from './response-headers.js';
+import { rawHeaderValues } from './node-response-capture.js';
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    /** Set by the idempotency plugin on covered requests that carry a key; null otherwise. */
+    idem: IdempotencyContext | null;
+  }
+  interface FastifyContextConfig {
+    /** `false` leaves the route out of the contract; an object overrides the plugin's options. */
+    idempotency?: false | Partial<IdempotencyOptions<FastifyRequest>>;
+  }
+}
+
+export type FastifyIdempotencyOptions<Client = unknown> = IdempotencyOptions<FastifyRequest, Client> & {
+  /** Called with errors idem answers 500/503 for. Default: `console.error`. */
+  onError?: (error: unknown) => void;
+};
+
+const stateKey = Symbol('idem.http.fastify');
+
+interface Deferred<T> {
+  promise: Promise<T>;
+  resolve(value: T): void;
+}
+
+/** Per-request state between the hooks. */
+interface RequestState {
+  key?: string;
+  /** Set when the handler runs under a claimed key; onSend hands it the reply. */
+  captured?: Deferred<CapturedResponse>;
+  answer?: Promise<Answer>;
+  /** Fastify's own body errors, answered as problems. */
+  bodyError?: 'too-large' | 'malformed';
+}
+
+type WithState = FastifyRequest & { [stateKey]?: RequestState };
+
+const plugin: FastifyPluginCallback<FastifyIdempotencyOptions> = (fastify, options, done) => {
+  const engine = new HttpIdempotency<FastifyRequest>(options);
+  fastify.decorateRequest('idem', null);
+  fastify.addHook('onRoute', (route) => attach(route, engine));
+  done();
+};
+
+/**
+ * The plugin. Registered without encapsulation (what `fastify-plugin` does), so it sees the routes
+ * of the scope it is registered in.
+ */
+export const idempotency = Object.assign(plugin, {
+  [Symbol.for('skip-override')]: true,
+  [Symbol.for('fastify.display-name')]: 'idem-idempotency',
+});
+
+function attach(route: RouteOptions, base: HttpIdempotency<FastifyRequest>): void {
+  const config = (route.config as { idempotency?: false | Partial<IdempotencyOptions<FastifyRequest>> })
+    ?.idempotency;
+  if (config === false) return;
+  const engine = config ? base.with(config) : base;
+  const methods = [route.method].flat();
+  if (!methods.some((m) => engine.covers(m))) return;
+  const limit = engine.options.maxBodyBytes;
+  route.bodyLimit = Math.min(route.bodyLimit ?? limit, limit);
+  route.onRequest = [...hooks(route.onRequest), onRequest(engine)] as RouteOptions['onRequest'];
+  route.preHandler = [...hooks(route.preHandler), preHandler(engine)] as RouteOptions['preHandler'];
+  route.onError = [...hooks(route.onError), onError] as RouteOptions['onError'];
+  route.onSend = [...hooks(route.onSend), onSend(engine)] as RouteOptions['onSend'];
+}
+
+function hooks(value: unknown): unknown[] {
+  return value === undefined || value === null ? [] : Array.isArray(value) ? value : [value];
+}
+
+function onRequest(engine: HttpIdempotency<FastifyRequest>) {
+  return async function idemOnRequest(request: FastifyRequest, reply: FastifyReply) {
+    if (!engine.covers(request.method)) return;
+    const key = engine.readKey(rawHeaderValues(request.raw.rawHeaders, engine.options.header));
+    if (key.kind === 'pass') return;
+    if (key.kind === 'answer') return send(reply, key.response);
+    const tooLarge = engine.checkLength(declaredLength(request.headers['content-length']));
+    if (tooLarge) return send(reply, tooLarge);
+    (request as WithState)[stateKey] = { key: key.key };
+  };
+}
+
+function preHandler(engine: HttpIdempotency<FastifyRequest>) {
+  return async function idemPreHandler(request: FastifyRequest, reply: FastifyReply) {
+    const state = (request as WithState)[stateKey];
+    if (!state?.key) return;
+    const [path = '/', query = ''] = request.url.split('?', 2);
+    const view: RequestView<FastifyRequest> = {
+      native: request,
+      method: request.method,
+      route: request.routeOptions.url,
+      path,
+      query,
+      keyFields: [],
+      contentLength: undefined,
+    };
+    const scoped = await engine.scope(view, state.key);
+    if (scoped.kind === 'answer') return send(reply, scoped.response);
+    const started = deferred<null>();
+    const captured = deferred<CapturedResponse>();
+    const answer = engine.execute(scoped.ticket, request.body, (context) => {
+      request.idem = context;
+      state.captured = captured;
+      started.resolve(null);
+      return captured.promise;
+    });
+    state.answer = answer;
+    // Either the handler may run now (the key is claimed), or the request is answered without it.
+    const first = await Promise.race([started.promise, answer]);
+    if (first === null) return;
+    state.answer = undefined;
+    return send(reply, first.response);
+  };
+}
+
+async function onError(request: FastifyRequest, _reply: FastifyReply, error: Error & { code?: string }) {
+  const state = (request as WithState)[stateKey];
+  if (!state || state.captured) return;
+  if (error.code === 'FST_ERR_CTP_BODY_TOO_LARGE') state.bodyError = 'too-large';
+  else if (error.code === 'FST_ERR_CTP_INVALID_JSON_BODY' || error.code === 'FST_ERR_CTP_EMPTY_JSON_BODY') {
+    state.bodyError = 'malformed';
+  }
+}
+
+function onSend(engine: HttpIdempotency<FastifyRequest>) {
+  return async function idemOnSend(request: FastifyRequest, reply: FastifyReply, payload: unknown) {
+    const state = (request as WithState)[stateKey];
+    if (!state) return payload;
+    if (state.bodyError && !state.captured) {
+      const problem =
+        state.bodyError === 'too-large'
+          ? engine.bodyTooLarge()
+          : engine.bodyMalformed('the request body is not valid JSON');
+      return replaceReply(reply, problem);
+    }
+    if (!state.captured || !state.answer) return payload;
+    const response = await capture(reply, payload);
+    state.captured.resolve(response);
+    const answer = await state.answer;
+    state.answer = undefined; // this request's reply is settled
+    if (answer.kind === 'handler') {
+      const { body } = answer.response;
+      return Buffer.from(body.buffer, body.byteOffset, body.byteLength);
+    }
+    return replaceReply(reply, answer.response);
+  };
+}
+
+/** The reply as the client would get it: Fastify's status and headers, the payload as bytes. */
+async function capture(reply: FastifyReply, payload: unknown): Promise<CapturedResponse> {
+  if (payload instanceof Response) {
+    // Fastify applies a Response's status and headers after onSend; apply them now instead.
+    reply.code(payload.status);
+    payload.headers.forEach((value, name) => {
+      if (name !== 'set-cookie') void reply.header(name, value);
+    });
+    const cookies = payload.headers.getSetCookie();
+    if (cookies.length) void reply.header('set-cookie', cookies);
+    payload = new Uint8Array(await payload.arrayBuffer());
+  }
+  return {
+    status: reply.statusCode,
+    headers: headerPairs(reply.getHeaders()).filter(([name]) => name !== 'content-length'),
+    body: await payloadBytes(payload),
+  };
+}
+
+async function payloadBytes(payload: unknown): Promise<Uint8Array> {
+  if (payload === undefined || payload === null) return new Uint8Array(0);
+  if (typeof payload === 'string') return Buffer.from(payload, 'utf8');
+  if (payload instanceof Uint8Array) return payload;
+  const chunks: Buffer[] = [];
+  if (typeof (payload as ReadableStream).getReader === 'function') {
+    const reader = (payload as ReadableStream<Uint8Array>).getReader();
+    for (let r = await reader.read(); !r.done; r = await reader.read()) chunks.push(Buffer.from(r.value));
+    return Buffer.concat(chunks);
+  }
+  if (typeof (payload as AsyncIterable<unknown>)[Symbol.asyncIterator] === 'function') {
+    for await (const chunk of payload as AsyncIterable<Buffer | string>) {
+      chunks.push(typeof chunk === 'string' ? Buffer.from(chunk) : Buffer.from(chunk));
+    }
+    return Buffer.concat(chunks);
+  }
+  throw new TypeError('unsupported reply payload');
+}
+
+/** Drops every header set so far and makes the reply `response` (used in onSend). */
+function replaceReply(reply: FastifyReply, response: CapturedResponse): Buffer {
+  for (const name of Object.keys(reply.getHeaders())) reply.removeHeader(name);
+  reply.code(response.status);
+  for (const [name, value] of Object.entries(headerMap(response.headers))) void reply.header(name, value);
+  const { body } = response;
+  return Buffer.from(body.buffer, body.byteOffset, body.byteLength);
+}
+
+/** Answers from a hook, without the handler. */
+function send(reply: FastifyReply, response: CapturedResponse): FastifyReply {
+  reply.code(response.status);
+  for (const [name, value] of Object.entries(headerMap(response.headers))) void reply.header(name, value);
+  const { body } = response;
+  return reply.send(Buffer.from(body.buffer, body.byteOffset, body.byteLength));
+}
+
+function deferred<T>(): Deferred<T> {
+  let resolve!: (value: T) => void;
+  const promise = new Promise<T>((r) => (resolve = r));
+  return { promise, resolve };
+}

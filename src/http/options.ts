@@ -1,0 +1,205 @@
+import { InvalidArgumentError } from '../core/errors.js';
+import type { ResourcePointer } from '../core/errors.js';
+import type { Idem } from '../operations/idem.js';
+import type { RetentionPolicy } from '../operations/options.js';
+import { defaultProblemTypeBase } from './problem.js';
+import { defaultReplayHeaders, neverReplayed } from './response-headers.js';
+
+/** What to do with a response the handler produced. */
+export type StoreDecision = 'completed' | 'refused' | 'discard';
+
+/** The handler's response as idem captured it: status, every header, and the body bytes. */
+export interface CapturedResponse {
+  status: number;
+  /** Lower-case names; a header sent several times (Set-Cookie) appears several times. */
+  headers: [string, string][];
+  body: Uint8Array;
+}
+
+/** What a request is, as the option callbacks see it. */
+export interface RouteInfo {
+  /** Upper-case method, e.g. `POST`. */
+  method: string;
+  /** The route pattern the framework matched, e.g. `/orders/:id` (not the raw URL). */
+  route: string;
+  /** The raw path, e.g. `/orders/17`. */
+  path: string;
+}
+
+/** Options shared by every integration. `Req` is the framework's own request (or context) type. */
+export interface IdempotencyOptions<Req, Client = unknown> {
+  /** The keyed-operation engine, from `createIdem`. Required. */
+  idem: Idem<Client>;
+  /**
+   * Who the key belongs to, usually the authenticated account (`req.user.accountId`). Keys never
+   * cross tenants: tenant B sending tenant A's key runs its own operation. Return `undefined` to
+   * answer 400 `tenant-missing`. Required unless `singleTenant` is true.
+   */
+  tenant?: (req: Req) => string | undefined | Promise<string | undefined>;
+  /**
+   * Explicit opt-out of tenant scoping for a service with one tenant: every key is stored under the
+   * tenant `"default"`. Default false. Setting neither `tenant` nor `singleTenant` is a setup error,
+   * so a multi-tenant service cannot forget the scope by accident.
+   */
+  singleTenant?: boolean;
+  /**
+   * The operation name keys are scoped by. Default: method and route pattern, e.g.
+   * `POST /orders/:id`. Override it when one intent is reachable by several routes, or to keep
+   * keys valid across a route rename.
+   */
+  operation?: string | ((req: Req, route: RouteInfo) => string);
+  /** Methods the contract covers; others pass straight through. Default `['POST', 'PATCH']`. */
+  methods?: readonly string[];
+  /**
+   * Whether a covered request without a key is refused with 400 `key-missing`. Default true. When
+   * false, such a request runs the handler without idempotency (and without `idem` on the request).
+   */
+  required?: boolean;
+  /** The request header that carries the key. Default `Idempotency-Key`. */
+  header?: string;
+  /**
+   * Largest request body accepted, in bytes. A larger body is answered 413 `body-too-large` before
+   * anything is stored or the handler runs. Default 1 MiB (1 048 576).
+   */
+  maxBodyBytes?: number;
+  /** What goes into the request fingerprint besides method, route, path and query. */
+  fingerprint?: {
+    /**
+     * Dotted paths inside the parsed body left out of the fingerprint, e.g. `['clientTime']`, for
+     * fields that legitimately differ between retries of one intent. Default none.
+     */
+    exclude?: readonly string[];
+    /** Whether the query string is part of the fingerprint. Default true. */
+    query?: boolean;
+  };
+  /**
+   * Response headers stored and replayed (case-insensitive). Default: `content-type`,
+   * `content-language`, `content-encoding`, `content-disposition`, `content-location`, `location`,
+   * `link`, `etag`, `last-modified`, `cache-control`, `expires`, `vary`. `set-cookie` is replayed
+   * only when listed here. `date`, `content-length` and hop-by-hop headers are never stored; listing
+   * them is a setup error.
+   */
+  replayHeaders?: readonly string[];
+  /**
+   * Which handler responses are stored. Default: 2xx and 3xx are stored as completed; 4xx are
+   * stored as business refusals (a declined card is answered the same way on every retry), except
+   * 408, 409, 425 and 429, which are transient; 5xx are not stored. A response that is not stored
+   * is sent as it is and the handler's writes are rolled back, so the retry runs afresh.
+   */
+  store?: (status: number) => StoreDecision;
+  /**
+   * How long a request waits for a concurrent execution of the same key before 409 `in-progress`
+   * with `Retry-After`. Default: the `waitMs` of the Idem instance (5000 ms).
+   */
+  waitMs?: number;
+  /** Retention of stored responses for these routes. Default: the Idem instance's. */
+  retention?: Partial<RetentionPolicy>;
+  /**
+   * `transaction` (default): the handler gets `idem.tx`; its writes, the key and the stored response
+   * commit together. `steps`: for handlers that call external services; the handler gets
+   * `idem.step(name, fn)` with recovery points, derived keys and a lease, and a crashed request is
+   * resumed by the client's retry.
+   */
+  mode?: 'transaction' | 'steps';
+  /**
+   * What the key's tombstone points at once the stored response has expired. Default: the
+   * response's `Location` header, as `{ type: 'location', id: <Location> }`. A handler can also
+   * call `idem.setResource()`.
+   */
+  resource?: (response: CapturedResponse) => ResourcePointer | null;
+  /** Prefix of the problem `type` URIs. Default `urn:idem:problem:`. */
+  problemTypeBase?: string;
+}
+
+/** Options with every default applied and checked. */
+export interface ResolvedOptions<Req, Client> {
+  idem: Idem<Client>;
+  tenant: (req: Req) => string | undefined | Promise<string | undefined>;
+  operation: string | ((req: Req, route: RouteInfo) => string) | undefined;
+  methods: ReadonlySet<string>;
+  required: boolean;
+  header: string;
+  maxBodyBytes: number;
+  exclude: readonly string[];
+  includeQuery: boolean;
+  replayHeaders: ReadonlySet<string>;
+  store: (status: number) => StoreDecision;
+  waitMs: number | undefined;
+  retention: Partial<RetentionPolicy> | undefined;
+  mode: 'transaction' | 'steps';
+  resource: (response: CapturedResponse) => ResourcePointer | null;
+  problemTypeBase: string;
+}
+
+export const singleTenantId = 'default';
+export const defaultMaxBodyBytes = 1_048_576;
+
+export function defaultStore(status: number): StoreDecision {
+  if (status >= 500) return 'discard';
+  if (status >= 400) return transientClientStatuses.has(status) ? 'discard' : 'refused';
+  return 'completed';
+}
+
+const transientClientStatuses = new Set([408, 409, 425, 429]);
+
+function locationResource(response: CapturedResponse): ResourcePointer | null {
+  const location = response.headers.find(([name]) => name === 'location');
+  return location ? { type: 'location', id: location[1] } : null;
+}
+
+export function resolveOptions<Req, Client>(
+  options: IdempotencyOptions<Req, Client>,
+): ResolvedOptions<Req, Client> {
+  if (!options || typeof options.idem?.run !== 'function') {
+    throw new InvalidArgumentError('idempotency options need `idem` (from createIdem)');
+  }
+  if (options.tenant && options.singleTenant) {
+    throw new InvalidArgumentError('give either `tenant` or `singleTenant: true`, not both');
+  }
+  if (!options.tenant && options.singleTenant !== true) {
+    throw new InvalidArgumentError(
+      'idempotency keys are scoped by tenant: give `tenant: (req) => accountId`, ' +
+        'or opt out explicitly with `singleTenant: true`',
+    );
+  }
+  const maxBodyBytes = options.maxBodyBytes ?? defaultMaxBodyBytes;
+  if (!(Number.isInteger(maxBodyBytes) && maxBodyBytes > 0)) {
+    throw new InvalidArgumentError('maxBodyBytes must be a positive integer');
+  }
+  if (options.waitMs !== undefined && !(Number.isFinite(options.waitMs) && options.waitMs >= 0)) {
+    throw new InvalidArgumentError('waitMs must be zero or more');
+  }
+  const replayHeaders = new Set((options.replayHeaders ?? defaultReplayHeaders).map((h) => h.toLowerCase()));
+  for (const name of replayHeaders) {
+    if (neverReplayed.has(name)) {
+      throw new InvalidArgumentError(`the ${name} header is never replayed; remove it from replayHeaders`);
+    }
+  }
+  const methods = new Set((options.methods ?? ['POST', 'PATCH']).map((m) => m.toUpperCase()));
+  const header = options.header ?? 'Idempotency-Key';
+  if (!/^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/.test(header)) {
+    throw new InvalidArgumentError('header must be a valid HTTP field name');
+  }
+  const mode = options.mode ?? 'transaction';
+  if (mode !== 'transaction' && mode !== 'steps') {
+    throw new InvalidArgumentError("mode must be 'transaction' or 'steps'");
+  }
+  return {
+    idem: options.idem,
+    tenant: options.tenant ?? (() => singleTenantId),
+    operation: options.operation,
+    methods,
+    required: options.required ?? true,
+    header: header.toLowerCase(),
+    maxBodyBytes,
+    exclude: options.fingerprint?.exclude ?? [],
+    includeQuery: options.fingerprint?.query ?? true,
+    replayHeaders,
+    store: options.store ?? defaultStore,
+    waitMs: options.waitMs,
+    retention: options.retention,
+    mode,
+    resource: options.resource ?? locationResource,
+    problemTypeBase: options.problemTypeBase ?? defaultProblemTypeBase,
+  };
+}
