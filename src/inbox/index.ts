@@ -13,3 +13,18 @@ export {
   type InboxOptions,
   type InboxRecord,
 } from './inbox.js';
+export {
+  RabbitMqConsumer,
+  consumeRabbitMq,
+  attemptsHeader,
+  type AmqpReceivedMessage,
+  type ConsumerCounters,
+  type RabbitMqConsumerOptions,
+} from './rabbitmq-consumer.js';
+export {
+  JetStreamConsumer,
+  consumeJetStream,
+  type JetStreamConsumerOptions,
+  type JetStreamReceivedMessage,
+} from './jetstream-consumer.js';
+export { MessageWithoutIdError, defaultRetryDelaysMs, type ConsumerRetryOptions } from './retry.js';

@@ -182,8 +182,12 @@ export class Outbox {
     return deleted;
   }
 
-  async stats(): Promise<OutboxStats> {
-    const { rows } = await this.db().query(this.statements.stats, [new Date(this.clock.now())]);
+  /** Counts of every topic's rows, or of one topic's. A full scan: for tools, not hot paths. */
+  async stats(options: { topic?: string } = {}): Promise<OutboxStats> {
+    const { rows } = await this.db().query(this.statements.stats, [
+      new Date(this.clock.now()),
+      options.topic ?? null,
+    ]);
     const r = rows[0] ?? {};
     const oldest = toMillis(r.oldest_pending);
     return {

@@ -26,7 +26,7 @@ export interface OutboxStatements {
   cleanup: string;
   /** $1 cutoff, $2 batch size. For CDC (Debezium) setups: deletes any row older than the cutoff. */
   cleanupCaptured: string;
-  /** $1 now. Counts by state. */
+  /** $1 now, $2 topic or null. Counts by state. */
   stats: string;
   /** $1 id. One event with its bookkeeping. */
   read: string;
@@ -103,7 +103,7 @@ export function renderOutboxStatements(schema: string): OutboxStatements {
         count(*) FILTER (WHERE dead_at IS NOT NULL)::bigint AS dead,
         count(*) FILTER (WHERE published_at IS NOT NULL)::bigint AS published,
         min(created_at) FILTER (WHERE published_at IS NULL AND dead_at IS NULL) AS oldest_pending
-      FROM ${s}.outbox`,
+      FROM ${s}.outbox WHERE $2::text IS NULL OR aggregatetype = $2`,
     read: `SELECT ${eventColumns}, seq, available_at, last_error, published_at, dead_at FROM ${s}.outbox WHERE id = $1`,
     listDead: `SELECT ${eventColumns}, seq, available_at, last_error, published_at, dead_at FROM ${s}.outbox
       WHERE dead_at IS NOT NULL AND ($2::text IS NULL OR aggregatetype = $2) ORDER BY dead_at LIMIT $1`,

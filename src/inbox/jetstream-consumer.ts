@@ -1,0 +1,185 @@
+/**
+ * NATS JetStream pull consumer with an inbox: ack (double-acked, so the server confirms it) only
+ * after the handler's transaction committed, `nak` with a delay on failure, and after N deliveries
+ * `term` with the reason, the message recorded in the inbox as dead.
+ */
+import type { ConsumerMessages, JsMsg } from '@nats-io/jetstream';
+import type { NatsConnection } from '@nats-io/transport-node';
+import type { Transaction } from '../core/sql.js';
+import { describeError } from '../outbox/errors.js';
+import type { Inbox, InboxContext } from './inbox.js';
+import type { ConsumerCounters } from './rabbitmq-consumer.js';
+import { resolveRetry, type ConsumerRetryOptions, type ResolvedRetry } from './retry.js';
+
+/** A delivery as the handler sees it. */
+export interface JetStreamReceivedMessage {
+  /** `Nats-Msg-Id` (the outbox event id), or `<stream>:<sequence>` when the publisher set none. */
+  id: string;
+  subject: string;
+  data: Uint8Array;
+  json<T = unknown>(): T;
+  headers: Record<string, string>;
+  /** 1 on the first delivery. */
+  attempt: number;
+  raw: JsMsg;
+}
+
+export interface JetStreamConsumerOptions<Client = unknown> extends ConsumerRetryOptions {
+  inbox: Inbox<Client>;
+  /** The inbox consumer name, e.g. `billing`. */
+  consumer: string;
+  /** A connection you manage, or server URLs (the consumer connects and drains it on close). */
+  connection: NatsConnection | { servers: string | string[] };
+  stream: string;
+  /** Name of the durable JetStream consumer. */
+  durable: string;
+  /**
+   * Create the durable consumer when missing: explicit acks, no server-side delivery limit (this
+   * consumer counts and terms), `ackWaitMs` (default 30000 ms), and an optional subject filter.
+   * Default `{}` (create). `false` requires it to exist.
+   */
+  create?: { filterSubject?: string; ackWaitMs?: number } | false;
+  handler: (
+    tx: Transaction<Client>,
+    message: JetStreamReceivedMessage,
+    context: InboxContext,
+  ) => Promise<void>;
+  /** Handlers running at once. 1 keeps the stream's order. Default 1. */
+  concurrency?: number;
+  /** Messages pulled per request. Default 64. */
+  maxMessages?: number;
+  /** Errors the consumer survives. Default: console.error. */
+  onError?: (error: unknown) => void;
+}
+
+export class JetStreamConsumer<Client = unknown> {
+  readonly counters: ConsumerCounters = { processed: 0, duplicates: 0, retried: 0, dead: 0 };
+  private readonly retry: ResolvedRetry;
+  private nc: NatsConnection | undefined;
+  private messages: ConsumerMessages | undefined;
+  private loop: Promise<void> | undefined;
+  private readonly owned: boolean;
+
+  constructor(private readonly options: JetStreamConsumerOptions<Client>) {
+    this.retry = resolveRetry(options);
+    this.owned = 'servers' in options.connection;
+  }
+
+  async start(): Promise<void> {
+    const { jetstream, jetstreamManager, AckPolicy } = await import('@nats-io/jetstream');
+    const connection = this.options.connection;
+    if ('servers' in connection) {
+      const { connect } = await import('@nats-io/transport-node');
+      this.nc = await connect({ servers: connection.servers, maxReconnectAttempts: -1 });
+    } else {
+      this.nc = connection;
+    }
+    const create = this.options.create ?? {};
+    if (create) {
+      const jsm = await jetstreamManager(this.nc);
+      try {
+        await jsm.consumers.info(this.options.stream, this.options.durable);
+      } catch {
+        await jsm.consumers.add(this.options.stream, {
+          durable_name: this.options.durable,
+          ack_policy: AckPolicy.Explicit,
+          max_deliver: -1,
+          ack_wait: (create.ackWaitMs ?? 30_000) * 1_000_000,
+          ...(create.filterSubject ? { filter_subject: create.filterSubject } : {}),
+        });
+      }
+    }
+    const consumer = await jetstream(this.nc).consumers.get(this.options.stream, this.options.durable);
+    this.messages = await consumer.consume({ max_messages: this.options.maxMessages ?? 64 });
+    this.loop = this.run(this.messages);
+  }
+
+  /** Stops pulling, lets running handlers finish (and ack), and drains an owned connection. */
+  async close(): Promise<void> {
+    await this.messages?.close();
+    await this.loop;
+    if (this.owned) await this.nc?.drain().catch(() => undefined);
+  }
+
+  private async run(messages: ConsumerMessages): Promise<void> {
+    const limit = Math.max(1, this.options.concurrency ?? 1);
+    const running = new Set<Promise<void>>();
+    for await (const message of messages) {
+      const work = this.deliver(message).catch((error: unknown) => this.report(error));
+      running.add(work);
+      void work.finally(() => running.delete(work));
+      if (running.size >= limit) await Promise.race(running);
+    }
+    await Promise.allSettled([...running]);
+  }
+
+  private async deliver(raw: JsMsg): Promise<void> {
+    const headers: Record<string, string> = {};
+    if (raw.headers) for (const [name, values] of raw.headers) headers[name] = values.join(',');
+    const id = raw.headers?.get('Nats-Msg-Id') || `${raw.info.stream}:${raw.seq}`;
+    const attempt = raw.info.deliveryCount;
+    const message: JetStreamReceivedMessage = {
+      id,
+      subject: raw.subject,
+      data: raw.data,
+      json: <T>() => raw.json<T>(),
+      headers,
+      attempt,
+      raw,
+    };
+    let duplicate: boolean;
+    try {
+      const result = await this.options.inbox.handle(
+        { consumer: this.options.consumer, messageId: id },
+        (tx, context) => this.options.handler(tx, message, context),
+      );
+      duplicate = result.duplicate;
+    } catch (error) {
+      if (this.retry.retryable(error) && attempt < this.retry.maxAttempts) {
+        raw.nak(this.retry.delayFor(attempt));
+        this.counters.retried++;
+        return;
+      }
+      const reason = describeError(error, 1000);
+      if (this.retry.recordDead) {
+        await this.options.inbox.markDead({
+          consumer: this.options.consumer,
+          messageId: id,
+          attempts: attempt,
+          error: reason,
+          origin: `${raw.info.stream}/${raw.subject}`,
+          payload: raw.data,
+          headers,
+        });
+      }
+      raw.term(reason);
+      this.counters.dead++;
+      return;
+    }
+    // Committed: now ack, and wait for the server to confirm it. If the confirm is lost the
+    // message comes back and the inbox answers "duplicate".
+    try {
+      await raw.ackAck();
+      if (duplicate) this.counters.duplicates++;
+      else this.counters.processed++;
+    } catch (error) {
+      this.report(error);
+    }
+  }
+
+  private report(error: unknown): void {
+    if (this.options.onError) this.options.onError(error);
+    else
+      console.error(
+        `[idem inbox] jetstream ${this.options.stream}/${this.options.durable}: ${describeError(error)}`,
+      );
+  }
+}
+
+export async function consumeJetStream<Client>(
+  options: JetStreamConsumerOptions<Client>,
+): Promise<JetStreamConsumer<Client>> {
+  const consumer = new JetStreamConsumer(options);
+  await consumer.start();
+  return consumer;
+}

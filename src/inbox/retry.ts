@@ -1,0 +1,57 @@
+import { IdemError, InvalidArgumentError } from '../core/errors.js';
+
+/** Retry settings shared by the broker consumers. */
+export interface ConsumerRetryOptions {
+  /** Deliveries before a message is dead-lettered (the first delivery counts). Default 5. */
+  maxAttempts?: number;
+  /**
+   * Delay before redelivery after the n-th failed delivery (the last value repeats). Default
+   * [1000, 10000, 60000, 300000] ms.
+   */
+  retryDelaysMs?: readonly number[];
+  /**
+   * Whether a handler's error may succeed on a redelivery. Default: unless the error says
+   * `retryable: false` (idem's own errors do), so a bug is retried and then dead-lettered.
+   */
+  retryable?: (error: unknown) => boolean;
+  /** Record dead messages in the inbox (state `dead`, with payload and error). Default true. */
+  recordDead?: boolean;
+}
+
+export const defaultRetryDelaysMs: readonly number[] = [1000, 10_000, 60_000, 300_000];
+
+export interface ResolvedRetry {
+  maxAttempts: number;
+  retryDelaysMs: readonly number[];
+  retryable: (error: unknown) => boolean;
+  recordDead: boolean;
+  delayFor(failedAttempts: number): number;
+}
+
+export function resolveRetry(options: ConsumerRetryOptions): ResolvedRetry {
+  const maxAttempts = options.maxAttempts ?? 5;
+  const retryDelaysMs = options.retryDelaysMs ?? defaultRetryDelaysMs;
+  if (!Number.isInteger(maxAttempts) || maxAttempts < 1)
+    throw new InvalidArgumentError('maxAttempts must be >= 1');
+  if (retryDelaysMs.length === 0 || retryDelaysMs.some((d) => !Number.isInteger(d) || d < 0)) {
+    throw new InvalidArgumentError('retryDelaysMs must be non-empty whole milliseconds');
+  }
+  return {
+    maxAttempts,
+    retryDelaysMs,
+    retryable:
+      options.retryable ?? ((error) => (error as { retryable?: unknown } | null)?.retryable !== false),
+    recordDead: options.recordDead ?? true,
+    delayFor: (failedAttempts) => retryDelaysMs[Math.min(failedAttempts, retryDelaysMs.length) - 1]!,
+  };
+}
+
+/** A message without an id cannot be deduplicated, so it is dead-lettered rather than processed. */
+export class MessageWithoutIdError extends IdemError {
+  constructor(where: string) {
+    super('IDEM_MESSAGE_INVALID', `message from ${where} has no id; it cannot be deduplicated`, {
+      cause: undefined,
+      retryable: false,
+    });
+  }
+}

@@ -1,0 +1,25 @@
+/** A JetStream consumer process that commits and then dies by SIGKILL instead of acking (seed scenario 4). */
+import pg from 'pg';
+import { fromPg } from '../../../src/adapters/pg.js';
+import { createInbox } from '../../../src/inbox/inbox.js';
+import { consumeJetStream } from '../../../src/inbox/jetstream-consumer.js';
+import { crash, env, say } from './env.js';
+
+const schema = env('SCHEMA');
+const pool = new pg.Pool({ connectionString: env('DATABASE_URL'), max: 2 });
+const inbox = createInbox({ sql: fromPg(pool), schema });
+
+await consumeJetStream({
+  inbox,
+  consumer: env('CONSUMER'),
+  connection: { servers: env('NATS_URL') },
+  stream: env('STREAM'),
+  durable: env('DURABLE'),
+  create: false,
+  handler: async (tx, message) => {
+    await tx.query(`INSERT INTO "${schema}".effects (message_id) VALUES ($1)`, [message.id]);
+    // Runs after this handler's COMMIT and before the ack: replace the ack with a crash.
+    message.raw.ackAck = () => crash('committed, not acked');
+  },
+});
+say('ready');

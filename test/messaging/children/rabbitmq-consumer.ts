@@ -1,0 +1,35 @@
+/**
+ * A RabbitMQ consumer process whose handler commits and which then dies by SIGKILL instead of
+ * acking (seed scenario 4). The ack is the moment between "committed" and "acked".
+ */
+import amqp from 'amqplib';
+import pg from 'pg';
+import { fromPg } from '../../../src/adapters/pg.js';
+import { createInbox } from '../../../src/inbox/inbox.js';
+import { consumeRabbitMq } from '../../../src/inbox/rabbitmq-consumer.js';
+import { crash, env, say } from './env.js';
+
+const schema = env('SCHEMA');
+const pool = new pg.Pool({ connectionString: env('DATABASE_URL'), max: 2 });
+const inbox = createInbox({ sql: fromPg(pool), schema });
+
+await consumeRabbitMq({
+  inbox,
+  consumer: env('CONSUMER'),
+  queue: env('QUEUE'),
+  prefetch: 1,
+  connection: async () => {
+    const model = await amqp.connect(env('AMQP_URL'));
+    const createConfirmChannel = model.createConfirmChannel.bind(model);
+    model.createConfirmChannel = async (...args) => {
+      const channel = await createConfirmChannel(...args);
+      channel.ack = () => crash('committed, not acked');
+      return channel;
+    };
+    return model;
+  },
+  handler: async (tx, message) => {
+    await tx.query(`INSERT INTO "${schema}".effects (message_id) VALUES ($1)`, [message.id]);
+  },
+});
+say('ready');

@@ -1,0 +1,452 @@
+/**
+ * The outbox and the inbox on a real RabbitMQ: publisher confirms, ack after commit, delayed
+ * retries, dead letters, crashes of real processes (SIGKILL), and a broker outage.
+ */
+import amqp, { type Channel, type ChannelModel } from 'amqplib';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { fromPg } from '../../src/adapters/pg.js';
+import type { Sql } from '../../src/core/sql.js';
+import { createInbox, type Inbox } from '../../src/inbox/inbox.js';
+import { consumeRabbitMq, type RabbitMqConsumer } from '../../src/inbox/rabbitmq-consumer.js';
+import { createDispatcher } from '../../src/outbox/dispatcher.js';
+import { createOutbox, type Outbox } from '../../src/outbox/outbox.js';
+import { rabbitMqPublisher, type RabbitMqPublisher } from '../../src/outbox/publishers/rabbitmq.js';
+import type { OutboxEvent, Publisher } from '../../src/outbox/types.js';
+import { orderViolations } from '../outbox/support.js';
+import { createTestSchema, databaseUrl, type TestSchema } from '../support/database.js';
+import { serviceUrl } from '../support/services.js';
+import { spawnChild, TcpProxy, uniqueName, waitFor } from './support.js';
+
+const amqpUrl = serviceUrl('AMQP_URL');
+
+describe.skipIf(!amqpUrl)('RabbitMQ', () => {
+  let db: TestSchema;
+  let sql: Sql;
+  let outbox: Outbox;
+  let inbox: Inbox;
+  let admin: ChannelModel;
+  let channel: Channel;
+  const queues = new Set<string>();
+  const closers: (() => Promise<unknown>)[] = [];
+
+  beforeAll(async () => {
+    db = await createTestSchema({ poolSize: 8 });
+    sql = fromPg(db.pool);
+    outbox = createOutbox({ sql, schema: db.schema });
+    inbox = createInbox({ sql, schema: db.schema });
+    await sql.query(`CREATE TABLE "${db.schema}".effects (message_id text NOT NULL, payload jsonb)`);
+    admin = await amqp.connect(amqpUrl!);
+    channel = await admin.createChannel();
+  });
+
+  afterEach(async () => {
+    for (const close of closers.splice(0).reverse()) await close().catch(() => undefined);
+  });
+
+  afterAll(async () => {
+    for (const queue of queues) await channel.deleteQueue(queue).catch(() => undefined);
+    await admin.close();
+    await db.close();
+  });
+
+  async function newQueue(prefix: string): Promise<string> {
+    const queue = uniqueName(prefix);
+    queues.add(queue);
+    await channel.assertQueue(queue, { durable: true });
+    return queue;
+  }
+
+  const effectCount = async (messageId?: string): Promise<number> =>
+    Number(
+      (
+        await sql.query(
+          `SELECT count(*)::int AS n FROM "${db.schema}".effects WHERE $1::text IS NULL OR message_id = $1`,
+          [messageId ?? null],
+        )
+      ).rows[0]!.n,
+    );
+
+  const effectsPerMessage = async (ids: string[]): Promise<number[]> => {
+    const { rows } = await sql.query<{ message_id: string; n: number }>(
+      `SELECT message_id, count(*)::int AS n FROM "${db.schema}".effects WHERE message_id = ANY($1) GROUP BY message_id`,
+      [ids],
+    );
+    const byId = new Map(rows.map((r) => [r.message_id, Number(r.n)]));
+    return ids.map((id) => byId.get(id) ?? 0);
+  };
+
+  function publisherTo(queue: string, url = amqpUrl!): RabbitMqPublisher {
+    const publisher = rabbitMqPublisher({
+      connection: url,
+      route: () => ({ exchange: '', routingKey: queue }),
+    });
+    closers.push(() => publisher.close());
+    return publisher;
+  }
+
+  async function consumer(
+    queue: string,
+    name: string,
+    extra: Partial<Parameters<typeof consumeRabbitMq>[0]> = {},
+  ) {
+    const c: RabbitMqConsumer = await consumeRabbitMq({
+      inbox,
+      consumer: name,
+      queue,
+      connection: amqpUrl!,
+      retryDelaysMs: [100],
+      onError: () => undefined,
+      handler: async (tx, message) => {
+        await tx.query(`INSERT INTO "${db.schema}".effects (message_id, payload) VALUES ($1, $2)`, [
+          message.id,
+          message.body.toString('utf8'),
+        ]);
+      },
+      ...extra,
+    });
+    for (const q of c.queues) queues.add(q);
+    closers.push(() => c.close());
+    return c;
+  }
+
+  async function addEvents(topic: string, count: number, keys = ['k']): Promise<string[]> {
+    const ids: string[] = [];
+    await sql.transaction(async (tx) => {
+      for (let i = 0; i < count; i++) {
+        const key = keys[i % keys.length]!;
+        ids.push(await outbox.add(tx, { topic, key, type: 'test.event', payload: { i, key } }));
+      }
+    });
+    return ids;
+  }
+
+  it('publishes with confirms, the event id as message_id, and the payload as JSON', async () => {
+    const queue = await newQueue('publish');
+    const [id] = await addEvents(queue, 1);
+    const dispatcher = createDispatcher({
+      sql,
+      publisher: publisherTo(queue),
+      schema: db.schema,
+      topics: [queue],
+    });
+    expect((await dispatcher.drain()).published).toBe(1);
+    const message = await channel.get(queue, { noAck: true });
+    expect(message).not.toBe(false);
+    if (message === false) return;
+    expect(message.properties.messageId).toBe(id);
+    expect(message.properties.type).toBe('test.event');
+    expect(message.properties.deliveryMode).toBe(2);
+    expect(message.properties.headers).toMatchObject({ 'idem-key': 'k', 'idem-topic': queue });
+    expect(JSON.parse(message.content.toString())).toEqual({ i: 0, key: 'k' });
+  });
+
+  it('an unroutable event is a failure, not a silent drop; it parks as dead and other keys flow', async () => {
+    const queue = await newQueue('unroutable');
+    const ids = await addEvents(queue, 4, ['lost', 'fine']);
+    const publisher = rabbitMqPublisher({
+      connection: amqpUrl!,
+      route: (event) => ({ exchange: '', routingKey: event.key === 'lost' ? uniqueName('nowhere') : queue }),
+    });
+    closers.push(() => publisher.close());
+    const dispatcher = createDispatcher({
+      sql,
+      publisher,
+      schema: db.schema,
+      topics: [queue],
+      maxAttempts: 2,
+      backoff: { baseMs: 1, maxMs: 1 },
+      onError: () => undefined,
+    });
+    await dispatcher.drain();
+    await new Promise((r) => setTimeout(r, 20));
+    await dispatcher.drain();
+    const lost = await outbox.read(ids[0]!);
+    expect(lost?.deadAt).not.toBeNull();
+    expect(lost?.lastError).toMatch(/unroutable/);
+    expect((await channel.checkQueue(queue)).messageCount).toBe(2);
+  });
+
+  it('consumer: acks after commit; a duplicate delivery is acked without a second effect', async () => {
+    const queue = await newQueue('dedupe');
+    const ids = await addEvents(queue, 5);
+    const publisher = publisherTo(queue);
+    const dispatcher = createDispatcher({ sql, publisher, schema: db.schema, topics: [queue] });
+    await dispatcher.drain();
+    // The same events published a second time (a dispatcher that lost its marks).
+    await publisher.publish(
+      ids.map((id, i): OutboxEvent => ({
+        id,
+        topic: queue,
+        key: 'k',
+        type: 'test.event',
+        payload: { i, key: 'k' },
+        headers: {},
+        createdAt: new Date(),
+        attempts: 0,
+      })),
+      new AbortController().signal,
+    );
+    const c = await consumer(queue, 'dedupe');
+    await waitFor(() => c.counters.processed + c.counters.duplicates === 10, 'ten deliveries');
+    expect(c.counters).toMatchObject({ processed: 5, duplicates: 5, retried: 0, dead: 0 });
+    expect(await effectsPerMessage(ids)).toEqual([1, 1, 1, 1, 1]);
+    await waitFor(async () => (await channel.checkQueue(queue)).messageCount === 0, 'empty queue');
+  });
+
+  it('retries later with an attempt count, then dead-letters with the reason, without blocking the queue', async () => {
+    const queue = await newQueue('poison');
+    const seen: { id: string; attempt: number; at: number }[] = [];
+    const c = await consumer(queue, 'poison', {
+      maxAttempts: 3,
+      retryDelaysMs: [1000],
+      handler: async (tx, message) => {
+        seen.push({ id: message.id, attempt: message.attempt, at: Date.now() });
+        if (message.json<{ key: string }>().key === 'poison') throw new Error('cannot apply poison');
+        await tx.query(`INSERT INTO "${db.schema}".effects (message_id) VALUES ($1)`, [message.id]);
+      },
+    });
+    const [poisonId] = await addEvents(queue, 1, ['poison']);
+    const good = await addEvents(queue, 20, ['a', 'b', 'c']);
+    await createDispatcher({
+      sql,
+      publisher: publisherTo(queue),
+      schema: db.schema,
+      topics: [queue],
+    }).drain();
+
+    await waitFor(() => c.counters.dead === 1, 'the poison message to be dead-lettered');
+    expect(c.counters.processed).toBe(20);
+    expect(c.counters.retried).toBe(2);
+    const poisonAttempts = seen.filter((s) => s.id === poisonId);
+    expect(poisonAttempts.map((s) => s.attempt)).toEqual([1, 2, 3]);
+    // Delayed: each retry came at least the retry delay after the previous attempt.
+    expect(poisonAttempts[1]!.at - poisonAttempts[0]!.at).toBeGreaterThanOrEqual(990);
+    // Not blocking: every good message was handled before the poison's second attempt.
+    const lastGood = Math.max(...seen.filter((s) => good.includes(s.id)).map((s) => s.at));
+    expect(lastGood).toBeLessThan(poisonAttempts[1]!.at);
+    expect(await effectsPerMessage(good)).toEqual(good.map(() => 1));
+
+    const dead = await channel.get(`${queue}.dead`, { noAck: true });
+    expect(dead).not.toBe(false);
+    if (dead === false) return;
+    expect(dead.properties.messageId).toBe(poisonId);
+    expect(dead.properties.headers).toMatchObject({
+      'x-idem-attempts': 3,
+      'x-idem-error': 'Error: cannot apply poison',
+      'x-idem-consumer': 'poison',
+    });
+    const record = await inbox.read({ consumer: 'poison', messageId: poisonId! });
+    expect(record).toMatchObject({
+      state: 'dead',
+      attempts: 3,
+      lastError: 'Error: cannot apply poison',
+      origin: queue,
+    });
+    expect(JSON.parse(Buffer.from(record!.payload!).toString())).toEqual({ i: 0, key: 'poison' });
+  });
+
+  it('seed scenario 4: the consumer commits, is killed (SIGKILL) before the ack; the redelivery has no second effect', async () => {
+    const queue = await newQueue('scenario4');
+    const [id] = await addEvents(queue, 1);
+    await createDispatcher({
+      sql,
+      publisher: publisherTo(queue),
+      schema: db.schema,
+      topics: [queue],
+    }).drain();
+
+    const child = spawnChild('rabbitmq-consumer.ts', {
+      DATABASE_URL: databaseUrl(),
+      SCHEMA: db.schema,
+      AMQP_URL: amqpUrl!,
+      QUEUE: queue,
+      CONSUMER: 'scenario4',
+    });
+    const exit = await child.exited;
+    expect(exit.signal).toBe('SIGKILL');
+    expect(child.output.join('\n')).toContain('committed, not acked');
+    expect(await effectCount(id)).toBe(1);
+
+    // A new consumer of the same name: the broker redelivers the unacked message.
+    const c = await consumer(queue, 'scenario4', {
+      handler: async () => {
+        throw new Error('the handler must not run again');
+      },
+      onError: (error) => {
+        throw error;
+      },
+    });
+    await waitFor(() => c.counters.duplicates === 1, 'the redelivery to be acked as a duplicate');
+    expect(c.counters).toMatchObject({ processed: 0, duplicates: 1, dead: 0, retried: 0 });
+    expect(await effectCount(id)).toBe(1);
+    expect((await inbox.read({ consumer: 'scenario4', messageId: id! }))?.duplicates).toBe(1);
+    await waitFor(async () => (await channel.checkQueue(queue)).messageCount === 0, 'empty queue');
+  });
+
+  it('seed scenario 6: the dispatcher publishes, is killed before marking; the event goes out twice and the inbox dedupes', async () => {
+    const queue = await newQueue('scenario6');
+    const ids = await addEvents(queue, 3, ['a', 'b', 'c']);
+    const child = spawnChild('dispatcher.ts', {
+      DATABASE_URL: databaseUrl(),
+      SCHEMA: db.schema,
+      AMQP_URL: amqpUrl!,
+      QUEUE: queue,
+      TRANSPORT: 'rabbitmq',
+      CRASH: 'after-publish',
+    });
+    expect((await child.exited).signal).toBe('SIGKILL');
+    expect((await outbox.stats({ topic: queue })).pending).toBe(3);
+    expect((await channel.checkQueue(queue)).messageCount).toBe(3);
+
+    // The next dispatcher finds them unmarked and publishes them again.
+    const dispatcher = createDispatcher({
+      sql,
+      publisher: publisherTo(queue),
+      schema: db.schema,
+      topics: [queue],
+    });
+    expect((await dispatcher.drain()).published).toBe(3);
+    expect((await channel.checkQueue(queue)).messageCount).toBe(6);
+
+    const c = await consumer(queue, 'scenario6');
+    await waitFor(() => c.counters.processed + c.counters.duplicates === 6, 'six deliveries');
+    expect(c.counters).toMatchObject({ processed: 3, duplicates: 3 });
+    expect(await effectsPerMessage(ids)).toEqual([1, 1, 1]);
+  });
+
+  it('a dispatcher killed mid-batch loses nothing: every event takes effect exactly once', async () => {
+    const queue = await newQueue('midbatch');
+    const ids = await addEvents(queue, 40, ['a', 'b', 'c', 'd', 'e', 'f', 'g', 'h']);
+    const child = spawnChild('dispatcher.ts', {
+      DATABASE_URL: databaseUrl(),
+      SCHEMA: db.schema,
+      AMQP_URL: amqpUrl!,
+      QUEUE: queue,
+      TRANSPORT: 'rabbitmq',
+      CRASH: 'mid-batch',
+      BATCH: '40',
+    });
+    expect((await child.exited).signal).toBe('SIGKILL');
+    const afterCrash = (await channel.checkQueue(queue)).messageCount;
+    expect(afterCrash).toBeGreaterThan(0);
+    expect(afterCrash).toBeLessThan(40);
+
+    const dispatcher = createDispatcher({
+      sql,
+      publisher: publisherTo(queue),
+      schema: db.schema,
+      topics: [queue],
+    });
+    expect((await dispatcher.drain()).published).toBe(40);
+    const c = await consumer(queue, 'midbatch');
+    await waitFor(() => c.counters.processed === 40, 'every event processed');
+    await waitFor(async () => (await channel.checkQueue(queue)).messageCount === 0, 'empty queue');
+    expect(c.counters.duplicates).toBe(afterCrash);
+    expect(await effectsPerMessage(ids)).toEqual(ids.map(() => 1));
+  });
+
+  it('the broker is unreachable, then back: nothing is lost, nothing is parked', async () => {
+    const queue = await newQueue('outage');
+    const target = new URL(amqpUrl!);
+    const proxy = new TcpProxy(target.hostname, Number(target.port || 5672));
+    await proxy.start();
+    closers.push(() => proxy.close());
+    const viaProxy = new URL(amqpUrl!);
+    viaProxy.hostname = '127.0.0.1';
+    viaProxy.port = String(proxy.port);
+
+    const outages: unknown[] = [];
+    const dispatcher = createDispatcher({
+      sql,
+      publisher: publisherTo(queue, viaProxy.toString()),
+      schema: db.schema,
+      topics: [queue],
+      maxAttempts: 1, // any counted failure would park an event: the outage must count none
+      pollIntervalMs: 20,
+      outageBackoff: { baseMs: 20, maxMs: 100 },
+      onError: (error) => outages.push(error),
+    });
+    await dispatcher.start();
+    closers.push(() => dispatcher.stop());
+
+    const before = await addEvents(queue, 10, ['a', 'b']);
+    await waitFor(async () => (await outbox.stats({ topic: queue })).pending === 0, 'first events published');
+    await proxy.cut();
+    const during = await addEvents(queue, 10, ['a', 'b', 'c']);
+    await waitFor(() => dispatcher.counters.outages >= 3, 'the dispatcher to see the outage');
+    expect((await outbox.stats({ topic: queue })).pending).toBe(10);
+    await proxy.restore();
+    await waitFor(
+      async () => (await outbox.stats({ topic: queue })).pending === 0,
+      'everything published after the outage',
+    );
+
+    const stats = await outbox.stats({ topic: queue });
+    expect(stats.dead).toBe(0);
+    expect(outages.length).toBeGreaterThan(0);
+    const c = await consumer(queue, 'outage');
+    const all = [...before, ...during];
+    await waitFor(() => c.counters.processed === all.length, 'every event consumed');
+    expect(await effectsPerMessage(all)).toEqual(all.map(() => 1));
+  });
+
+  it('per-key order holds with two dispatchers through the broker, with random publish failures', async () => {
+    const queue = await newQueue('order');
+    const keys = ['a', 'b', 'c', 'd'];
+    const order = new Map<string, number>();
+    const perKey = 15;
+    /** The real publisher, failing some events before they reach the broker. */
+    const flaky = (inner: Publisher): Publisher => ({
+      publish: async (events, signal) => {
+        const refused = new Set(events.filter(() => Math.random() < 0.3).map((e) => e.id));
+        const sent = await inner.publish(
+          events.filter((e) => !refused.has(e.id)),
+          signal,
+        );
+        return [
+          ...sent,
+          ...[...refused].map((id) => ({ id, ok: false as const, error: new Error('flaky') })),
+        ];
+      },
+    });
+    const dispatchers = [1, 2].map(() =>
+      createDispatcher({
+        sql,
+        publisher: flaky(publisherTo(queue)),
+        schema: db.schema,
+        topics: [queue],
+        batchSize: 5,
+        pollIntervalMs: 5,
+        maxAttempts: 1000,
+        backoff: { baseMs: 1, maxMs: 5 },
+        onError: () => undefined,
+      }),
+    );
+    for (const d of dispatchers) {
+      await d.start();
+      closers.push(() => d.stop());
+    }
+    for (let i = 0; i < perKey; i++) {
+      const ids = await addEvents(queue, keys.length, keys);
+      ids.forEach((id) => order.set(id, i));
+    }
+    await waitFor(
+      async () => (await outbox.stats({ topic: queue })).pending === 0,
+      'everything published',
+      30_000,
+    );
+    expect(dispatchers.every((d) => d.counters.published > 0)).toBe(true);
+
+    // One consumer, prefetch 1: it sees the queue's order, which is the order of the confirms.
+    const arrived: OutboxEvent[] = [];
+    const c = await consumer(queue, 'order', {
+      prefetch: 1,
+      handler: async (_tx, message) => {
+        const body = message.json<{ key: string }>();
+        arrived.push({ id: message.id, topic: queue, key: body.key } as OutboxEvent);
+      },
+    });
+    await waitFor(() => c.counters.processed === order.size, 'every event consumed');
+    expect(orderViolations(arrived, order)).toEqual([]);
+  });
+});
