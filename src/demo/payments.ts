@@ -1,0 +1,175 @@
+/**
+ * `POST /v1/payments` and the reads. A payment is a multi-step operation under the client's
+ * Idempotency-Key: record the payment; charge the provider with a derived key; record the charge,
+ * the `payment.created` event (outbox) and a receipt task (claims) in one transaction.
+ */
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import type { Claims } from '../claims/claims.js';
+import type { ResilientClient } from '../client/client.js';
+import type { Outbox } from '../outbox/outbox.js';
+
+export type PaymentRow = {
+  id: string;
+  tenant: string;
+  customer: string;
+  amount: string | number;
+  currency: string;
+  status: string;
+  charge_id: string | null;
+  refunded: string | number;
+  created_at: Date;
+};
+
+export interface PaymentsDeps {
+  demoSchema: string;
+  outbox: Outbox;
+  claims: Claims;
+  provider: ResilientClient;
+  providerUrl: string;
+}
+
+interface NewPayment {
+  amount: number;
+  currency: string;
+  customer: string;
+}
+
+/** Validation happens in Fastify's schema step, before any key is claimed: a 400 is never stored. */
+const paymentBody = {
+  type: 'object',
+  required: ['amount', 'currency', 'customer'],
+  additionalProperties: false,
+  properties: {
+    amount: { type: 'integer', minimum: 1, maximum: 100_000_000_00 },
+    currency: { type: 'string', pattern: '^[a-z]{3}$' },
+    customer: { type: 'string', minLength: 1, maxLength: 64 },
+  },
+} as const;
+
+export function publicPayment(row: PaymentRow) {
+  return {
+    id: row.id,
+    amount: Number(row.amount),
+    currency: row.currency,
+    customer: row.customer,
+    status: row.status,
+    charge_id: row.charge_id,
+    refunded: Number(row.refunded),
+    created: row.created_at instanceof Date ? row.created_at.toISOString() : row.created_at,
+  };
+}
+
+export function registerPayments(app: FastifyInstance, deps: PaymentsDeps): void {
+  const { demoSchema, outbox, claims, provider, providerUrl } = deps;
+
+  app.post<{ Body: NewPayment }>(
+    '/v1/payments',
+    { schema: { body: paymentBody }, config: { idempotency: { mode: 'steps' } } },
+    async (request, reply) => {
+      const idem = request.idem!;
+      const tenant = request.tenant!;
+      const body = request.body;
+
+      const payment = await idem.step('record-payment', async (tx, { key }) => {
+        const id = `pay_${key.slice(5, 29)}`;
+        await tx.query(
+          `INSERT INTO ${demoSchema}.payments (id, tenant, customer, amount, currency, status) VALUES ($1, $2, $3, $4, $5, 'pending')`,
+          [id, tenant, body.customer, body.amount, body.currency],
+        );
+        return { id };
+      });
+
+      const charge = await idem.step('charge', async (_tx, { key }) => {
+        const response = await provider.fetch(`${providerUrl}/charges`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body: JSON.stringify({ amount: body.amount, currency: body.currency, customer: body.customer }),
+          idempotencyKey: key,
+        });
+        if (response.status !== 201 && response.status !== 402) {
+          throw Object.assign(new Error(`provider answered ${response.status}`), { retryable: true });
+        }
+        const answer = (await response.json()) as { id?: string; charge?: { id: string } };
+        return { declined: response.status === 402, chargeId: answer.id ?? answer.charge?.id ?? null };
+      });
+
+      const row = await idem.step('record-charge', async (tx) => {
+        const status = charge.declined ? 'declined' : 'succeeded';
+        const { rows } = await tx.query<PaymentRow>(
+          `UPDATE ${demoSchema}.payments SET status = $2, charge_id = $3 WHERE id = $1 RETURNING *`,
+          [payment.id, status, charge.chargeId],
+        );
+        const updated = rows[0]!;
+        if (!charge.declined) {
+          await outbox.add(tx, {
+            topic: 'payments',
+            key: payment.id,
+            type: 'payment.created',
+            payload: { tenant, ...publicPayment(updated) },
+          });
+          await claims.enqueue(
+            { tenant, queue: 'receipts', key: `receipt:${payment.id}`, payload: { paymentId: payment.id } },
+            tx,
+          );
+        }
+        return publicPayment(updated);
+      });
+
+      idem.setResource({ type: 'payment', id: row.id });
+      if (charge.declined) {
+        return reply
+          .code(402)
+          .type('application/problem+json')
+          .send({ type: 'urn:idem-demo:card-declined', title: 'Card declined', status: 402, payment: row });
+      }
+      return reply.code(201).header('location', `/v1/payments/${row.id}`).send(row);
+    },
+  );
+
+  app.get<{ Querystring: { customer?: string } }>('/v1/payments', async (request) => {
+    const { rows } = await app.pg.query<PaymentRow>(
+      `SELECT * FROM ${demoSchema}.payments WHERE tenant = $1 AND ($2::text IS NULL OR customer = $2) ORDER BY created_at, id LIMIT 1000`,
+      [request.tenant, request.query.customer ?? null],
+    );
+    return { data: rows.map(publicPayment) };
+  });
+
+  app.get<{ Params: { id: string } }>('/v1/payments/:id', async (request, reply) => {
+    const { rows } = await app.pg.query<PaymentRow>(
+      `SELECT * FROM ${demoSchema}.payments WHERE tenant = $1 AND id = $2`,
+      [request.tenant, request.params.id],
+    );
+    if (!rows[0]) return notFound(reply);
+    return publicPayment(rows[0]);
+  });
+
+  app.get<{ Querystring: { customer?: string } }>('/v1/ledger', async (request) => {
+    const { rows } = await app.pg.query(
+      `SELECT id, payment_id, charge_id, kind, amount, customer, event_id, created_at FROM ${demoSchema}.ledger
+       WHERE tenant = $1 AND ($2::text IS NULL OR customer = $2) ORDER BY id LIMIT 5000`,
+      [request.tenant, request.query.customer ?? null],
+    );
+    return {
+      data: rows.map((r: Record<string, unknown>) => ({ ...r, id: Number(r.id), amount: Number(r.amount) })),
+    };
+  });
+}
+
+function notFound(reply: FastifyReply) {
+  return reply
+    .code(404)
+    .type('application/problem+json')
+    .send({ type: 'urn:idem-demo:not-found', title: 'No such payment', status: 404 });
+}
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    /** The authenticated tenant, set by the auth hook. */
+    tenant?: string;
+  }
+  interface FastifyInstance {
+    pg: import('pg').Pool;
+  }
+}
+
+export type { FastifyRequest };

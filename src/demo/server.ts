@@ -1,0 +1,217 @@
+/**
+ * The payments demo: every part of idem in one small service.
+ * - `POST /v1/payments`: Idempotency-Key contract (idem/fastify, steps mode), a charge at the fake
+ *   provider with a derived key (idem/client), the event in the outbox and a receipt task (claims).
+ * - An outbox dispatcher delivers events to the ledger's inbox (in-database, RabbitMQ or NATS).
+ * - `POST /webhooks/provider`: Standard Webhooks receiver; refunds processed later, order-aware.
+ * - `GET /metrics` (Prometheus) and `/console` (operator console, when built).
+ */
+import { randomBytes } from 'node:crypto';
+import Fastify, { type FastifyInstance } from 'fastify';
+import pg from 'pg';
+import { fromPg } from '../adapters/pg.js';
+import { createClaims } from '../claims/claims.js';
+import { createClient } from '../client/client.js';
+import { startEmbeddedPostgres } from '../embedded/embedded-postgres.js';
+import { idempotency } from '../http/fastify.js';
+import { createInbox } from '../inbox/inbox.js';
+import { migrate } from '../migrate/migrate.js';
+import { createIdemMetrics } from '../observability/prometheus.js';
+import { createIdem } from '../operations/idem.js';
+import { createDispatcher } from '../outbox/dispatcher.js';
+import { createOutbox } from '../outbox/outbox.js';
+import { createWebhookProcessor } from '../webhooks/processor.js';
+import { createWebhookReceiver } from '../webhooks/receiver.js';
+import { fastifyWebhooks } from '../webhooks/fastify.js';
+import { standardWebhooksVerifier } from '../webhooks/verify/standard-webhooks.js';
+import { tenantFromAuthorization } from './auth.js';
+import { readConfig, type DemoConfig } from './config.js';
+import { registerPayments } from './payments.js';
+import { startProvider, type FakeCardProvider } from './provider.js';
+import { startReceiptWorker } from './receipts.js';
+import { refundHandlers } from './refunds.js';
+import { demoSchemaSql } from './schema.js';
+import { createTransport } from './transport.js';
+
+export interface DemoHandle {
+  url: string;
+  providerUrl: string;
+  databaseUrl: string;
+  transport: string;
+  app: FastifyInstance;
+  pool: pg.Pool;
+  provider: FakeCardProvider | undefined;
+  close(): Promise<void>;
+}
+
+export interface DemoOverrides extends Partial<DemoConfig> {
+  /** Start the fake provider in this process (default: when `providerUrl` is unset). */
+  startProvider?: boolean;
+  /** Quiet request logging. Default true. */
+  quiet?: boolean;
+  /** Extra routes, e.g. the console. */
+  plugins?: ((
+    app: FastifyInstance,
+    context: { pool: pg.Pool; schema: string; demoSchema: string; config: DemoConfig },
+  ) => Promise<void>)[];
+}
+
+export async function startDemo(overrides: DemoOverrides = {}): Promise<DemoHandle> {
+  const config: DemoConfig = { ...readConfig(), ...overrides };
+  const cleanups: (() => Promise<unknown>)[] = [];
+  const close = async () => {
+    for (const cleanup of cleanups.reverse())
+      await cleanup().catch((e: unknown) => console.error('shutdown:', e));
+  };
+  try {
+    let databaseUrl = config.databaseUrl;
+    if (!databaseUrl) {
+      console.log('DATABASE_URL is not set: starting an embedded PostgreSQL (data under .idem/postgres)');
+      const embedded = await startEmbeddedPostgres();
+      cleanups.push(() => embedded.stop());
+      databaseUrl = embedded.url;
+    }
+    const pool = new pg.Pool({ connectionString: databaseUrl, max: 20 });
+    pool.on('error', (error) => console.error(`database connection lost: ${error.message}`));
+    cleanups.push(() => pool.end());
+    const sql = fromPg(pool);
+    const schema = config.schema;
+    const demoSchema = `${schema}_demo`;
+    await migrate(sql, { schema });
+    await pool.query(demoSchemaSql(demoSchema));
+
+    const metrics = createIdemMetrics({ sql, schema });
+    const idem = createIdem({
+      sql,
+      schema,
+      leaseMs: config.leaseMs,
+      waitMs: 2000,
+      onEvent: (event) => metrics.onOperation(event),
+    });
+    const outbox = createOutbox({ sql, schema });
+    const inbox = createInbox({ sql, schema });
+    const claims = createClaims({ sql, schema, leaseMs: 10_000 });
+
+    // The provider: in this process unless PROVIDER_URL points elsewhere.
+    let provider: FakeCardProvider | undefined;
+    let providerUrl = config.providerUrl;
+    if (!providerUrl || overrides.startProvider) {
+      provider = await startProvider({
+        port: config.providerPort,
+        webhookSecret: config.webhookSecret,
+        webhookUrl: `http://127.0.0.1:${config.port}/webhooks/provider`,
+      });
+      cleanups.push(() => provider!.close());
+      providerUrl = provider.url;
+    }
+    const providerClient = createClient({ keyFormat: 'bare', maxAttempts: 4, timeoutMs: 5000 });
+
+    const namespace = `idem-demo-${schema}`;
+    const transport = await createTransport({
+      inbox,
+      demoSchema,
+      amqpUrl: config.amqpUrl,
+      natsUrl: config.natsUrl,
+      namespace,
+    });
+    await transport.start();
+    cleanups.push(() => transport.close());
+    const dispatcher = createDispatcher({
+      sql,
+      schema,
+      publisher: transport.publisher,
+      listen: databaseUrl,
+      batchSize: 100,
+      maxAttempts: 20,
+      backoff: { baseMs: 200, maxMs: 10_000 },
+      onError: (error, where) => console.error(`outbox ${where}:`, (error as Error).message),
+    });
+    await dispatcher.start();
+    cleanups.push(() => dispatcher.stop());
+
+    const receiver = createWebhookReceiver({
+      sql,
+      schema,
+      sources: { provider: standardWebhooksVerifier({ secrets: [config.webhookSecret] }) },
+      onReceipt: () => processor.notify(),
+    });
+    const processor = createWebhookProcessor({
+      sql,
+      schema,
+      handlers: refundHandlers(demoSchema, outbox),
+      pollIntervalMs: 500,
+      backoff: { baseMs: 500, maxMs: 10_000 },
+    });
+    processor.start();
+    cleanups.push(() => processor.stop());
+    const receipts = startReceiptWorker(claims, demoSchema);
+    cleanups.push(() => receipts.stop());
+
+    const app = Fastify({ logger: overrides.quiet === false, bodyLimit: 64 * 1024 });
+    app.decorate('pg', pool);
+    cleanups.push(() => app.close());
+    app.get('/metrics', async (_request, reply) =>
+      reply.type(metrics.contentType).send(await metrics.render()),
+    );
+    app.get('/healthz', async () => ({ ok: true, transport: transport.name }));
+    await app.register(fastifyWebhooks(receiver, { routes: { '/webhooks/provider': 'provider' } }));
+    for (const plugin of overrides.plugins ?? []) await plugin(app, { pool, schema, demoSchema, config });
+
+    await app.register(async (api) => {
+      api.addHook('onRequest', async (request, reply) => {
+        const tenant = tenantFromAuthorization(request.headers.authorization);
+        if (!tenant) {
+          return reply
+            .code(401)
+            .header('www-authenticate', 'Bearer')
+            .type('application/problem+json')
+            .send({ type: 'urn:idem-demo:unauthorized', title: 'Missing or invalid API key', status: 401 });
+        }
+        request.tenant = tenant;
+      });
+      api.setErrorHandler((error: { statusCode?: number; message: string }, _request, reply) => {
+        const status = error.statusCode && error.statusCode < 500 ? error.statusCode : 500;
+        if (status === 500) console.error('demo:', error);
+        return reply
+          .code(status)
+          .type('application/problem+json')
+          .send({
+            type: status === 400 ? 'urn:idem-demo:invalid-request' : 'urn:idem-demo:error',
+            title: status === 400 ? 'Invalid request' : 'Request failed',
+            status,
+            ...(status === 400 ? { detail: error.message } : {}),
+          });
+      });
+      await api.register(idempotency, { idem, tenant: (request) => request.tenant, waitMs: 2000 });
+      registerPayments(api, {
+        demoSchema,
+        outbox,
+        claims,
+        provider: providerClient,
+        providerUrl: providerUrl,
+      });
+    });
+
+    await app.listen({ port: config.port, host: config.host });
+    const address = app.server.address();
+    const port = typeof address === 'object' && address ? address.port : config.port;
+    return {
+      url: `http://127.0.0.1:${port}`,
+      providerUrl: providerUrl,
+      databaseUrl,
+      transport: transport.name,
+      app,
+      pool,
+      provider,
+      close,
+    };
+  } catch (error) {
+    await close();
+    throw error;
+  }
+}
+
+/** A random schema name, so tests and soak runs never share tables. */
+export function randomSchema(prefix = 'idem_demo'): string {
+  return `${prefix}_${randomBytes(4).toString('hex')}`;
+}

@@ -1,0 +1,131 @@
+/**
+ * How the demo's events travel from the outbox to the ledger's inbox: inside PostgreSQL by
+ * default, or through RabbitMQ (`AMQP_URL`) or NATS JetStream (`NATS_URL`). Whatever the
+ * transport, delivery is at least once and the inbox makes the effect happen once.
+ */
+import type { Inbox } from '../inbox/inbox.js';
+import type { Publisher } from '../outbox/types.js';
+import { inDatabasePublisher } from '../outbox/publishers/in-database.js';
+import { applyToLedger, ledgerConsumer } from './ledger.js';
+
+export interface Transport {
+  name: 'in-database' | 'rabbitmq' | 'nats';
+  publisher: Publisher;
+  /** Starts the broker consumer, when there is one. */
+  start(): Promise<void>;
+  close(): Promise<void>;
+}
+
+export interface TransportOptions {
+  inbox: Inbox;
+  demoSchema: string;
+  amqpUrl?: string;
+  natsUrl?: string;
+  /** Prefix of queue, exchange and stream names, so several demos can share a broker. */
+  namespace: string;
+}
+
+const topic = 'payments';
+
+export async function createTransport(options: TransportOptions): Promise<Transport> {
+  const { inbox, demoSchema } = options;
+  if (options.amqpUrl) return rabbitMqTransport(options, options.amqpUrl);
+  if (options.natsUrl) return natsTransport(options, options.natsUrl);
+  return {
+    name: 'in-database',
+    publisher: inDatabasePublisher({
+      inbox,
+      subscribers: [
+        {
+          consumer: ledgerConsumer,
+          topics: [topic],
+          handler: (tx, event) => applyToLedger(tx, demoSchema, event),
+        },
+      ],
+    }),
+    start: async () => {},
+    close: async () => {},
+  };
+}
+
+async function rabbitMqTransport(options: TransportOptions, url: string): Promise<Transport> {
+  const amqp = await import('amqplib');
+  const { rabbitMqPublisher } = await import('../outbox/publishers/rabbitmq.js');
+  const { RabbitMqConsumer } = await import('../inbox/rabbitmq-consumer.js');
+  const exchange = `${options.namespace}.payments`;
+  const queue = `${options.namespace}.ledger`;
+  // Topology: one topic exchange, one durable queue for the ledger bound to every event type.
+  const setup = await amqp.connect(url);
+  const channel = await setup.createChannel();
+  await channel.assertExchange(exchange, 'topic', { durable: true });
+  await channel.assertQueue(queue, { durable: true });
+  await channel.bindQueue(queue, exchange, '#');
+  await setup.close();
+
+  const publisher = rabbitMqPublisher({
+    connection: url,
+    route: (event) => ({ exchange, routingKey: event.type }),
+  });
+  const consumer = new RabbitMqConsumer({
+    inbox: options.inbox,
+    consumer: ledgerConsumer,
+    queue,
+    connection: url,
+    prefetch: 16,
+    retryDelaysMs: [200, 1000, 5000],
+    handler: (tx, message) =>
+      applyToLedger(tx, options.demoSchema, {
+        id: message.id,
+        type: message.type ?? '',
+        payload: JSON.parse(message.body.toString('utf8')),
+      }),
+  });
+  return {
+    name: 'rabbitmq',
+    publisher,
+    start: () => consumer.start(),
+    close: async () => {
+      await consumer.close();
+      await publisher.close?.();
+    },
+  };
+}
+
+async function natsTransport(options: TransportOptions, url: string): Promise<Transport> {
+  const { connect } = await import('@nats-io/transport-node');
+  const { jetstreamManager } = await import('@nats-io/jetstream');
+  const { natsPublisher } = await import('../outbox/publishers/nats.js');
+  const { JetStreamConsumer } = await import('../inbox/jetstream-consumer.js');
+  const subject = `${options.namespace}.payments`;
+  const stream = `${options.namespace.replace(/[^A-Za-z0-9_-]/g, '_')}_payments`;
+  const nc = await connect({ servers: url });
+  const jsm = await jetstreamManager(nc);
+  await jsm.streams.info(stream).catch(() => jsm.streams.add({ name: stream, subjects: [subject] }));
+
+  const publisher = natsPublisher({ connection: nc, subject: () => subject });
+  const consumer = new JetStreamConsumer({
+    inbox: options.inbox,
+    consumer: ledgerConsumer,
+    connection: nc,
+    stream,
+    durable: 'ledger',
+    retryDelaysMs: [200, 1000, 5000],
+    handler: (tx, message) => {
+      const parsed = JSON.parse(Buffer.from(message.data).toString('utf8')) as unknown;
+      return applyToLedger(tx, options.demoSchema, {
+        id: message.id,
+        type: message.headers['Idem-Type'] ?? message.headers['idem-type'] ?? '',
+        payload: parsed,
+      });
+    },
+  });
+  return {
+    name: 'nats',
+    publisher,
+    start: () => consumer.start(),
+    close: async () => {
+      await consumer.close();
+      await nc.drain();
+    },
+  };
+}
