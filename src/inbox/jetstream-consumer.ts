@@ -59,6 +59,8 @@ export class JetStreamConsumer<Client = unknown> {
   private messages: ConsumerMessages | undefined;
   private loop: Promise<void> | undefined;
   private readonly owned: boolean;
+  /** Servers before 2.11 do not parse `+TERM <reason>` and leave the message pending. */
+  private termWithReason = false;
 
   constructor(private readonly options: JetStreamConsumerOptions<Client>) {
     this.retry = resolveRetry(options);
@@ -74,6 +76,7 @@ export class JetStreamConsumer<Client = unknown> {
     } else {
       this.nc = connection;
     }
+    this.termWithReason = atLeast(this.nc.info?.version, 2, 11);
     const create = this.options.create ?? {};
     if (create) {
       const jsm = await jetstreamManager(this.nc);
@@ -152,7 +155,8 @@ export class JetStreamConsumer<Client = unknown> {
           headers,
         });
       }
-      raw.term(reason);
+      if (this.termWithReason) raw.term(reason);
+      else raw.term();
       this.counters.dead++;
       return;
     }
@@ -174,6 +178,11 @@ export class JetStreamConsumer<Client = unknown> {
         `[idem inbox] jetstream ${this.options.stream}/${this.options.durable}: ${describeError(error)}`,
       );
   }
+}
+
+function atLeast(version: string | undefined, major: number, minor: number): boolean {
+  const [a = 0, b = 0] = (version ?? '').split('.').map(Number);
+  return a > major || (a === major && b >= minor);
 }
 
 export async function consumeJetStream<Client>(

@@ -1,0 +1,273 @@
+/**
+ * The outbox and the inbox on a real NATS JetStream: PubAck, Nats-Msg-Id and the duplicate
+ * window, a pull consumer that acks after commit, nak with delay, term with a dead record, and a
+ * consumer killed (SIGKILL) between commit and ack.
+ */
+import { AckPolicy, jetstreamManager, type JetStreamManager } from '@nats-io/jetstream';
+import { connect, type NatsConnection } from '@nats-io/transport-node';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { fromPg } from '../../src/adapters/pg.js';
+import type { Sql } from '../../src/core/sql.js';
+import { createInbox, type Inbox } from '../../src/inbox/inbox.js';
+import { consumeJetStream, type JetStreamConsumerOptions } from '../../src/inbox/jetstream-consumer.js';
+import { createDispatcher } from '../../src/outbox/dispatcher.js';
+import { createOutbox, type Outbox } from '../../src/outbox/outbox.js';
+import { natsPublisher } from '../../src/outbox/publishers/nats.js';
+import type { OutboxEvent } from '../../src/outbox/types.js';
+import { createTestSchema, databaseUrl, type TestSchema } from '../support/database.js';
+import { serviceUrl } from '../support/services.js';
+import { spawnChild, TcpProxy, uniqueName, waitFor } from './support.js';
+
+const natsUrl = serviceUrl('NATS_URL');
+
+describe.skipIf(!natsUrl)('NATS JetStream', () => {
+  let db: TestSchema;
+  let sql: Sql;
+  let outbox: Outbox;
+  let inbox: Inbox;
+  let nc: NatsConnection;
+  let jsm: JetStreamManager;
+  const streams = new Set<string>();
+  const closers: (() => Promise<unknown>)[] = [];
+
+  beforeAll(async () => {
+    db = await createTestSchema({ poolSize: 8 });
+    sql = fromPg(db.pool);
+    outbox = createOutbox({ sql, schema: db.schema });
+    inbox = createInbox({ sql, schema: db.schema });
+    await sql.query(`CREATE TABLE "${db.schema}".effects (message_id text NOT NULL)`);
+    nc = await connect({ servers: natsUrl! });
+    jsm = await jetstreamManager(nc);
+  });
+
+  afterEach(async () => {
+    for (const close of closers.splice(0).reverse()) await close().catch(() => undefined);
+  });
+
+  afterAll(async () => {
+    for (const stream of streams) await jsm.streams.delete(stream).catch(() => undefined);
+    await nc.close();
+    await db.close();
+  });
+
+  /** A stream capturing `<name>.>`; events of topic `<name>.events` land in it. */
+  async function newStream(prefix: string): Promise<{ stream: string; topic: string }> {
+    const stream = uniqueName(prefix);
+    streams.add(stream);
+    await jsm.streams.add({ name: stream, subjects: [`${stream}.>`] });
+    return { stream, topic: `${stream}.events` };
+  }
+
+  async function addEvents(topic: string, count: number, keys = ['k']): Promise<string[]> {
+    const ids: string[] = [];
+    await sql.transaction(async (tx) => {
+      for (let i = 0; i < count; i++) {
+        const key = keys[i % keys.length]!;
+        ids.push(await outbox.add(tx, { topic, key, type: 'test.event', payload: { i, key } }));
+      }
+    });
+    return ids;
+  }
+
+  async function dispatch(topic: string): Promise<number> {
+    const publisher = natsPublisher({ connection: nc });
+    const result = await createDispatcher({ sql, publisher, schema: db.schema, topics: [topic] }).drain();
+    return result.published;
+  }
+
+  const effectsPerMessage = async (ids: string[]): Promise<number[]> => {
+    const { rows } = await sql.query<{ message_id: string; n: number }>(
+      `SELECT message_id, count(*)::int AS n FROM "${db.schema}".effects WHERE message_id = ANY($1) GROUP BY message_id`,
+      [ids],
+    );
+    const byId = new Map(rows.map((r) => [r.message_id, Number(r.n)]));
+    return ids.map((id) => byId.get(id) ?? 0);
+  };
+
+  async function consumer(stream: string, name: string, extra: Partial<JetStreamConsumerOptions> = {}) {
+    const c = await consumeJetStream({
+      inbox,
+      consumer: name,
+      connection: nc,
+      stream,
+      durable: name,
+      retryDelaysMs: [100],
+      onError: () => undefined,
+      handler: async (tx, message) => {
+        await tx.query(`INSERT INTO "${db.schema}".effects (message_id) VALUES ($1)`, [message.id]);
+      },
+      ...extra,
+    });
+    closers.push(() => c.close());
+    return c;
+  }
+
+  it('publishes, waits for the PubAck, and sets Nats-Msg-Id so a republish is dropped by the stream', async () => {
+    const { stream, topic } = await newStream('publish');
+    const [id] = await addEvents(topic, 1);
+    expect(await dispatch(topic)).toBe(1);
+    const stored = await jsm.streams.getMessage(stream, { seq: 1 });
+    expect(stored?.header.get('Nats-Msg-Id')).toBe(id);
+    expect(stored?.header.get('Idem-Key')).toBe('k');
+    expect(stored?.json()).toEqual({ i: 0, key: 'k' });
+
+    // The same event again (a dispatcher that crashed before marking): inside the duplicate
+    // window JetStream answers "duplicate", which is a success, and stores nothing new.
+    const publisher = natsPublisher({ connection: nc });
+    const event: OutboxEvent = {
+      id: id!,
+      topic,
+      key: 'k',
+      type: 'test.event',
+      payload: { i: 0, key: 'k' },
+      headers: {},
+      createdAt: new Date(),
+      attempts: 0,
+    };
+    expect(await publisher.publish([event], new AbortController().signal)).toEqual([{ id, ok: true }]);
+    expect((await jsm.streams.info(stream)).state.messages).toBe(1);
+  });
+
+  it('a subject no stream captures is a per-event failure that parks the event', async () => {
+    const { topic } = await newStream('nostream');
+    const lostTopic = uniqueName('nowhere');
+    const [lost] = await addEvents(lostTopic, 1);
+    await addEvents(topic, 1);
+    const publisher = natsPublisher({ connection: nc, timeoutMs: 1000 });
+    const dispatcher = createDispatcher({
+      sql,
+      publisher,
+      schema: db.schema,
+      topics: [lostTopic, topic],
+      maxAttempts: 1,
+      onError: () => undefined,
+    });
+    const result = await dispatcher.drain();
+    expect(result).toMatchObject({ published: 1, dead: 1 });
+    expect((await outbox.read(lost!))?.deadAt).not.toBeNull();
+  });
+
+  it('consumer: acks after commit; the consumer has nothing pending afterwards', async () => {
+    const { stream, topic } = await newStream('consume');
+    const ids = await addEvents(topic, 10, ['a', 'b']);
+    await dispatch(topic);
+    const c = await consumer(stream, 'consume');
+    await waitFor(() => c.counters.processed === 10, 'ten messages');
+    expect(await effectsPerMessage(ids)).toEqual(ids.map(() => 1));
+    const info = await jsm.consumers.info(stream, 'consume');
+    expect(info.num_ack_pending).toBe(0);
+    expect(info.num_pending).toBe(0);
+  });
+
+  it('naks with a delay, then terms after N deliveries and records the message as dead; others flow', async () => {
+    const { stream, topic } = await newStream('poison');
+    const seen: { id: string; attempt: number; at: number }[] = [];
+    const [poisonId] = await addEvents(topic, 1, ['poison']);
+    const good = await addEvents(topic, 10, ['a', 'b']);
+    await dispatch(topic);
+    const c = await consumer(stream, 'poison', {
+      maxAttempts: 3,
+      retryDelaysMs: [500],
+      handler: async (tx, message) => {
+        seen.push({ id: message.id, attempt: message.attempt, at: Date.now() });
+        if (message.json<{ key: string }>().key === 'poison') throw new Error('cannot apply poison');
+        await tx.query(`INSERT INTO "${db.schema}".effects (message_id) VALUES ($1)`, [message.id]);
+      },
+    });
+    await waitFor(() => c.counters.dead === 1, 'the poison message to be termed');
+    const attempts = seen.filter((s) => s.id === poisonId);
+    expect(attempts.map((s) => s.attempt)).toEqual([1, 2, 3]);
+    expect(attempts[1]!.at - attempts[0]!.at).toBeGreaterThanOrEqual(450);
+    const lastGood = Math.max(...seen.filter((s) => good.includes(s.id)).map((s) => s.at));
+    expect(lastGood).toBeLessThan(attempts[1]!.at);
+    expect(c.counters).toMatchObject({ processed: 10, retried: 2, dead: 1 });
+    const record = await inbox.read({ consumer: 'poison', messageId: poisonId! });
+    expect(record).toMatchObject({ state: 'dead', attempts: 3, lastError: 'Error: cannot apply poison' });
+    expect(JSON.parse(Buffer.from(record!.payload!).toString())).toEqual({ i: 0, key: 'poison' });
+    expect(record!.headers).toMatchObject({ 'Nats-Msg-Id': poisonId });
+    // Termed: the server will not deliver it again.
+    await waitFor(
+      async () => (await jsm.consumers.info(stream, 'poison')).num_ack_pending === 0,
+      'no pending acks',
+    );
+  });
+
+  it('seed scenario 4: the consumer commits, is killed (SIGKILL) before the ack; the redelivery has no second effect', async () => {
+    const { stream, topic } = await newStream('scenario4');
+    const durable = 'scenario4';
+    await jsm.consumers.add(stream, {
+      durable_name: durable,
+      ack_policy: AckPolicy.Explicit,
+      max_deliver: -1,
+      ack_wait: 1_000_000_000, // 1 s: the server redelivers an unacked message after it
+    });
+    const [id] = await addEvents(topic, 1);
+    await dispatch(topic);
+    const child = spawnChild('jetstream-consumer.ts', {
+      DATABASE_URL: databaseUrl(),
+      SCHEMA: db.schema,
+      NATS_URL: natsUrl!,
+      STREAM: stream,
+      DURABLE: durable,
+      CONSUMER: 'scenario4',
+    });
+    expect((await child.exited).signal).toBe('SIGKILL');
+    expect(child.output.join('\n')).toContain('committed, not acked');
+    expect(await effectsPerMessage([id!])).toEqual([1]);
+
+    const c = await consumer(stream, durable, {
+      create: false,
+      handler: async () => {
+        throw new Error('the handler must not run again');
+      },
+    });
+    await waitFor(() => c.counters.duplicates === 1, 'the redelivery to be acked as a duplicate');
+    expect(c.counters).toMatchObject({ processed: 0, duplicates: 1, dead: 0, retried: 0 });
+    expect(await effectsPerMessage([id!])).toEqual([1]);
+    await waitFor(async () => (await jsm.consumers.info(stream, durable)).num_ack_pending === 0, 'acked');
+  });
+
+  it('NATS unreachable, then back: nothing is lost, nothing is parked', async () => {
+    const { stream, topic } = await newStream('outage');
+    const target = new URL(natsUrl!);
+    const proxy = new TcpProxy(target.hostname, Number(target.port || 4222));
+    await proxy.start();
+    closers.push(() => proxy.close());
+    const viaProxy = await connect({
+      servers: `nats://127.0.0.1:${proxy.port}`,
+      maxReconnectAttempts: -1,
+      reconnectTimeWait: 50,
+      ignoreClusterUpdates: true,
+    });
+    closers.push(() => viaProxy.close());
+    const dispatcher = createDispatcher({
+      sql,
+      publisher: natsPublisher({ connection: viaProxy, timeoutMs: 300 }),
+      schema: db.schema,
+      topics: [topic],
+      maxAttempts: 1,
+      pollIntervalMs: 20,
+      outageBackoff: { baseMs: 20, maxMs: 100 },
+      onError: () => undefined,
+    });
+    await dispatcher.start();
+    closers.push(() => dispatcher.stop());
+
+    const before = await addEvents(topic, 5, ['a', 'b']);
+    await waitFor(async () => (await outbox.stats({ topic })).pending === 0, 'first events published');
+    await proxy.cut();
+    const during = await addEvents(topic, 5, ['a', 'c']);
+    await waitFor(() => dispatcher.counters.outages >= 2, 'the dispatcher to see the outage');
+    await proxy.restore();
+    await waitFor(
+      async () => (await outbox.stats({ topic })).pending === 0,
+      'everything published after the outage',
+    );
+    expect((await outbox.stats({ topic })).dead).toBe(0);
+
+    const c = await consumer(stream, 'outage');
+    const all = [...before, ...during];
+    await waitFor(() => c.counters.processed === all.length, 'every event consumed');
+    expect(await effectsPerMessage(all)).toEqual(all.map(() => 1));
+  });
+});
