@@ -1,0 +1,90 @@
+import { parseArgs } from 'node:util';
+import { createOutbox } from '../../outbox/outbox.js';
+import { openDatabase } from '../database.js';
+
+const usage = `usage:
+  idem outbox redrive (--id ID | --topic T [--key K] | --all) [--schema idem]
+      make dead events due again (attempts reset) and release the events parked behind them
+  idem outbox stats [--topic T] [--schema idem]
+      counts: pending, due, retrying, parked, dead, published
+  idem outbox dead [--topic T] [--limit 20] [--schema idem]
+      list dead events with their last error
+  idem outbox cleanup [--retention-ms 86400000] [--cdc] [--schema idem]
+      delete published rows older than the retention (--cdc: any row, for Debezium setups)`;
+
+/** `idem outbox <redrive|stats|dead|cleanup>`: operator tools for the outbox. */
+export async function run(argv: string[]): Promise<number> {
+  let parsed;
+  try {
+    parsed = parseArgs({
+      args: argv,
+      allowPositionals: true,
+      options: {
+        schema: { type: 'string', default: 'idem' },
+        id: { type: 'string' },
+        topic: { type: 'string' },
+        key: { type: 'string' },
+        all: { type: 'boolean', default: false },
+        limit: { type: 'string', default: '20' },
+        'retention-ms': { type: 'string', default: '86400000' },
+        cdc: { type: 'boolean', default: false },
+        help: { type: 'boolean', short: 'h', default: false },
+      },
+    });
+  } catch (error) {
+    console.error(`${(error as Error).message}\n\n${usage}`);
+    return 2;
+  }
+  const { values, positionals } = parsed;
+  const [command] = positionals;
+  if (values.help || !command) {
+    console.log(usage);
+    return command || values.help ? 0 : 2;
+  }
+  if (command === 'redrive' && !values.id && !values.topic && !values.all) {
+    // Redriving everything is a deliberate act: say so with --all.
+    console.error(`idem outbox redrive needs --id, --topic or --all\n\n${usage}`);
+    return 2;
+  }
+  if (!['redrive', 'stats', 'dead', 'cleanup'].includes(command)) {
+    console.error(`idem outbox: unknown command '${command}'\n\n${usage}`);
+    return 2;
+  }
+  const db = await openDatabase();
+  try {
+    const outbox = createOutbox({ sql: db.sql, schema: values.schema });
+    switch (command) {
+      case 'redrive': {
+        const result = await outbox.redrive({ id: values.id, topic: values.topic, key: values.key });
+        console.log(
+          `revived ${result.revived} dead events, released ${result.released} events parked behind them`,
+        );
+        return 0;
+      }
+      case 'stats': {
+        console.log(JSON.stringify(await outbox.stats({ topic: values.topic }), null, 2));
+        return 0;
+      }
+      case 'dead': {
+        const dead = await outbox.listDead({ topic: values.topic, limit: Number(values.limit) });
+        for (const e of dead) {
+          console.log(
+            `${e.id}  ${e.topic}  key=${e.key}  type=${e.type}  attempts=${e.attempts}  dead=${e.deadAt?.toISOString()}\n    ${e.lastError}`,
+          );
+        }
+        console.log(`${dead.length} dead event(s)`);
+        return 0;
+      }
+      default: {
+        const deleted = await outbox.cleanup({
+          retentionMs: Number(values['retention-ms']),
+          capturedByCdc: values.cdc,
+        });
+        console.log(`deleted ${deleted} rows`);
+        return 0;
+      }
+    }
+  } finally {
+    await db.close();
+  }
+}
