@@ -16,8 +16,8 @@ import { Webhook } from 'standardwebhooks';
 export interface ProviderOptions {
   /** Port; default 3001 (`PROVIDER_PORT`). 0 picks a free one. */
   port?: number;
-  /** Where refund webhooks go, e.g. `http://127.0.0.1:3000/webhooks/provider`. */
-  webhookUrl?: string;
+  /** Where refund webhooks go, e.g. `http://127.0.0.1:3000/webhooks/provider`; a function is read at send time. */
+  webhookUrl?: string | (() => string);
   /** Standard Webhooks secret (`whsec_…`) shared with the merchant. */
   webhookSecret: string;
   /** Artificial latency per charge, to make crashes mid-call likely in drills. Default 0. */
@@ -57,7 +57,8 @@ export async function startProvider(options: ProviderOptions): Promise<FakeCardP
   };
 
   const deliverRefundWebhook = async (charge: Charge, amount: number) => {
-    if (!options.webhookUrl) return;
+    const target = typeof options.webhookUrl === 'function' ? options.webhookUrl() : options.webhookUrl;
+    if (!target) return;
     const version = (versions.get(charge.id) ?? 0) + 1;
     versions.set(charge.id, version);
     const id = `msg_${randomUUID()}`;
@@ -70,7 +71,7 @@ export async function startProvider(options: ProviderOptions): Promise<FakeCardP
       const timestamp = new Date();
       const signature = webhook.sign(id, timestamp, payload);
       try {
-        const response = await fetch(options.webhookUrl, {
+        const response = await fetch(target, {
           method: 'POST',
           headers: {
             'content-type': 'application/json',

@@ -92,6 +92,7 @@ export async function startDemo(overrides: DemoOverrides = {}): Promise<DemoHand
     const inbox = createInbox({ sql, schema });
     const claims = createClaims({ sql, schema, leaseMs: 10_000 });
 
+    let appPort = config.port;
     // The provider: in this process unless PROVIDER_URL points elsewhere.
     let provider: FakeCardProvider | undefined;
     let providerUrl = config.providerUrl;
@@ -99,7 +100,8 @@ export async function startDemo(overrides: DemoOverrides = {}): Promise<DemoHand
       provider = await startProvider({
         port: config.providerPort,
         webhookSecret: config.webhookSecret,
-        webhookUrl: `http://127.0.0.1:${config.port}/webhooks/provider`,
+        // Read when a webhook is sent: the app's port is known only once it listens.
+        webhookUrl: () => `http://127.0.0.1:${appPort}/webhooks/provider`,
       });
       cleanups.push(() => provider!.close());
       providerUrl = provider.url;
@@ -194,9 +196,9 @@ export async function startDemo(overrides: DemoOverrides = {}): Promise<DemoHand
 
     await app.listen({ port: config.port, host: config.host });
     const address = app.server.address();
-    const port = typeof address === 'object' && address ? address.port : config.port;
+    appPort = typeof address === 'object' && address ? address.port : config.port;
     return {
-      url: `http://127.0.0.1:${port}`,
+      url: `http://127.0.0.1:${appPort}`,
       providerUrl: providerUrl,
       databaseUrl,
       transport: transport.name,
