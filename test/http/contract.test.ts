@@ -203,6 +203,9 @@ describe.each(frameworks)('Idempotency-Key contract on $name', (framework) => {
       await send('/orders', { key: newKey(), tenant: null, body: { amount: 1 } }),
       'tenant-missing',
     );
+    const badJson = newKey();
+    expectProblem(await send('/orders', { key: badJson, body: '{"amount": 1,' }), 'body-malformed');
+    expect(await inspect('POST /orders', badJson)).toBeNull();
   });
 
   it('413 before anything is stored, with and without a declared length', async () => {

@@ -103,7 +103,8 @@ export function business(h: Harness) {
       const reservation = await idem.step('reserve', async (_tx, { key }) =>
         h.provider.call('/reserve', key),
       );
-      if (gate) await h.gates.wait(gate);
+      if (gate === 'crash' && h.crash) h.crash();
+      else if (gate) await h.gates.wait(gate);
       const charge = await idem.step('charge', async (tx, { key }) => {
         const result = await h.provider.call('/charge', key);
         await tx.query(

@@ -74,6 +74,8 @@ export interface Harness {
   runs: Map<string, number>;
   /** Requests the HTTP server has received (all routes). */
   arrivals: { count: number };
+  /** Set in a child process: kills it on the spot (SIGKILL), as a crash would. */
+  crash?: () => never;
   close(): Promise<void>;
 }
 

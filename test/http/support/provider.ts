@@ -25,6 +25,19 @@ export interface Provider {
   close(): Promise<void>;
 }
 
+/** Calls a provider at `url` (from this process or another one). */
+export function providerCall(url: string): Provider['call'] {
+  return async (path, key) => {
+    const response = await request(`${url}${path}`, {
+      method: 'POST',
+      headers: { 'idempotency-key': key, 'content-type': 'application/json' },
+      body: '{}',
+    });
+    if (response.statusCode !== 200) throw new Error(`provider answered ${response.statusCode}`);
+    return (await response.body.json()) as { id: string };
+  };
+}
+
 export async function startProvider(): Promise<Provider> {
   const calls: ProviderCall[] = [];
   const effects = new Map<string, Map<string, string>>();
@@ -61,15 +74,7 @@ export async function startProvider(): Promise<Provider> {
     calls,
     effects,
     dropResponseOnce: (path) => drop.add(path),
-    async call(path, key) {
-      const response = await request(`${url}${path}`, {
-        method: 'POST',
-        headers: { 'idempotency-key': key, 'content-type': 'application/json' },
-        body: '{}',
-      });
-      if (response.statusCode !== 200) throw new Error(`provider answered ${response.statusCode}`);
-      return (await response.body.json()) as { id: string };
-    },
+    call: providerCall(url),
     close: () =>
       new Promise((resolve) => {
         server.closeAllConnections();
