@@ -180,11 +180,11 @@ export class WebhookProcessor<Client = unknown> {
   /** Claims up to `limit` due receipts and processes them concurrently. Returns their outcomes. */
   async runOnce(limit = this.concurrency): Promise<ProcessOutcome[]> {
     const now = this.clock.now();
-    const { rows } = await this.sql.query<ClaimedRow & Record<string, unknown>>(this.statements.claim, [
-      new Date(now),
-      limit,
-      new Date(now + this.leaseMs),
-    ]);
+    const { rows } = await this.sql.query<ClaimedRow & Record<string, unknown>>(
+      this.statements.claim,
+      [new Date(now), limit, new Date(now + this.leaseMs)],
+      this.statements.names.claim,
+    );
     return Promise.all(rows.map((row) => this.process(row)));
   }
 
@@ -302,7 +302,11 @@ export class WebhookProcessor<Client = unknown> {
     const handler = this.handlerFor(row.source, row.event_type);
     try {
       const outcome = await this.sql.transaction(async (tx): Promise<ProcessOutcome> => {
-        const locked = await tx.query(this.statements.lock, [row.source, row.delivery_id, row.attempts]);
+        const locked = await tx.query(
+          this.statements.lock,
+          [row.source, row.delivery_id, row.attempts],
+          this.statements.names.lock,
+        );
         if (locked.rowCount === 0) return 'lost';
         if (!handler) {
           await this.finish(tx, row, 'unhandled', null);
@@ -311,14 +315,18 @@ export class WebhookProcessor<Client = unknown> {
         const declared = handler.entity?.(event) ?? null;
         const entity = declared ? normaliseEntity(declared, row.source) : null;
         if (entity) {
-          const advanced = await tx.query(this.statements.advanceVersion, [
-            entity.scope,
-            entity.key,
-            entity.version,
-            row.source,
-            row.delivery_id,
-            new Date(this.clock.now()),
-          ]);
+          const advanced = await tx.query(
+            this.statements.advanceVersion,
+            [
+              entity.scope,
+              entity.key,
+              entity.version,
+              row.source,
+              row.delivery_id,
+              new Date(this.clock.now()),
+            ],
+            this.statements.names.advanceVersion,
+          );
           if (advanced.rowCount === 0) {
             await this.finish(tx, row, 'stale', entity);
             return 'stale';
@@ -348,29 +356,37 @@ export class WebhookProcessor<Client = unknown> {
     state: 'applied' | 'stale' | 'unhandled',
     entity: { scope: string; key: string; version: string } | null,
   ): Promise<void> {
-    await tx.query(this.statements.finish, [
-      row.source,
-      row.delivery_id,
-      row.attempts,
-      state,
-      new Date(this.clock.now()),
-      null,
-      entity?.scope ?? null,
-      entity?.key ?? null,
-      entity?.version ?? null,
-    ]);
+    await tx.query(
+      this.statements.finish,
+      [
+        row.source,
+        row.delivery_id,
+        row.attempts,
+        state,
+        new Date(this.clock.now()),
+        null,
+        entity?.scope ?? null,
+        entity?.key ?? null,
+        entity?.version ?? null,
+      ],
+      this.statements.names.finish,
+    );
   }
 
   private async fail(row: ClaimedRow, dead: boolean, message: string): Promise<void> {
     const now = this.clock.now();
-    await this.sql.query(this.statements.fail, [
-      row.source,
-      row.delivery_id,
-      row.attempts,
-      dead ? 'dead' : 'pending',
-      new Date(dead ? now : now + this.delay(row.attempts)),
-      message,
-    ]);
+    await this.sql.query(
+      this.statements.fail,
+      [
+        row.source,
+        row.delivery_id,
+        row.attempts,
+        dead ? 'dead' : 'pending',
+        new Date(dead ? now : now + this.delay(row.attempts)),
+        message,
+      ],
+      this.statements.names.fail,
+    );
   }
 }
 

@@ -151,15 +151,19 @@ export class WebhookReceiver {
     const headers = pickHeaders(request.headers, source.storedHeaders, source.excludedHeaders);
     let inserted: boolean;
     try {
-      const { rowCount } = await this.sql.query(this.statements.insert, [
-        source.name,
-        deliveryId,
-        eventType,
-        JSON.stringify(headers),
-        Buffer.from(request.body.buffer, request.body.byteOffset, request.body.byteLength),
-        new Date(now),
-        new Date(now + source.retentionMs),
-      ]);
+      const { rowCount } = await this.sql.query(
+        this.statements.insert,
+        [
+          source.name,
+          deliveryId,
+          eventType,
+          JSON.stringify(headers),
+          Buffer.from(request.body.buffer, request.body.byteOffset, request.body.byteLength),
+          new Date(now),
+          new Date(now + source.retentionMs),
+        ],
+        this.statements.names.insert,
+      );
       inserted = rowCount === 1;
     } catch (error) {
       // Not stored: a retryable answer, so the sender delivers again.

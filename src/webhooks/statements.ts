@@ -2,9 +2,10 @@
  * Every statement of the receiver and its workers, rendered once per schema. Times come from the
  * injected clock as parameters, never from `now()`, so tests move time instead of sleeping.
  */
+import { createHash } from 'node:crypto';
 import { quoteSchema } from '../migrate/schema-name.js';
 
-export interface ReceiptStatements {
+export interface ReceiptStatementTexts {
   insert: string;
   claim: string;
   lock: string;
@@ -16,12 +17,17 @@ export interface ReceiptStatements {
   list: string;
 }
 
+/** The texts, and a prepared-statement name per text (node-postgres parses and plans each once per connection). */
+export type ReceiptStatements = ReceiptStatementTexts & {
+  names: Record<keyof ReceiptStatementTexts, { name: string }>;
+};
+
 export const receiptColumns = `source, delivery_id, event_type, headers, body, received_at, state, attempts,
   next_attempt_at, last_error, entity_scope, entity_key, entity_version, processed_at, expires_at`;
 
 export function receiptStatements(schema: string): ReceiptStatements {
   const s = quoteSchema(schema);
-  return {
+  const texts: ReceiptStatementTexts = {
     // One statement, so one transaction: the receipt exists or it does not. A duplicate hits the
     // primary key and inserts nothing (rowCount 0); no row lock is held past the statement.
     insert: `INSERT INTO ${s}.webhook_receipts
@@ -86,4 +92,18 @@ export function receiptStatements(schema: string): ReceiptStatements {
       WHERE state = ANY($1::text[]) AND ($2::text IS NULL OR source = $2)
       ORDER BY received_at LIMIT $3`,
   };
+  return { ...texts, names: prepareNames('wh', texts) };
+}
+
+/** Names unique to each statement's text (so two schemas on one connection never collide). */
+export function prepareNames<K extends string>(
+  prefix: string,
+  texts: Record<K, string>,
+): Record<K, { name: string }> {
+  return Object.fromEntries(
+    Object.entries<string>(texts).map(([key, text]) => [
+      key,
+      { name: `idem_${prefix}_${key}_${createHash('sha1').update(text).digest('hex').slice(0, 12)}` },
+    ]),
+  ) as Record<K, { name: string }>;
 }

@@ -416,7 +416,8 @@ describe('retention', () => {
     });
     const firstId = await store(event(1));
     await store(event(2));
-    expect(await worker.drain()).toEqual(['applied', 'applied']);
+    // One at a time: claimed together, the two would race and version 1 could be stale already.
+    expect(await worker.drain({ limit: 1 })).toEqual(['applied', 'applied']);
     clock.advance(5 * day);
     await worker.sweep();
     expect(await count(db.pool, db.schema, 'webhook_receipts')).toBe(0);

@@ -226,13 +226,17 @@ export class WebhookSender<Client = unknown> {
         'a webhook message id must be 1–255 printable ASCII characters without "."',
       );
     }
-    const { rowCount } = await db.query(this.statements.enqueue, [
-      message.id,
-      message.type,
-      encodePayload(message.payload),
-      message.contentType ?? 'application/json',
-      new Date(this.clock.now()),
-    ]);
+    const { rowCount } = await db.query(
+      this.statements.enqueue,
+      [
+        message.id,
+        message.type,
+        encodePayload(message.payload),
+        message.contentType ?? 'application/json',
+        new Date(this.clock.now()),
+      ],
+      this.statements.names.enqueue,
+    );
     return rowCount;
   }
 
@@ -370,12 +374,11 @@ export class WebhookSender<Client = unknown> {
 
   private async attemptDue(options: { messageId?: string; limit: number }): Promise<AttemptResult[]> {
     const now = this.clock.now();
-    const { rows } = await this.sql.query<ClaimedDelivery & Record<string, unknown>>(this.statements.claim, [
-      new Date(now),
-      options.limit,
-      new Date(now + this.leaseMs),
-      options.messageId ?? null,
-    ]);
+    const { rows } = await this.sql.query<ClaimedDelivery & Record<string, unknown>>(
+      this.statements.claim,
+      [new Date(now), options.limit, new Date(now + this.leaseMs), options.messageId ?? null],
+      this.statements.names.claim,
+    );
     return Promise.all(rows.map((row) => this.attempt(row)));
   }
 
@@ -495,19 +498,27 @@ export class WebhookSender<Client = unknown> {
       failure !== undefined ? errorMessage(failure) : outcome === 'delivered' ? null : `HTTP ${status}`;
 
     await this.sql.transaction(async (tx) => {
-      await tx.query(this.statements.recordAttempt, [
-        row.message_id,
-        row.endpoint_id,
-        row.attempts,
-        new Date(startedAt),
-        status ?? null,
-        latencyMs,
-        outcome,
-        error,
-        retryAfterMs ?? null,
-      ]);
+      await tx.query(
+        this.statements.recordAttempt,
+        [
+          row.message_id,
+          row.endpoint_id,
+          row.attempts,
+          new Date(startedAt),
+          status ?? null,
+          latencyMs,
+          outcome,
+          error,
+          retryAfterMs ?? null,
+        ],
+        this.statements.names.recordAttempt,
+      );
       const state = outcome === 'retry' ? 'pending' : outcome === 'gone' ? 'cancelled' : outcome;
-      await tx.query(this.statements.settle, [...fence, state, next, status ?? null, error, new Date(now)]);
+      await tx.query(
+        this.statements.settle,
+        [...fence, state, next, status ?? null, error, new Date(now)],
+        this.statements.names.settle,
+      );
       if (outcome === 'gone') {
         await tx.query(this.statements.disableEndpoint, [
           row.endpoint_id,

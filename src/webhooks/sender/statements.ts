@@ -1,9 +1,10 @@
 /** Statements of the sender, rendered once per schema. Times are parameters from the injected clock. */
 import { quoteSchema } from '../../migrate/schema-name.js';
+import { prepareNames } from '../statements.js';
 
 export function senderStatements(schema: string) {
   const s = quoteSchema(schema);
-  return {
+  const texts = {
     // Message and its deliveries in one statement: atomic on any connection or in the caller's
     // transaction. A message id seen before adds nothing: the same event is never fanned out twice.
     enqueue: `WITH m AS (
@@ -102,6 +103,7 @@ export function senderStatements(schema: string) {
       FROM ${s}.webhook_endpoints ORDER BY created_at, id`,
     deleteEndpoint: `DELETE FROM ${s}.webhook_endpoints WHERE id = $1`,
   };
+  return { ...texts, names: prepareNames('whs', texts) };
 }
 
 export type SenderStatements = ReturnType<typeof senderStatements>;
