@@ -253,6 +253,22 @@ describe.each(frameworks)('%s', (framework) => {
     expect(await receipts()).toBe(before);
   });
 
+  it('verifies the exact bytes whatever the content type, or without one', async () => {
+    for (const [i, contentType] of [undefined, 'text/plain', 'application/x-www-form-urlencoded'].entries()) {
+      const request = signStandard({
+        id: `${framework}-ct-${i}`,
+        body: '{"type":"x", "a" : 1 }',
+        timestampMs: clock.now(),
+      });
+      const { 'content-type': _ignored, ...headers } = request.headers;
+      const answer = await send(framework, 'standard', {
+        ...request,
+        headers: contentType ? { ...headers, 'content-type': contentType } : headers,
+      });
+      expect(answer.status).toBe(202);
+    }
+  });
+
   it('an unknown event type is stored, acknowledged, and recorded as unhandled', async () => {
     const id = `${framework}-unknown-type`;
     const answer = await send(framework, 'standard', signed('standard', id, 'never.heard.of'));

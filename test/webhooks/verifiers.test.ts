@@ -132,6 +132,10 @@ describe('Standard Webhooks verifier', () => {
         verify(verifier, { ...signed, headers: { ...signed.headers, 'webhook-timestamp': '17e8' } }),
       ).status,
     ).toBe(400);
+    // An id with '.' could shift the boundaries of `${id}.${timestamp}.${body}`: refused.
+    expect(
+      failure(() => verify(verifier, signStandard({ id: 'msg.1', body, timestampMs: now }))).status,
+    ).toBe(400);
     expect(
       failure(() =>
         verify(verifier, { ...signed, headers: { ...signed.headers, 'webhook-signature': 'v2,abc' } }),

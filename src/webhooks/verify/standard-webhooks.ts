@@ -12,7 +12,7 @@
  */
 import { createPublicKey, verify as verifySignature, type KeyObject } from 'node:crypto';
 import { InvalidArgumentError } from '../../core/errors.js';
-import { WebhookUnauthorizedError } from '../errors.js';
+import { WebhookMalformedError, WebhookUnauthorizedError } from '../errors.js';
 import {
   checkTolerance,
   decodeSignature,
@@ -86,6 +86,9 @@ export function standardWebhooksVerifier(options: StandardWebhooksOptions): Webh
         requireHeader(request.headers.get('webhook-id'), 'webhook-id'),
         'webhook-id',
       );
+      // The spec forbids '.' in the id: with one, `${id}.${timestamp}.` could be re-split so that a
+      // signature made for another id and timestamp verifies.
+      if (id.includes('.')) throw new WebhookMalformedError('webhook-id must not contain "."');
       const timestamp = requireHeader(request.headers.get('webhook-timestamp'), 'webhook-timestamp');
       const signedAt = parseUnixSeconds(timestamp, 'webhook-timestamp');
       checkTolerance(signedAt, now, tolerance);
