@@ -1,5 +1,6 @@
 /**
- * Round trip: outbox events published through `webhookPublisher`, delivered by our sender as signed
+ * Round trip: events added to the outbox in business transactions, dispatched by the outbox
+ * dispatcher through `webhookPublisher`, delivered by our sender as signed
  * Standard Webhooks to our receiver on Express, Fastify, Hono and node:http, through a proxy that
  * loses the first answer to every delivery (the receipt is stored, the sender sees 502 and retries
  * with the same webhook-id). Every event takes effect exactly once per receiving service.
@@ -8,7 +9,7 @@ import { createServer } from 'node:http';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { fromPg } from '../../src/adapters/pg.js';
 import { ManualClock } from '../../src/core/clock.js';
-import type { OutboxEvent } from '../../src/outbox/types.js';
+import { createDispatcher, createOutbox } from '../../src/outbox/index.js';
 import {
   createWebhookProcessor,
   createWebhookReceiver,
@@ -130,21 +131,41 @@ it('every event takes effect once, through lost answers and retries, on every fr
     });
   }
 
-  const events: OutboxEvent[] = Array.from({ length: 15 }, (_, i) => ({
-    id: `0190f5b4-7c1e-7000-8000-${String(i).padStart(12, '0')}`,
-    topic: 'billing',
-    key: `invoice-${i}`,
-    type: 'invoice.paid',
-    payload: { invoice: i },
-    headers: {},
-    createdAt: new Date(clock.now()),
-    attempts: 0,
-  }));
+  // The producer: each invoice row and its event commit together (the outbox).
+  const outbox = createOutbox({ sql: fromPg(db.pool), schema: db.schema, clock, notify: false });
+  await db.pool.query(`CREATE TABLE "${db.schema}".invoices (id int PRIMARY KEY)`);
+  const sql = fromPg(db.pool);
+  const events: { id: string; invoice: number }[] = [];
+  for (let invoice = 0; invoice < 15; invoice++) {
+    const id = await sql.transaction(async (tx) => {
+      await tx.query(`INSERT INTO "${db.schema}".invoices (id) VALUES ($1)`, [invoice]);
+      return outbox.add(tx, {
+        topic: 'billing',
+        key: `invoice-${invoice}`,
+        type: 'invoice.paid',
+        payload: { invoice },
+      });
+    });
+    events.push({ id, invoice });
+  }
   const publisher = webhookPublisher(sender, { notify: false });
-  const signal = new AbortController().signal;
-  expect((await publisher.publish(events, signal)).every((r) => r.ok)).toBe(true);
-  // The outbox publishes some events again (at-least-once): nothing new is fanned out.
-  expect((await publisher.publish(events.slice(0, 5), signal)).every((r) => r.ok)).toBe(true);
+  const dispatcher = createDispatcher({
+    sql,
+    schema: db.schema,
+    clock,
+    publisher,
+    cleanupIntervalMs: 0,
+    onError: () => {},
+  });
+  const dispatched = await dispatcher.drain();
+  expect(dispatched).toMatchObject({ published: events.length, retried: 0, dead: 0 });
+  expect((await outbox.stats()).pending).toBe(0);
+  // The dispatcher may publish an event again (at-least-once): nothing new is fanned out.
+  const again = await outbox.read(events[0]!.id);
+  expect(await publisher.publish([again!], new AbortController().signal)).toEqual([
+    { id: events[0]!.id, ok: true },
+  ]);
+  expect(await count(db.pool, db.schema, 'webhook_deliveries')).toBe(events.length * frameworks.length);
 
   // Deliver until nothing is left, moving the clock past each retry's delay (5 s, then 5 min).
   for (let round = 0; round < 5; round++) {
@@ -175,5 +196,5 @@ it('every event takes effect once, through lost answers and retries, on every fr
   const { rows: ids } = await db.pool.query<{ delivery_id: string }>(
     `SELECT DISTINCT delivery_id FROM "${db.schema}".effects ORDER BY delivery_id`,
   );
-  expect(ids.map((r) => r.delivery_id)).toEqual(events.map((e) => e.id));
+  expect(ids.map((r) => r.delivery_id)).toEqual(events.map((e) => e.id).sort());
 });
