@@ -1,0 +1,78 @@
+/**
+ * `idem console [--port 4000] [--host 127.0.0.1] [--schema idem]`: the operator console for the
+ * idem tables in DATABASE_URL. Beyond loopback it needs CONSOLE_TOKEN, and refuses to start without.
+ */
+import { parseArgs } from 'node:util';
+import Fastify from 'fastify';
+import { consolePlugin } from '../../console/plugin.js';
+import { checkExposure, isLoopback } from '../../console/access.js';
+import { openDatabase } from '../database.js';
+
+const usage = 'usage: idem console [--port 4000] [--host 127.0.0.1] [--schema idem]';
+
+export async function run(argv: string[], signal?: AbortSignal): Promise<number> {
+  let values: { port: string; host: string; schema: string; help?: boolean };
+  try {
+    ({ values } = parseArgs({
+      args: argv,
+      options: {
+        port: { type: 'string', default: '4000' },
+        host: { type: 'string', default: '127.0.0.1' },
+        schema: { type: 'string', default: 'idem' },
+        help: { type: 'boolean', short: 'h' },
+      },
+    }) as { values: typeof values });
+  } catch (error) {
+    console.error(`idem console: ${(error as Error).message}\n${usage}`);
+    return 2;
+  }
+  if (values.help) {
+    console.log(usage);
+    return 0;
+  }
+  const port = Number(values.port);
+  if (!Number.isInteger(port) || port < 0 || port > 65535) {
+    console.error(`idem console: --port must be 0–65535\n${usage}`);
+    return 2;
+  }
+  const token = process.env.CONSOLE_TOKEN || undefined;
+  // Checked before anything opens: no database connection, no socket, for an unsafe setup.
+  try {
+    checkExposure(values.host, token);
+  } catch (error) {
+    console.error(`idem console: ${(error as Error).message}`);
+    return 2;
+  }
+  const db = await openDatabase({ poolSize: 5 });
+  const app = Fastify({ logger: false });
+  try {
+    await app.register(consolePlugin, { pool: db.pool, schema: values.schema, host: values.host, token });
+    await app.listen({ port, host: values.host });
+    const address = app.server.address();
+    const bound = typeof address === 'object' && address ? address.port : port;
+    const shown = values.host.includes(':') ? `[${values.host}]` : values.host;
+    console.log(`idem console on http://${shown}:${bound}/console  (schema ${values.schema})`);
+    if (token !== undefined) {
+      console.log(
+        isLoopback(values.host)
+          ? 'CONSOLE_TOKEN is set: open /console?token=<CONSOLE_TOKEN> once (it sets a cookie).'
+          : 'Bound beyond loopback: every route needs CONSOLE_TOKEN (Bearer header, or ?token= once).',
+      );
+    }
+    console.log('Ctrl-C stops it.');
+    await new Promise<void>((resolve) => {
+      const stop = () => {
+        process.off('SIGINT', stop);
+        process.off('SIGTERM', stop);
+        resolve();
+      };
+      process.once('SIGINT', stop);
+      process.once('SIGTERM', stop);
+      signal?.addEventListener('abort', stop, { once: true });
+    });
+    return 0;
+  } finally {
+    await app.close();
+    await db.close();
+  }
+}

@@ -1,0 +1,131 @@
+/** The outbox: backlog and lag per topic, events that keep failing, dead letters, and redrive. */
+import { InvalidArgumentError } from '../../core/errors.js';
+import {
+  createOutbox,
+  type OutboxStats,
+  type RedriveFilter,
+  type RedriveResult,
+} from '../../outbox/outbox.js';
+import { ageMs, iso, num, str, text, type ConsoleDatabase } from '../database.js';
+import { limit, optionalName, type Query } from '../params.js';
+import { previewText, type BodyPreview } from '../preview.js';
+import { redactHeaders } from '../redact.js';
+
+export interface OutboxEventView {
+  id: string;
+  topic: string;
+  key: string;
+  type: string;
+  attempts: number;
+  lastError: string | null;
+  createdAt: string | null;
+  ageMs: number | null;
+  /** Next attempt; null while parked behind a dead event of its key. */
+  availableAt: string | null;
+  deadAt: string | null;
+  headers: [string, string][];
+  payload: BodyPreview | null;
+}
+
+export interface OutboxView {
+  stats: OutboxStats;
+  topics: { topic: string; pending: number; dead: number; oldestPendingAgeMs: number | null }[];
+  dead: OutboxEventView[];
+  /** Pending events with at least one failed attempt. */
+  retrying: OutboxEventView[];
+}
+
+const columns = `id, aggregatetype, aggregateid, type, payload::text AS payload, headers::text AS headers,
+  attempts, last_error, created_at, available_at, dead_at`;
+
+export async function readOutbox(db: ConsoleDatabase, query: Query): Promise<OutboxView> {
+  const topic = optionalName(query, 'topic');
+  const max = limit(query);
+  const now = db.clock.now();
+  return db.read(async (tx) => {
+    const stats = await createOutbox({ sql: tx, schema: db.schema, clock: db.clock }).stats(
+      topic === undefined ? {} : { topic },
+    );
+    // Only unpublished rows: the partial indexes on published_at IS NULL / dead_at keep this small
+    // even when millions of published rows are still retained.
+    const topics = await tx.query(
+      `SELECT aggregatetype AS topic,
+          count(*) FILTER (WHERE dead_at IS NULL)::bigint AS pending,
+          count(*) FILTER (WHERE dead_at IS NOT NULL)::bigint AS dead,
+          min(created_at) FILTER (WHERE dead_at IS NULL) AS oldest
+        FROM ${db.s}.outbox WHERE published_at IS NULL AND ($1::text IS NULL OR aggregatetype = $1)
+        GROUP BY aggregatetype ORDER BY aggregatetype LIMIT 200`,
+      [topic ?? null],
+    );
+    const dead = await tx.query(
+      `SELECT ${columns} FROM ${db.s}.outbox
+        WHERE dead_at IS NOT NULL AND published_at IS NULL AND ($1::text IS NULL OR aggregatetype = $1)
+        ORDER BY dead_at DESC, seq DESC LIMIT $2`,
+      [topic ?? null, max],
+    );
+    const retrying = await tx.query(
+      `SELECT ${columns} FROM ${db.s}.outbox
+        WHERE published_at IS NULL AND dead_at IS NULL AND attempts > 0
+          AND ($1::text IS NULL OR aggregatetype = $1)
+        ORDER BY created_at, seq LIMIT $2`,
+      [topic ?? null, max],
+    );
+    const event = (r: Record<string, unknown>): OutboxEventView => ({
+      id: text(r.id),
+      topic: text(r.aggregatetype),
+      key: text(r.aggregateid),
+      type: text(r.type),
+      attempts: num(r.attempts),
+      lastError: str(r.last_error),
+      createdAt: iso(r.created_at),
+      ageMs: ageMs(r.created_at, now),
+      availableAt: iso(r.available_at),
+      deadAt: iso(r.dead_at),
+      headers: redactHeaders(parseObject(r.headers)),
+      payload: previewText(r.payload as string | null),
+    });
+    return {
+      stats,
+      topics: topics.rows.map((r) => ({
+        topic: text(r.topic),
+        pending: num(r.pending),
+        dead: num(r.dead),
+        oldestPendingAgeMs: ageMs(r.oldest, now),
+      })),
+      dead: dead.rows.map(event),
+      retrying: retrying.rows.map(event),
+    };
+  });
+}
+
+/**
+ * Revives dead events through the outbox's own `redrive` (attempts reset, the events parked
+ * behind them released, dispatchers notified). Reviving every dead event needs `all: true`, so
+ * an empty body never redrives the world by accident.
+ */
+export async function redriveOutbox(db: ConsoleDatabase, body: unknown): Promise<RedriveResult> {
+  const input = (body ?? {}) as Record<string, unknown>;
+  if (typeof input !== 'object' || Array.isArray(input))
+    throw new InvalidArgumentError('body must be an object');
+  const filter: RedriveFilter = {};
+  for (const field of ['id', 'topic', 'key'] as const) {
+    const value = input[field];
+    if (value === undefined || value === null || value === '') continue;
+    if (typeof value !== 'string' || value.length > 255)
+      throw new InvalidArgumentError(`${field} must be a string`);
+    filter[field] = value;
+  }
+  if (Object.keys(filter).length === 0 && input.all !== true) {
+    throw new InvalidArgumentError('name an id, topic or key to redrive, or send { "all": true }');
+  }
+  return createOutbox({ sql: db.sql, schema: db.schema, clock: db.clock }).redrive(filter);
+}
+
+function parseObject(value: unknown): unknown {
+  if (typeof value !== 'string') return value ?? {};
+  try {
+    return JSON.parse(value) as unknown;
+  } catch {
+    return {};
+  }
+}

@@ -1,0 +1,209 @@
+/** Keyed requests: the list with its filters, and one request with its stored response and steps. */
+import type { Queryable } from '../../core/sql.js';
+import { ageMs, iso, num, str, text, type ConsoleDatabase } from '../database.js';
+import {
+  decodeCursor,
+  duration,
+  encodeCursor,
+  limit,
+  oneOf,
+  optionalName,
+  requiredName,
+  type Query,
+} from '../params.js';
+import { parseJsonText, previewBytes, previewText, type BodyPreview } from '../preview.js';
+import { redactHeaders } from '../redact.js';
+
+export const requestStates = ['pending', 'completed', 'failed', 'stuck'] as const;
+
+/** One row of the requests list. */
+export interface RequestSummary {
+  tenant: string;
+  operation: string;
+  key: string;
+  state: 'pending' | 'completed' | 'failed';
+  /** Pending with a lapsed (or no) lease: its process died or gave up; a retry of the key resumes it. */
+  stuck: boolean;
+  fence: number;
+  lockedUntil: string | null;
+  recoveryPoint: string | null;
+  createdAt: string | null;
+  ageMs: number | null;
+  completedAt: string | null;
+  expiresAt: string | null;
+  /** HTTP status of a stored response, when the HTTP integration wrote the row. */
+  status: number | null;
+  bodyBytes: number | null;
+}
+
+export interface RequestList {
+  rows: RequestSummary[];
+  /** Pass as `cursor` for the next page; null on the last page. */
+  next: string | null;
+}
+
+/**
+ * Lists requests, newest first. Every filter is an exact, parameterised match; `olderThan` and
+ * `newerThan` are ages relative to the console's clock.
+ */
+export async function listRequests(db: ConsoleDatabase, query: Query): Promise<RequestList> {
+  const tenant = optionalName(query, 'tenant');
+  const operation = optionalName(query, 'operation');
+  const state = oneOf(query, 'state', requestStates);
+  const olderThan = duration(query, 'olderThan');
+  const newerThan = duration(query, 'newerThan');
+  const cursor = decodeCursor(query);
+  const max = limit(query);
+  const now = db.clock.now();
+  const { rows } = await db.read((tx) =>
+    tx.query(
+      `SELECT tenant_id, operation, idempotency_key, state, fence, locked_until, recovery_point,
+          created_at, created_at::text AS cursor_at, completed_at, expires_at, octet_length(body) AS body_bytes,
+          CASE WHEN left(result, 8) = '{"v":1,"'
+            THEN substring(result FROM '"status":([0-9]{3})') END AS status,
+          (state = 'pending' AND (locked_until IS NULL OR locked_until <= $1)) AS stuck
+        FROM ${db.s}.requests
+        WHERE ($2::text IS NULL OR tenant_id = $2)
+          AND ($3::text IS NULL OR operation = $3)
+          AND ($4::text IS NULL OR state = $4)
+          AND (NOT $5 OR (state = 'pending' AND (locked_until IS NULL OR locked_until <= $1)))
+          AND ($6::timestamptz IS NULL OR created_at <= $6)
+          AND ($7::timestamptz IS NULL OR created_at >= $7)
+          AND ($8::timestamptz IS NULL
+            OR (created_at, tenant_id, operation, idempotency_key) < ($8::timestamptz, $9, $10, $11))
+        ORDER BY created_at DESC, tenant_id DESC, operation DESC, idempotency_key DESC
+        LIMIT $12`,
+      [
+        new Date(now),
+        tenant ?? null,
+        operation ?? null,
+        state === 'stuck' || state === undefined ? null : state,
+        state === 'stuck',
+        olderThan === undefined ? null : new Date(now - olderThan),
+        newerThan === undefined ? null : new Date(now - newerThan),
+        cursor?.createdAt ?? null,
+        cursor?.tenant ?? null,
+        cursor?.operation ?? null,
+        cursor?.key ?? null,
+        max + 1,
+      ],
+    ),
+  );
+  const page = rows.slice(0, max);
+  const last = page[page.length - 1];
+  return {
+    rows: page.map((r) => ({
+      tenant: text(r.tenant_id),
+      operation: text(r.operation),
+      key: text(r.idempotency_key),
+      state: r.state as RequestSummary['state'],
+      stuck: r.stuck === true,
+      fence: num(r.fence),
+      lockedUntil: iso(r.locked_until),
+      recoveryPoint: str(r.recovery_point),
+      createdAt: iso(r.created_at),
+      ageMs: ageMs(r.created_at, now),
+      completedAt: iso(r.completed_at),
+      expiresAt: iso(r.expires_at),
+      status: r.status === null || r.status === undefined ? null : Number(r.status),
+      bodyBytes: r.body_bytes === null || r.body_bytes === undefined ? null : Number(r.body_bytes),
+    })),
+    next:
+      rows.length > max && last
+        ? encodeCursor({
+            createdAt: text(last.cursor_at),
+            tenant: text(last.tenant_id),
+            operation: text(last.operation),
+            key: text(last.idempotency_key),
+          })
+        : null,
+  };
+}
+
+/** A stored HTTP response, decoded. */
+export interface StoredHttpResponse {
+  status: number;
+  /** Sensitive headers (cookies, tokens, signatures) are redacted. */
+  headers: [string, string][];
+}
+
+export interface RequestDetail extends RequestSummary {
+  fingerprint: string;
+  /** The lease: `held` while `lockedUntil` is in the future, `lapsed` after, `none` when unset. */
+  lease: 'held' | 'lapsed' | 'none';
+  leaseRemainingMs: number | null;
+  resource: { type: string; id: string } | null;
+  tombstoneUntil: string | null;
+  /** The stored `result` column: pretty JSON text when it parses (an HTTP response's, redacted). */
+  result: BodyPreview | null;
+  /** Set when `result` is the HTTP integration's stored response. */
+  response: StoredHttpResponse | null;
+  /** The stored `body` bytes: text when UTF-8, else a hex dump. */
+  body: BodyPreview | null;
+  steps: { step: string; fence: number; completedAt: string | null; result: BodyPreview | null }[];
+}
+
+export async function readRequest(db: ConsoleDatabase, query: Query): Promise<RequestDetail | null> {
+  const key = [requiredName(query, 'tenant'), requiredName(query, 'operation'), requiredName(query, 'key')];
+  const now = db.clock.now();
+  return db.read(async (tx: Queryable) => {
+    const { rows } = await tx.query(
+      `SELECT *, octet_length(body) AS body_bytes FROM ${db.s}.requests
+        WHERE tenant_id = $1 AND operation = $2 AND idempotency_key = $3`,
+      key,
+    );
+    const r = rows[0];
+    if (!r) return null;
+    const steps = await tx.query(
+      `SELECT step, fence, completed_at, result FROM ${db.s}.steps
+        WHERE tenant_id = $1 AND operation = $2 AND idempotency_key = $3
+        ORDER BY completed_at, step`,
+      key,
+    );
+    const lockedUntil = iso(r.locked_until);
+    const leaseEnd = lockedUntil === null ? null : Date.parse(lockedUntil);
+    const state = r.state as RequestSummary['state'];
+    const response = httpResponse(r.result as string | null);
+    return {
+      tenant: text(r.tenant_id),
+      operation: text(r.operation),
+      key: text(r.idempotency_key),
+      state,
+      stuck: state === 'pending' && (leaseEnd === null || leaseEnd <= now),
+      fence: num(r.fence),
+      lockedUntil,
+      lease: leaseEnd === null ? 'none' : leaseEnd > now ? 'held' : 'lapsed',
+      leaseRemainingMs: leaseEnd === null ? null : leaseEnd - now,
+      recoveryPoint: str(r.recovery_point),
+      createdAt: iso(r.created_at),
+      ageMs: ageMs(r.created_at, now),
+      completedAt: iso(r.completed_at),
+      expiresAt: iso(r.expires_at),
+      tombstoneUntil: iso(r.tombstone_until),
+      fingerprint: text(r.fingerprint),
+      resource:
+        r.resource_type !== null && r.resource_id !== null
+          ? { type: text(r.resource_type), id: text(r.resource_id) }
+          : null,
+      status: response?.status ?? null,
+      bodyBytes: r.body_bytes === null ? null : Number(r.body_bytes),
+      // An HTTP response's result carries its headers: shown only in their redacted form.
+      result: previewText(response ? JSON.stringify({ v: 1, ...response }) : (r.result as string | null)),
+      response,
+      body: previewBytes(r.body as Uint8Array | null),
+      steps: steps.rows.map((s) => ({
+        step: text(s.step),
+        fence: num(s.fence),
+        completedAt: iso(s.completed_at),
+        result: previewText(s.result as string | null),
+      })),
+    };
+  });
+}
+
+/** The HTTP integration stores `{ v: 1, status, headers }` in `result` and the bytes in `body`. */
+function httpResponse(result: string | null): StoredHttpResponse | null {
+  const meta = parseJsonText(result) as { v?: unknown; status?: unknown; headers?: unknown } | null;
+  if (!meta || meta.v !== 1 || typeof meta.status !== 'number' || !Array.isArray(meta.headers)) return null;
+  return { status: meta.status, headers: redactHeaders(meta.headers) };
+}
