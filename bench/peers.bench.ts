@@ -20,6 +20,7 @@ import type { Variant } from './peers/variant.js';
 import { variants } from './peers/variants/index.js';
 
 const concurrency = 32;
+const warmUpMs = 300;
 
 export default async function peersBench(ctx: BenchContext): Promise<BenchSection> {
   const started = Date.now();
@@ -44,6 +45,9 @@ export default async function peersBench(ctx: BenchContext): Promise<BenchSectio
       }
       try {
         const [plainOne, idemOne] = contenders;
+        // Warm-up: opens every pool connection and socket and prepares statements, so the contender
+        // measured first does not pay for them.
+        await rotate(1, contenders, firstExecutions(concurrency, warmUpMs, `${env.namespace}-warm`));
         ctx.log(`peers: first executions, ${layout} layout, c=${concurrency}`);
         const firsts = await rotate(
           rounds,
