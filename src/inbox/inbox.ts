@@ -150,13 +150,18 @@ export class Inbox<Client = unknown> {
     validate(message);
     const now = this.clock.now();
     const params = [message.consumer, message.messageId, new Date(now), new Date(now + this.retentionMs)];
-    const inserted = await tx.query(this.statements.record, params);
+    const { statements } = this;
+    const inserted = await tx.query(statements.record, params, statements.names.record);
     if (inserted.rowCount === 1) return true;
     // Rare paths, after the unique key said "seen": a dead record is revived by a redelivery
     // (the handler runs again), anything else is a duplicate.
-    const revived = await tx.query(this.statements.revive, params);
+    const revived = await tx.query(statements.revive, params, statements.names.revive);
     if (revived.rowCount === 1) return true;
-    await tx.query(this.statements.countDuplicate, [message.consumer, message.messageId]);
+    await tx.query(
+      statements.countDuplicate,
+      [message.consumer, message.messageId],
+      statements.names.countDuplicate,
+    );
     return false;
   }
 

@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import { quoteSchema } from '../migrate/schema-name.js';
 
 /** The inbox's SQL, rendered once per schema. */
@@ -16,9 +17,22 @@ export interface InboxStatements {
   sweep: string;
   /** $1 consumer or null. */
   stats: string;
+  /** Names of the hot statements, so node-postgres prepares them once per connection. */
+  names: Record<'record' | 'revive' | 'countDuplicate', { name: string }>;
 }
 
 export function renderInboxStatements(schema: string): InboxStatements {
+  const texts = renderTexts(schema);
+  const name = (key: 'record' | 'revive' | 'countDuplicate') => ({
+    name: `idem_inbox_${key}_${createHash('sha1').update(texts[key]).digest('hex').slice(0, 12)}`,
+  });
+  return {
+    ...texts,
+    names: { record: name('record'), revive: name('revive'), countDuplicate: name('countDuplicate') },
+  };
+}
+
+function renderTexts(schema: string): Omit<InboxStatements, 'names'> {
   const s = quoteSchema(schema);
   return {
     // The hot path: one statement. On a concurrent first delivery it waits for that transaction

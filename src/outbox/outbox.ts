@@ -118,11 +118,12 @@ export class Outbox {
   async add(tx: Queryable, event: NewOutboxEvent): Promise<string> {
     const row = prepare(event);
     const now = new Date(this.clock.now());
-    await tx.query(this.notify ? this.statements.add : this.statements.addWithoutNotify, [
-      ...row,
-      now,
-      ...(this.notify ? [this.statements.channel] : []),
-    ]);
+    const key = this.notify ? 'add' : 'addWithoutNotify';
+    await tx.query(
+      this.statements[key],
+      [...row, now, ...(this.notify ? [this.statements.channel] : [])],
+      this.statements.names[key],
+    );
     return row[0];
   }
 
@@ -139,11 +140,12 @@ export class Outbox {
       );
     }
     const now = new Date(this.clock.now());
-    await tx.query(this.notify ? this.statements.addMany : this.statements.addManyWithoutNotify, [
-      `[${rows.join(',')}]`,
-      now,
-      ...(this.notify ? [this.statements.channel] : []),
-    ]);
+    const key = this.notify ? 'addMany' : 'addManyWithoutNotify';
+    await tx.query(
+      this.statements[key],
+      [`[${rows.join(',')}]`, now, ...(this.notify ? [this.statements.channel] : [])],
+      this.statements.names[key],
+    );
     return ids;
   }
 
