@@ -94,6 +94,21 @@ describe.skipIf(!hasChromium)('console in Chromium', () => {
     expect(await rows().first().locator('td').nth(3).innerText()).toBe('refund-7');
   });
 
+  it('pages through requests with "Load more"', async () => {
+    await page.goto(`${server.url}#/requests?limit=3`);
+    await expect.poll(() => rows().count()).toBe(3);
+    await page.click('#load-more');
+    await expect.poll(() => rows().count()).toBe(6);
+    await page.click('#load-more');
+    await expect.poll(() => rows().count()).toBe(8);
+    expect(await page.locator('#load-more').count()).toBe(0);
+    // Every request once: no row repeated or skipped across pages.
+    const identities = await rows().evaluateAll((trs) =>
+      trs.map((tr) => [1, 2, 3].map((i) => (tr.children[i] as HTMLElement).innerText).join(' / ')),
+    );
+    expect(new Set(identities).size).toBe(8);
+  });
+
   it('opens a request: stored response, redacted headers, steps', async () => {
     await page.goto(
       `${server.url}#/requests?tenant=acme&operation=${encodeURIComponent('POST /v1/payments')}`,
