@@ -2,10 +2,11 @@
  * `idem demo` (and `npm start`): the payments demo on DATABASE_URL or an embedded PostgreSQL.
  * Settings come from the environment; see src/demo/config.ts and the README.
  */
+import { demoConsole } from '../../console/index.js';
 import { startDemo } from '../../demo/server.js';
 
 export async function run(): Promise<number> {
-  const demo = await startDemo({ quiet: true });
+  const demo = await startDemo({ quiet: true, plugins: [demoConsole()] });
   console.log(`idem demo listening on ${demo.url}  (transport: ${demo.transport}, provider: ${demo.providerUrl})
 Try:
   curl -s -X POST ${demo.url}/v1/payments \\
