@@ -82,10 +82,11 @@ it('answers in milliseconds while a backlog of slow handlers is worked through',
     // The answers came while the workers were busy: some work was done, much was still queued.
     expect(processed).toBeGreaterThan(0);
     expect(stillQueued).toBeGreaterThan(backlog / 4);
-    // Answers take a fraction of one handler run: they never wait for processing. (Bounds are
-    // loose because the test machine is shared; the figures are printed above.)
-    expect(p50).toBeLessThan(handlerMs / 5);
-    expect(p90).toBeLessThan(handlerMs);
+    // Answers never waited for processing: answering 60 deliveries took far less than the queued work
+    // (backlog × handlerMs / concurrency = 4 s). And they were about as fast as with idle workers;
+    // the bound is relative to the idle figure because the test machine is shared (figures printed above).
+    expect(latencies.reduce((a, b) => a + b, 0)).toBeLessThan((stillQueued * handlerMs) / concurrency);
+    expect(p50).toBeLessThan(2 * percentile(idle, 0.5) + 25);
   } finally {
     await processor.stop();
   }
