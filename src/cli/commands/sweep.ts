@@ -2,7 +2,7 @@ import { parseArgs } from 'node:util';
 import { createIdem } from '../../operations/idem.js';
 import { openDatabase } from '../database.js';
 
-/** `idem sweep [--schema idem] [--batch-size 1000] [--pause-ms 0]`: expires keys in bounded batches. */
+/** `idem sweep [--schema idem] [--batch-size 1000] [--pause-ms 20]`: expires keys in bounded batches. */
 export async function run(argv: string[]): Promise<number> {
   const { values } = parseArgs({
     args: argv,
