@@ -3,6 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { fromPg } from '../../src/adapters/pg.js';
 import { ManualClock } from '../../src/core/clock.js';
 import type { Sql } from '../../src/core/sql.js';
+import { createBackoff } from '../../src/outbox/backoff.js';
 import { createDispatcher } from '../../src/outbox/dispatcher.js';
 import { createOutbox, type Outbox } from '../../src/outbox/outbox.js';
 import { createTestSchema, type TestSchema } from '../support/database.js';
@@ -188,13 +189,10 @@ describe('dispatcher', () => {
     expect(await outbox.redrive({ topic })).toEqual({ revived: 1, released: 2 });
     await dispatcher.drain();
     const poison = publisher.accepted.filter((e) => e.key === 'poison');
-    expect(poison.map((e) => e.id)).toEqual([
-      ...[...order]
-        .filter(([id, i]) => i <= 1 && publisher.ids().includes(id) && poison.some((p) => p.id === id))
-        .map(([id]) => id),
-      ...[...more.keys()].filter((id) => poison.some((p) => p.id === id)),
-    ]);
+    // Exactly the poison key's three events, once each, in the order they were added.
     expect(poison.map((e) => e.type)).toEqual(['e0', 'e1', 'e0']);
+    expect(poison[2]!.id).toBe([...more.keys()].find((id) => poison.some((p) => p.id === id)));
+    expect(orderViolations(poison, order)).toEqual([]);
     expect(poison[0]!.attempts).toBe(0);
     expect((await outbox.read(dead[0]!))?.deadAt).toBeNull();
   });
@@ -264,5 +262,63 @@ describe('dispatcher', () => {
     expect(publisher.accepted.map((e) => e.payload)).toEqual(Array.from({ length: 20 }, (_, i) => i));
     await dispatcher.drain();
     expect(publisher.accepted.map((e) => e.payload)).toEqual(Array.from({ length: 50 }, (_, i) => i));
+  });
+
+  it('events held behind a parked key leave the scan, so newer keys are reached even with a small batch', async () => {
+    const topic = newTopic();
+    await addEvents(topic, ['parked'], 1);
+    const publisher = new RecordingPublisher();
+    publisher.refuse = (e) => e.key === 'parked';
+    publisher.permanent = true;
+    const dispatcher = dispatcherFor(topic, publisher, { batchSize: 10 });
+    expect((await dispatcher.drain()).dead).toBe(1);
+    // 50 more for the parked key, then 5 for another key, all due now and older than the others.
+    await sql.transaction((tx) =>
+      outbox.addMany(
+        tx,
+        Array.from({ length: 50 }, (_, i) => ({ topic, key: 'parked', type: 'late', payload: i })),
+      ),
+    );
+    await addEvents(topic, ['free'], 5);
+    const result = await dispatcher.drain();
+    expect(result.held).toBe(50);
+    expect(result.published).toBe(5);
+    expect(publisher.accepted.map((e) => e.key)).toEqual(['free', 'free', 'free', 'free', 'free']);
+    expect((await outbox.stats({ topic })).parked).toBe(50);
+  });
+
+  it('a publish that hangs past publishTimeoutMs is an outage: aborted, no attempt counted', async () => {
+    const topic = newTopic();
+    const [id] = [...(await addEvents(topic, ['k'], 1)).keys()];
+    let aborted = false;
+    const dispatcher = createDispatcher({
+      sql,
+      schema: db.schema,
+      clock,
+      topics: [topic],
+      publishTimeoutMs: 50,
+      onError: () => undefined,
+      publisher: {
+        publish: (_events, signal) =>
+          new Promise((_, reject) =>
+            signal.addEventListener('abort', () => {
+              aborted = true;
+              reject(signal.reason as Error);
+            }),
+          ),
+      },
+    });
+    const result = await dispatcher.runOnce();
+    expect(result.outage).toBeDefined();
+    expect(aborted).toBe(true);
+    expect(await outbox.read(id!)).toMatchObject({ attempts: 0, publishedAt: null, deadAt: null });
+  });
+
+  it('backoff grows exponentially to its cap, with jitter between half and the whole delay', () => {
+    const full = createBackoff({ baseMs: 100, maxMs: 1000 }, () => 0);
+    expect([1, 2, 3, 4, 5, 6].map(full)).toEqual([100, 200, 400, 800, 1000, 1000]);
+    const half = createBackoff({ baseMs: 100, maxMs: 1000 }, () => 1);
+    expect([1, 2, 5].map(half)).toEqual([50, 100, 500]);
+    expect(() => createBackoff({ baseMs: 10, maxMs: 5 })).toThrow(/maxMs/);
   });
 });
