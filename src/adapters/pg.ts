@@ -75,6 +75,17 @@ export function fromPg<Client extends PgClientLike = PoolClient>(
     async transaction<T>(fn: (tx: Transaction<Client>) => Promise<T>): Promise<T> {
       const client = await pool.connect();
       let broken: Error | undefined;
+      // node-postgres emits 'error' on a checked-out client whose connection is lost (a server
+      // restart, a cut connection). With no listener that is an uncaught exception that ends the
+      // process; the pending query rejects with the same error anyway, so only remember it.
+      const events = client as {
+        on?(e: 'error', f: (error: Error) => void): void;
+        off?(e: 'error', f: (error: Error) => void): void;
+      };
+      const onError = (error: Error) => {
+        broken = error;
+      };
+      events.on?.('error', onError);
       try {
         await client.query('BEGIN');
         const value = await fn(fromPgClient(client, options));
@@ -89,6 +100,7 @@ export function fromPg<Client extends PgClientLike = PoolClient>(
         }
         throw error;
       } finally {
+        events.off?.('error', onError);
         client.release(broken ?? false);
       }
     },
