@@ -1,0 +1,199 @@
+/**
+ * Client loops: each sends payments, one new customer per intent, and retries with the SAME
+ * Idempotency-Key on every network error, timeout (AbortSignal), 409 (after its Retry-After,
+ * capped) and 5xx, each time against an instance picked at random, as a client behind a load
+ * balancer would. A share of succeeded payments is then refunded at the provider, which sends the
+ * demo a signed `charge.refunded` webhook per refund.
+ */
+import { randomUUID } from 'node:crypto';
+import type { AppInstance } from './instances.js';
+import { sleep, type Random } from './random.js';
+
+export interface Intent {
+  tenant: string;
+  customer: string;
+  key: string;
+  amount: number;
+  declined: boolean;
+  attempts: number;
+  /** 201 or 402 once the client has a final answer; another status ends the intent as a failure. */
+  finalStatus: number | undefined;
+  finalBody: string | undefined;
+  paymentId: string | undefined;
+  chargeId: string | undefined;
+  /** Amounts of the refunds the provider accepted. */
+  refunds: number[];
+  /** Refund calls that failed at the provider (they may or may not have happened). */
+  refundErrors: number;
+  /** The client gave up: no final answer within the intent deadline. */
+  unresolved: boolean;
+}
+
+export interface ClientStats {
+  intents: number;
+  requests: number;
+  retries: number;
+  byStatus: Map<string, number>;
+  networkErrors: number;
+  timeouts: number;
+  refundCalls: number;
+}
+
+export function newClientStats(): ClientStats {
+  return {
+    intents: 0,
+    requests: 0,
+    retries: 0,
+    byStatus: new Map(),
+    networkErrors: 0,
+    timeouts: 0,
+    refundCalls: 0,
+  };
+}
+
+export interface ClientOptions {
+  runId: string;
+  instances: readonly AppInstance[];
+  providerUrl: string;
+  random: Random;
+  stats: ClientStats;
+  intents: Intent[];
+  requestTimeoutMs: number;
+  intentDeadlineMs: number;
+  refundShare: number;
+  declinedShare: number;
+  /** Returns false once no new intent may start. */
+  running: () => boolean;
+}
+
+const tenants = ['soak_acme', 'soak_globex', 'soak_initech'];
+
+/** One client loop; resolves when `running()` is false and its current intent is settled. */
+export async function clientLoop(index: number, options: ClientOptions): Promise<void> {
+  const { random } = options;
+  let n = 0;
+  while (options.running()) {
+    const declined = random.chance(options.declinedShare);
+    const intent: Intent = {
+      tenant: tenants[index % tenants.length]!,
+      customer: `${declined ? 'declined_' : ''}${options.runId}_${index}_${n++}`,
+      key: `soak-${randomUUID()}`,
+      amount: random.int(100, 100_000),
+      declined,
+      attempts: 0,
+      finalStatus: undefined,
+      finalBody: undefined,
+      paymentId: undefined,
+      chargeId: undefined,
+      refunds: [],
+      refundErrors: 0,
+      unresolved: false,
+    };
+    options.intents.push(intent);
+    options.stats.intents++;
+    await pay(intent, options);
+    if (intent.finalStatus === 201 && intent.chargeId && random.chance(options.refundShare)) {
+      await refund(intent, options);
+    }
+  }
+}
+
+async function pay(intent: Intent, options: ClientOptions): Promise<void> {
+  const { stats, random } = options;
+  const body = JSON.stringify({ amount: intent.amount, currency: 'eur', customer: intent.customer });
+  const deadline = Date.now() + options.intentDeadlineMs;
+  for (;;) {
+    if (Date.now() > deadline) {
+      intent.unresolved = true;
+      return;
+    }
+    const instance = random.pick(options.instances);
+    intent.attempts++;
+    stats.requests++;
+    if (intent.attempts > 1) stats.retries++;
+    instance.inflight++;
+    let status: number;
+    let text: string;
+    let retryAfter: string | null;
+    try {
+      const response = await fetch(`${instance.url}/v1/payments`, {
+        method: 'POST',
+        headers: {
+          authorization: `Bearer sk_test_${intent.tenant}`,
+          'content-type': 'application/json',
+          'idempotency-key': intent.key,
+        },
+        body,
+        signal: AbortSignal.timeout(options.requestTimeoutMs),
+      });
+      status = response.status;
+      retryAfter = response.headers.get('retry-after');
+      text = await response.text();
+    } catch (error) {
+      const name = (error as Error).name;
+      if (name === 'TimeoutError' || name === 'AbortError') stats.timeouts++;
+      else stats.networkErrors++;
+      count(stats, 'network');
+      await sleep(random.between(50, 250));
+      continue;
+    } finally {
+      instance.inflight--;
+    }
+    count(stats, String(status));
+    if (status === 201 || status === 402) {
+      intent.finalStatus = status;
+      intent.finalBody = text;
+      const parsed = JSON.parse(text) as {
+        id?: string;
+        charge_id?: string;
+        payment?: { id: string; charge_id: string };
+      };
+      const payment = status === 201 ? parsed : parsed.payment;
+      intent.paymentId = payment?.id;
+      intent.chargeId = payment?.charge_id ?? undefined;
+      return;
+    }
+    if (status === 409) {
+      const seconds = Number(retryAfter ?? 1);
+      // Honour Retry-After, briefly: a client that waits the full advice is slower, not safer.
+      await sleep(Math.min(Number.isFinite(seconds) ? seconds * 1000 : 1000, 1000) * random.between(0.5, 1));
+      continue;
+    }
+    if (status >= 500) {
+      await sleep(random.between(100, 400));
+      continue;
+    }
+    // 400, 401, 404, 413, 422: the request was always the same, so any of these is a defect.
+    intent.finalStatus = status;
+    intent.finalBody = text;
+    return;
+  }
+}
+
+/** One full refund, one partial, or two partials back to back (two webhooks for one charge). */
+async function refund(intent: Intent, options: ClientOptions): Promise<void> {
+  const { random } = options;
+  const roll = random.next();
+  const third = Math.max(1, Math.floor(intent.amount / 3));
+  const amounts = roll < 0.4 ? [intent.amount] : roll < 0.7 ? [third] : [third, third];
+  for (const amount of amounts) {
+    options.stats.refundCalls++;
+    try {
+      const response = await fetch(`${options.providerUrl}/charges/${intent.chargeId}/refunds`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ amount }),
+        signal: AbortSignal.timeout(options.requestTimeoutMs),
+      });
+      await response.text();
+      if (response.status === 200) intent.refunds.push(amount);
+      else intent.refundErrors++;
+    } catch {
+      intent.refundErrors++;
+    }
+  }
+}
+
+function count(stats: ClientStats, key: string): void {
+  stats.byStatus.set(key, (stats.byStatus.get(key) ?? 0) + 1);
+}

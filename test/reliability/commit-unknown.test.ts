@@ -1,0 +1,181 @@
+/**
+ * Connection loss inside a transaction, including the case where the outcome of COMMIT is unknown
+ * to the client. A TCP proxy between node-postgres and PostgreSQL cuts the connection around the
+ * COMMIT message: after PostgreSQL committed (the answer is lost) or before it saw COMMIT (it rolls
+ * back). Either way the client sees the same error, and the retry with the same key resolves it:
+ * the stored result when the first attempt committed, a fresh run when it did not, and one effect.
+ */
+import { randomUUID } from 'node:crypto';
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import pg from 'pg';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { fromPg } from '../../src/adapters/pg.js';
+import { isOperationFailed } from '../../src/core/errors.js';
+import { isRetryable } from '../../src/core/retryable.js';
+import { withIdempotency } from '../../src/http/node-http.js';
+import { createIdem, type Idem } from '../../src/operations/idem.js';
+import { createTestSchema, databaseUrl, type TestSchema } from '../support/database.js';
+import { createEffects, effectsOf } from './support/effects.js';
+import { startPgProxy, type CutMode, type PgProxy } from './support/pg-proxy.js';
+
+let db: TestSchema;
+let proxy: PgProxy;
+let viaProxy: pg.Pool;
+let idem: Idem;
+
+beforeAll(async () => {
+  db = await createTestSchema();
+  await createEffects(db.pool, db.schema);
+  const url = new URL(databaseUrl());
+  proxy = await startPgProxy({ host: url.hostname, port: Number(url.port || 5432) });
+  viaProxy = new pg.Pool({ connectionString: proxy.url(databaseUrl()), max: 4 });
+  // A pool must survive a connection dying under it: idle clients report here.
+  viaProxy.on('error', () => undefined);
+  idem = createIdem({ sql: fromPg(viaProxy), schema: db.schema });
+});
+
+afterAll(async () => {
+  await viaProxy.end();
+  await proxy.close();
+  await db.close();
+});
+
+const pay = (key: string, amount: number) =>
+  idem.run({ tenant: 'acme', operation: 'charge', key, request: { amount } }, async (tx) => {
+    await tx.query(`INSERT INTO "${db.schema}".effects (key, amount) VALUES ($1, $2)`, [key, amount]);
+    return { charged: amount, key };
+  });
+
+describe('an unknown COMMIT outcome is resolved by the retry with the same key', () => {
+  const cases: { mode: CutMode; reset: boolean; committed: boolean }[] = [
+    { mode: 'lose-answer', reset: false, committed: true },
+    { mode: 'lose-answer', reset: true, committed: true },
+    { mode: 'drop-commit', reset: false, committed: false },
+    { mode: 'drop-commit', reset: true, committed: false },
+  ];
+  for (const { mode, reset, committed } of cases) {
+    it(`${mode} (${reset ? 'RST' : 'FIN'}): a typed, retryable error, then ${committed ? 'the stored result' : 'one fresh run'}`, async () => {
+      const key = `k-${randomUUID()}`;
+      const cut = proxy.cutNextCommit(mode, { reset });
+      const error = await pay(key, 700).then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+      await cut;
+      expect(isOperationFailed(error)).toBe(true);
+      // The client cannot tell whether it committed: it must be told to retry with the same key.
+      expect(isRetryable(error)).toBe(true);
+      expect((await effectsOf(db.pool, db.schema, [key])).get(key)).toBe(committed ? 1 : 0);
+
+      const retry = await pay(key, 700);
+      expect(retry.replayed).toBe(committed);
+      expect(retry.value).toEqual({ charged: 700, key });
+      expect((await effectsOf(db.pool, db.schema, [key])).get(key)).toBe(1);
+    });
+  }
+
+  it('a multi-step operation whose step COMMIT answer is lost resumes without running the step again', async () => {
+    const key = `s-${randomUUID()}`;
+    let calls = 0;
+    const run = () =>
+      idem.steps({ tenant: 'acme', operation: 'steps-charge', key, request: { amount: 5 } }, async (op) => {
+        const first = await op.step('record', async (tx) => {
+          calls++;
+          await tx.query(`INSERT INTO "${db.schema}".effects (key, amount) VALUES ($1, 5)`, [key]);
+          return { recorded: true };
+        });
+        return { first, fence: op.fence };
+      });
+    const cut = proxy.cutNextCommit('lose-answer');
+    const error = await run().then(
+      () => undefined,
+      (e: unknown) => e,
+    );
+    await cut;
+    expect(isRetryable(error)).toBe(true);
+    const retry = await run();
+    expect(retry.value.first).toEqual({ recorded: true });
+    expect(calls).toBe(1); // the recorded step was not run again
+    expect((await effectsOf(db.pool, db.schema, [key])).get(key)).toBe(1);
+  });
+
+  it('a backend terminated mid-transaction (pg_terminate_backend) rolls back; the retry runs once', async () => {
+    const key = `t-${randomUUID()}`;
+    let attempt = 0;
+    const run = () =>
+      idem.run({ tenant: 'acme', operation: 'terminate', key, request: {} }, async (tx) => {
+        attempt++;
+        await tx.query(`INSERT INTO "${db.schema}".effects (key, amount) VALUES ($1, 1)`, [key]);
+        if (attempt === 1) {
+          const { rows } = await tx.query<{ pid: number }>('SELECT pg_backend_pid() AS pid');
+          await db.pool.query('SELECT pg_terminate_backend($1)', [rows[0]!.pid]);
+          await tx.query('SELECT 1'); // the connection is gone: this fails
+        }
+        return { attempt };
+      });
+    const error = await run().then(
+      () => undefined,
+      (e: unknown) => e,
+    );
+    expect(isOperationFailed(error)).toBe(true);
+    expect(isRetryable(error)).toBe(true);
+    expect((await effectsOf(db.pool, db.schema, [key])).get(key)).toBe(0);
+    expect(await idem.inspect({ tenant: 'acme', operation: 'terminate', key })).toBeNull();
+    const retry = await run();
+    expect(retry).toMatchObject({ replayed: false, value: { attempt: 2 } });
+    expect((await effectsOf(db.pool, db.schema, [key])).get(key)).toBe(1);
+  });
+});
+
+describe('over HTTP (node:http integration)', () => {
+  let server: Server;
+  let base: string;
+
+  beforeAll(async () => {
+    const handler = withIdempotency(
+      { idem, tenant: () => 'acme', route: '/payments', onError: () => undefined },
+      async (req, res) => {
+        const { key, amount } = req.body as { key: string; amount: number };
+        await req.idem!.tx.query(`INSERT INTO "${db.schema}".effects (key, amount) VALUES ($1, $2)`, [
+          key,
+          amount,
+        ]);
+        res.writeHead(201, { 'content-type': 'application/json' }).end(JSON.stringify({ key, amount }));
+      },
+    );
+    server = createServer((req, res) => void handler(req, res));
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  });
+  afterAll(() => new Promise<void>((resolve) => server.close(() => resolve())));
+
+  const post = (key: string) =>
+    fetch(`${base}/payments`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'idempotency-key': key },
+      body: JSON.stringify({ key, amount: 42 }),
+    });
+
+  for (const { mode, committed } of [
+    { mode: 'lose-answer' as const, committed: true },
+    { mode: 'drop-commit' as const, committed: false },
+  ]) {
+    it(`${mode}: 503 with Retry-After and nothing sent from the handler; the retry answers 201, one effect`, async () => {
+      const key = `h-${randomUUID()}`;
+      const cut = proxy.cutNextCommit(mode);
+      const first = await post(key);
+      await cut;
+      expect(first.status).toBe(503);
+      expect(first.headers.get('content-type')).toContain('application/problem+json');
+      expect(first.headers.get('retry-after')).not.toBeNull();
+      expect((await first.json()) as { code: string }).toMatchObject({ code: 'IDEM_COMMIT_FAILED' });
+
+      const retry = await post(key);
+      expect(retry.status).toBe(201);
+      expect(retry.headers.get('idempotent-replayed')).toBe(committed ? 'true' : null);
+      expect(await retry.json()).toEqual({ key, amount: 42 });
+      expect((await effectsOf(db.pool, db.schema, [key])).get(key)).toBe(1);
+    });
+  }
+});
