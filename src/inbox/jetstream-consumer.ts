@@ -61,6 +61,8 @@ export class JetStreamConsumer<Client = unknown> {
   private readonly owned: boolean;
   /** Servers before 2.11 do not parse `+TERM <reason>` and leave the message pending. */
   private termWithReason = false;
+  /** The consumer's ack wait: a handler running longer says "working" so it is not redelivered. */
+  private ackWaitMs = 30_000;
 
   constructor(private readonly options: JetStreamConsumerOptions<Client>) {
     this.retry = resolveRetry(options);
@@ -93,6 +95,8 @@ export class JetStreamConsumer<Client = unknown> {
       }
     }
     const consumer = await jetstream(this.nc).consumers.get(this.options.stream, this.options.durable);
+    const info = await consumer.info(true);
+    if (info.config.ack_wait) this.ackWaitMs = info.config.ack_wait / 1_000_000;
     this.messages = await consumer.consume({ max_messages: this.options.maxMessages ?? 64 });
     this.loop = this.run(this.messages);
   }
@@ -131,6 +135,7 @@ export class JetStreamConsumer<Client = unknown> {
       raw,
     };
     let duplicate: boolean;
+    const heartbeat = setInterval(() => raw.working(), Math.max(100, this.ackWaitMs / 3));
     try {
       const result = await this.options.inbox.handle(
         { consumer: this.options.consumer, messageId: id },
@@ -138,6 +143,7 @@ export class JetStreamConsumer<Client = unknown> {
       );
       duplicate = result.duplicate;
     } catch (error) {
+      clearInterval(heartbeat);
       if (this.retry.retryable(error) && attempt < this.retry.maxAttempts) {
         raw.nak(this.retry.delayFor(attempt));
         this.counters.retried++;
@@ -160,6 +166,7 @@ export class JetStreamConsumer<Client = unknown> {
       this.counters.dead++;
       return;
     }
+    clearInterval(heartbeat);
     // Committed: now ack, and wait for the server to confirm it. If the confirm is lost the
     // message comes back and the inbox answers "duplicate".
     try {

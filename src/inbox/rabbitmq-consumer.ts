@@ -80,6 +80,7 @@ export class RabbitMqConsumer<Client = unknown> {
   private readonly deadLetterQueue: string;
   private model: ChannelModel | undefined;
   private channel: ConfirmChannel | undefined;
+  private consumerTag: string | undefined;
   private closing = false;
   private reconnectTimer: NodeJS.Timeout | undefined;
   private reconnects = 0;
@@ -114,6 +115,8 @@ export class RabbitMqConsumer<Client = unknown> {
   async close(): Promise<void> {
     this.closing = true;
     clearTimeout(this.reconnectTimer);
+    // No new deliveries; the running ones finish and ack on the open channel.
+    if (this.channel && this.consumerTag) await this.channel.cancel(this.consumerTag).catch(() => undefined);
     await Promise.allSettled([...this.inflight]);
     const model = this.model;
     this.model = undefined;
@@ -132,7 +135,7 @@ export class RabbitMqConsumer<Client = unknown> {
     await channel.prefetch(this.options.prefetch ?? 16);
     await this.declare(channel);
     this.channel = channel;
-    await channel.consume(
+    const { consumerTag } = await channel.consume(
       this.options.queue,
       (message) => {
         if (message === null) {
@@ -146,6 +149,7 @@ export class RabbitMqConsumer<Client = unknown> {
       },
       { noAck: false },
     );
+    this.consumerTag = consumerTag;
     this.reconnects = 0;
   }
 

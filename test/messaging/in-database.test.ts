@@ -1,0 +1,168 @@
+/**
+ * The in-database transport: outbox → inbox inside one PostgreSQL, with the dispatcher's order,
+ * retries and dead events, and the inbox's dedupe (seed scenario 6 by SIGKILL).
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { fromPg } from '../../src/adapters/pg.js';
+import type { Sql } from '../../src/core/sql.js';
+import { createInbox, type Inbox } from '../../src/inbox/inbox.js';
+import { createDispatcher } from '../../src/outbox/dispatcher.js';
+import { createOutbox, type Outbox } from '../../src/outbox/outbox.js';
+import { inDatabasePublisher } from '../../src/outbox/publishers/in-database.js';
+import type { OutboxEvent } from '../../src/outbox/types.js';
+import { orderViolations } from '../outbox/support.js';
+import { createTestSchema, databaseUrl, type TestSchema } from '../support/database.js';
+import { spawnChild } from './support.js';
+
+let db: TestSchema;
+let sql: Sql;
+let outbox: Outbox;
+let inbox: Inbox;
+
+beforeAll(async () => {
+  db = await createTestSchema({ poolSize: 8 });
+  sql = fromPg(db.pool);
+  outbox = createOutbox({ sql, schema: db.schema });
+  inbox = createInbox({ sql, schema: db.schema });
+  await sql.query(`CREATE TABLE "${db.schema}".effects (message_id text NOT NULL, consumer text)`);
+});
+afterAll(() => db.close());
+
+const effects = async (consumer?: string): Promise<Map<string, number>> => {
+  const { rows } = await sql.query<{ message_id: string; n: number }>(
+    `SELECT message_id, count(*)::int AS n FROM "${db.schema}".effects
+     WHERE $1::text IS NULL OR consumer = $1 GROUP BY message_id`,
+    [consumer ?? null],
+  );
+  return new Map(rows.map((r) => [r.message_id, Number(r.n)]));
+};
+
+describe('in-database transport', () => {
+  it('delivers each event once to every subscriber of its topic, in per-key order', async () => {
+    const seen: OutboxEvent[] = [];
+    const publisher = inDatabasePublisher({
+      inbox,
+      subscribers: [
+        {
+          consumer: 'ledger',
+          topics: ['payments'],
+          handler: async (tx, event) => {
+            seen.push(event);
+            await tx.query(`INSERT INTO "${db.schema}".effects VALUES ($1, 'ledger')`, [event.id]);
+          },
+        },
+        {
+          consumer: 'audit',
+          handler: async (tx, event) => {
+            await tx.query(`INSERT INTO "${db.schema}".effects VALUES ($1, 'audit')`, [event.id]);
+          },
+        },
+      ],
+    });
+    const order = new Map<string, number>();
+    for (let i = 0; i < 5; i++) {
+      await sql.transaction(async (tx) => {
+        for (const key of ['a', 'b']) {
+          order.set(await outbox.add(tx, { topic: 'payments', key, type: 'paid', payload: { i } }), i);
+        }
+        await outbox.add(tx, { topic: 'other', key: 'x', type: 'noted', payload: { i } });
+      });
+    }
+    const result = await createDispatcher({
+      sql,
+      publisher,
+      schema: db.schema,
+      topics: ['payments', 'other'],
+    }).drain();
+    expect(result.published).toBe(15);
+    expect(orderViolations(seen, order)).toEqual([]);
+    expect([...(await effects('ledger')).values()]).toEqual(Array.from({ length: 10 }, () => 1));
+    expect([...(await effects('audit')).values()]).toEqual(Array.from({ length: 15 }, () => 1));
+  });
+
+  it('a failing subscriber makes the event retry; the subscriber that committed is not run again', async () => {
+    let failures = 1;
+    const runs: string[] = [];
+    const publisher = inDatabasePublisher({
+      inbox,
+      subscribers: [
+        {
+          consumer: 'steady',
+          handler: async (tx, event) => {
+            runs.push(`steady:${event.type}`);
+            await tx.query(`INSERT INTO "${db.schema}".effects VALUES ($1, 'steady')`, [event.id]);
+          },
+        },
+        {
+          consumer: 'flaky',
+          handler: async (_tx, event) => {
+            runs.push(`flaky:${event.type}`);
+            if (failures-- > 0) throw new Error('flaky subscriber');
+          },
+        },
+      ],
+    });
+    const id = await sql.transaction((tx) =>
+      outbox.add(tx, { topic: 'retry', key: 'k', type: 'once', payload: 1 }),
+    );
+    const dispatcher = createDispatcher({
+      sql,
+      publisher,
+      schema: db.schema,
+      topics: ['retry'],
+      backoff: { baseMs: 1, maxMs: 1 },
+      onError: () => undefined,
+    });
+    let published = 0;
+    for (let i = 0; i < 50 && published === 0; i++) {
+      published += (await dispatcher.drain()).published;
+      await new Promise((r) => setTimeout(r, 5));
+    }
+    expect(dispatcher.counters).toMatchObject({ published: 1, retried: 1 });
+    expect(runs).toEqual(['steady:once', 'flaky:once', 'flaky:once']);
+    expect((await effects('steady')).get(id)).toBe(1);
+  });
+
+  it('seed scenario 6: the dispatcher delivers, is killed before marking; the redelivery is deduped', async () => {
+    const ids = await sql.transaction((tx) =>
+      outbox.addMany(tx, [
+        { topic: 'scenario6', key: 'a', type: 'x', payload: 1 },
+        { topic: 'scenario6', key: 'b', type: 'x', payload: 2 },
+      ]),
+    );
+    const child = spawnChild('dispatcher.ts', {
+      DATABASE_URL: databaseUrl(),
+      SCHEMA: db.schema,
+      TRANSPORT: 'in-database',
+      CONSUMER: 'scenario6',
+      CRASH: 'after-publish',
+    });
+    expect((await child.exited).signal).toBe('SIGKILL');
+    expect((await outbox.stats({ topic: 'scenario6' })).pending).toBe(2);
+    const applied = await effects();
+    expect(ids.map((id) => applied.get(id))).toEqual([1, 1]);
+
+    const publisher = inDatabasePublisher({
+      inbox,
+      subscribers: [
+        {
+          consumer: 'scenario6',
+          handler: async () => {
+            throw new Error('must not run again');
+          },
+        },
+      ],
+    });
+    const duplicatesBefore = inbox.counters.duplicates;
+    const result = await createDispatcher({
+      sql,
+      publisher,
+      schema: db.schema,
+      topics: ['scenario6'],
+    }).drain();
+    expect(result.published).toBe(2);
+    expect(inbox.counters.duplicates - duplicatesBefore).toBe(2);
+    const after = await effects();
+    expect(ids.map((id) => after.get(id))).toEqual([1, 1]);
+  });
+});
