@@ -5,6 +5,7 @@
  * database.
  */
 import { randomBytes, randomUUID } from 'node:crypto';
+import os from 'node:os';
 import { setTimeout as sleep } from 'node:timers/promises';
 import pg from 'pg';
 import {
@@ -299,7 +300,7 @@ export default async function messagingBench(ctx: BenchContext): Promise<BenchSe
 
   // 3. Commit → publish latency at a fixed rate, woken by LISTEN/NOTIFY.
   const rate = 500;
-  const latencySeconds = ctx.quick ? 5 : 15;
+  const latencySeconds = ctx.quick ? 4 : 15;
   ctx.log(`messaging: commit → publish latency at ${rate} events/s for ${latencySeconds} s`);
   await pool.query(`TRUNCATE "${schema}".outbox`);
   const committedAt = new Map<string, number>();
@@ -376,11 +377,16 @@ export default async function messagingBench(ctx: BenchContext): Promise<BenchSe
   );
   const inbox = createInbox({ sql, schema });
   const insertLedger = `INSERT INTO "${schema}".ledger (message_id, amount) VALUES ($1, $2)`;
-  const inboxSeconds = ctx.quick ? 3 : 8;
+  // More, shorter alternating rounds than elsewhere: the ratio is small and the machine's load
+  // drifts; the median of alternating rounds cancels most of the drift.
+  const inboxSeconds = ctx.quick ? 1.5 : 5;
+  const inboxRounds = ctx.quick ? 3 : 5;
   const concurrency = 8;
-  ctx.log(`messaging: inbox overhead, ${concurrency} concurrent consumers, ${inboxSeconds} s each`);
+  ctx.log(
+    `messaging: inbox overhead, ${concurrency} concurrent consumers, ${inboxRounds} × ${inboxSeconds} s each`,
+  );
   const [plain, withInbox] = await sideBySide(
-    rounds,
+    inboxRounds,
     () =>
       closedLoop(concurrency, inboxSeconds * 1000, (w, i) =>
         sql.transaction((tx) => tx.query(insertLedger, [`p-${w}-${i}`, 1])),
@@ -414,6 +420,12 @@ export default async function messagingBench(ctx: BenchContext): Promise<BenchSe
   await pool.query(`DROP SCHEMA "${peerSchema}" CASCADE`);
   await pool.end();
   notes.push(
+    `Load average while measuring: ${os
+      .loadavg()
+      .map((l) => l.toFixed(1))
+      .join(
+        ' / ',
+      )} (1 / 5 / 15 min) on ${os.cpus().length} cores shared with other work; figures move by 2–3× with it.`,
     `Backlogs of ${events} events over ${keys} keys (the broker runs ${brokerEvents}), filled before the clock starts; each dispatch figure is one dispatcher draining it (median of ${rounds} alternating run(s) for the side-by-side). PostgreSQL: ${settings.rows.map((r) => `${r.name}=${r.setting}`).join(', ')}.`,
     'Where a dispatch batch of 500 goes (EXPLAIN ANALYZE): the claim probes each key’s head and locks it (two index lookups and a row lock per key); marking updates each row (a new tuple and two index entries, since published_at is in the pending indexes’ predicates — deleting instead is the retention-0 figure); the commit skips the WAL flush wait (synchronous_commit off for the dispatcher’s own transaction, safe because a lost mark only republishes).',
     'pg-transactional-outbox runs one transaction per message (lock, handler, mark) and its polling function ranks pending rows with a DISTINCT ON scan; idem marks a whole batch in one statement and publishes it in per-key waves.',

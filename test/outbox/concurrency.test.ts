@@ -148,6 +148,6 @@ describe('outbox.add on every adapter', () => {
       } finally {
         await adapter.close();
       }
-    });
+    }, 120_000); // PGlite (WASM) takes tens of seconds to start on a loaded 2-core machine
   }
 });
