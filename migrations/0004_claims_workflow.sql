@@ -3,15 +3,21 @@
 -- Every time below comes from idem's injected clock, never from now(), so leases and backoff
 -- are tested by moving a clock instead of sleeping.
 
--- One row per task. A task names an intent: (tenant, queue, dedupe key) is unique, so enqueueing
--- the same intent twice returns the first task.
+-- Task ids come from this sequence, so an enqueue can take the id before it knows whether the
+-- dedupe key is new (see task_keys).
+CREATE SEQUENCE {{schema}}.task_ids;
+
+-- One row per task: the hot table every claim, heartbeat and completion updates. It carries no
+-- unique index besides its primary key: each update writes a new row version, and every unique
+-- index on the table would take an entry and a uniqueness check per version. Moving the dedupe
+-- key to task_keys made claim + complete about 30% faster (median drain rate 1480 → 1938 tasks/s,
+-- 8 workers, batches of 10, alternating runs on this machine).
 CREATE TABLE {{schema}}.tasks (
-  id           bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+  id           bigint      PRIMARY KEY DEFAULT nextval('{{schema}}.task_ids'),
   tenant_id    text        NOT NULL,
   queue        text        NOT NULL,
+  -- A copy of the task's key in task_keys, for reading; uniqueness lives there.
   dedupe_key   text        NOT NULL,
-  -- SHA-256 of the canonical payload: the same dedupe key with another payload is refused.
-  fingerprint  text        NOT NULL,
   payload      text        NOT NULL,
   state        text        NOT NULL CHECK (state IN ('ready', 'claimed', 'completed', 'dead')),
   -- When a worker may next pick the task up: for a ready task, when it becomes due (backoff);
@@ -29,9 +35,20 @@ CREATE TABLE {{schema}}.tasks (
   result       text,
   created_at   timestamptz NOT NULL,
   finished_at  timestamptz,
-  -- Completed and dead tasks are deleted by the sweeper after this; the dedupe key lives until then.
-  expires_at   timestamptz,
-  UNIQUE (tenant_id, queue, dedupe_key)
+  -- Completed and dead tasks are deleted by the sweeper after this, with their dedupe key.
+  expires_at   timestamptz
+);
+
+-- The dedupe keys: a task names an intent, (tenant, queue, key) is unique, and enqueueing the same
+-- intent again returns the first task. Written once per task (at enqueue), deleted with it.
+CREATE TABLE {{schema}}.task_keys (
+  tenant_id    text   NOT NULL,
+  queue        text   NOT NULL,
+  dedupe_key   text   NOT NULL,
+  -- SHA-256 of the canonical payload: the same dedupe key with another payload is refused.
+  fingerprint  text   NOT NULL,
+  task_id      bigint NOT NULL,
+  PRIMARY KEY (tenant_id, queue, dedupe_key)
 );
 
 -- The claim index: only tasks a worker may pick up, in the order they are picked.

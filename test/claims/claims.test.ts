@@ -276,6 +276,57 @@ describe('claims', () => {
     }
   });
 
+  it('enqueueMany dedupes like enqueue; completeAndClaim completes fenced and claims in one statement', async () => {
+    const queue = newQueue();
+    const a = make('worker-a');
+    const b = make('worker-b');
+    const specs = ['m1', 'm2', 'm1', 'm3'].map((key) => ({ tenant: 'acme', queue, key, payload: { key } }));
+    const first = await a.enqueueMany(specs);
+    expect(first.map((r) => [r.task.dedupeKey, r.created])).toEqual([
+      ['m1', true],
+      ['m2', true],
+      ['m1', false],
+      ['m3', true],
+    ]);
+    expect(first[2]!.task.id).toBe(first[0]!.task.id);
+    const again = await a.enqueueMany(specs.slice(0, 2));
+    expect(again.map((r) => [r.task.id, r.created])).toEqual([
+      [first[0]!.task.id, false],
+      [first[1]!.task.id, false],
+    ]);
+    await expect(
+      a.enqueueMany([{ tenant: 'acme', queue, key: 'm2', payload: { other: 1 } }]),
+    ).rejects.toSatisfy(isKeyReused);
+
+    const held = await a.claim(queue, { limit: 2 });
+    expect(held.map((t) => t.dedupeKey)).toEqual(['m1', 'm2']);
+    await a.enqueue({
+      tenant: 'acme',
+      queue,
+      key: 'm4',
+      payload: { key: 'm4' },
+      runAt: clock.now() + lease + 1,
+    });
+    // A stalls past its lease; worker B takes m1 over (m3, due earlier, stays for later).
+    clock.advance(lease + 1);
+    const byB = await b.claim(queue, { limit: 2 });
+    expect(byB.map((t) => t.dedupeKey)).toEqual(['m1', 'm3']); // returned in id order
+    const [taken, t3] = byB;
+    // A's batch completion must refuse m1 (fenced) and accept m2; the same statement claims m4.
+    const next = await a.completeAndClaim(held, queue, { limit: 5, results: ['r1', 'r2'] });
+    expect(next.completed.map((t) => t.dedupeKey)).toEqual(['m2']);
+    expect(next.refused.map((t) => t.dedupeKey)).toEqual(['m1']);
+    expect(next.claimed.map((t) => [t.dedupeKey, t.fence, t.attempts])).toEqual([['m4', 1, 1]]);
+    expect(next.claimed[0]!.leaseUntil).toBe(clock.now() + lease);
+    expect(next.claimed[0]!.payload).toEqual({ key: 'm4' });
+    expect((await a.get(held[1]!.id))?.result).toBe('r2');
+    const last = await a.completeAndClaim(next.claimed, queue, { limit: 5 });
+    expect([last.completed.length, last.claimed.length]).toEqual([1, 0]);
+    expect((await b.completeMany([t3!, taken!])).completed).toHaveLength(2);
+    const states = await Promise.all(first.map((r) => a.get(r.task.id)));
+    expect(states.map((t) => t?.state)).toEqual(['completed', 'completed', 'completed', 'completed']);
+  });
+
   it('work() polls, runs and stops on abort; sweep deletes finished tasks past retention', async () => {
     const queue = newQueue();
     const claims = make('w', { retentionMs: 1000 });
