@@ -10,6 +10,7 @@
  */
 import { spawn } from 'node:child_process';
 import { readFileSync } from 'node:fs';
+import os from 'node:os';
 import { randomBytes } from 'node:crypto';
 import type { AddressInfo } from 'node:net';
 import { fileURLToPath } from 'node:url';
@@ -177,7 +178,7 @@ export default async function httpBench(ctx: BenchContext): Promise<BenchSection
   // Short runs, alternated many times: on a shared 2-core machine the CPU left to the benchmark
   // drifts, and alternation spreads the drift over every variant alike.
   const seconds = ctx.quick ? 2 : 4;
-  const rounds = ctx.quick ? 2 : 6;
+  const rounds = ctx.quick ? 2 : 5;
   const connections = 32;
   const run = randomBytes(3).toString('hex');
   const replayKey = `replay-${run}`;
@@ -194,6 +195,7 @@ export default async function httpBench(ctx: BenchContext): Promise<BenchSection
   const first = (s?: number) => spec('/orders', { kind: 'unique', prefix: `${run}-${prefixes++}` }, s);
   const replay = (s?: number) => spec('/orders', { kind: 'fixed', key: replayKey }, s);
 
+  const loadBefore = os.loadavg()[0]!;
   const generator = await startLoadGenerator();
   // Where the time goes: CPU of this process and of our PostgreSQL backends over each run.
   const backendTicks = async () => {
@@ -244,11 +246,18 @@ export default async function httpBench(ctx: BenchContext): Promise<BenchSection
   // The other arrangement, for the fairness note: autocannon on this process's event loop.
   let inProcess: { plain: LoadResult; first: LoadResult; replay: LoadResult } | undefined;
   if (!ctx.quick) {
-    ctx.log('http: the same three with autocannon in-process');
-    inProcess = { plain: await load(plain(5)), first: await load(first(5)), replay: await load(replay(5)) };
+    ctx.log('http: the same three with autocannon in-process, 3 alternating rounds of 3 s');
+    const own: LoadResult[][] = [[], [], []];
+    for (let r = 0; r < 3; r++) {
+      own[0]!.push(await load(plain(3)));
+      own[1]!.push(await load(first(3)));
+      own[2]!.push(await load(replay(3)));
+    }
+    inProcess = { plain: median(own[0]!), first: median(own[1]!), replay: median(own[2]!) };
   }
 
   generator.close();
+  const loadAfter = os.loadavg()[0]!;
   const coreUs = await coreMicroseconds(ctx.quick ? 20_000 : 100_000);
   const stored = await pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM "${schema}".requests`);
   const failures = [p, f, rp, tx].reduce((n, x) => n + x.non2xx + x.errors, 0);
@@ -280,7 +289,7 @@ export default async function httpBench(ctx: BenchContext): Promise<BenchSection
     `${round(x.requestsPerSecond, 0)} req/s, p50 ${x.p50Ms} ms, p99 ${x.p99Ms} ms, CPU per request ${x.serverCpuUs} µs in Node and ${x.databaseCpuUs ?? '?'} µs in PostgreSQL`;
   const notes = [
     `Fastify 5 on 127.0.0.1, ${connections} autocannon connections, pipelining 1, median of ${rounds} alternating run(s) of ${seconds} s each; node-postgres pool of 32; one database, schema dropped afterwards. Plain: ${describe(p)}. First requests: ${describe(f)}. Replays: ${describe(rp)}. Plain INSERT inside a transaction: ${describe(tx)}.`,
-    `Non-2xx answers or socket errors across the measured runs: ${failures}; records stored by the idem endpoint: ${stored.rows[0]!.n}.`,
+    `Non-2xx answers or socket errors across the measured runs: ${failures}; records stored by the idem endpoint: ${stored.rows[0]!.n}. Machine load average (1 min) ${round(loadBefore, 1)} before and ${round(loadAfter, 1)} after the runs, on ${os.cpus().length} cores: everything else running on the machine competes for the same CPU.`,
     'Where a first request spends its extra time: the plain endpoint sends one autocommitted INSERT (one round trip, one WAL flush). With idem a first request sends the fast-path read of the key, BEGIN, the claim (INSERT … ON CONFLICT DO NOTHING), the handler’s INSERT, the completing UPDATE with the captured response (status, headers, body bytes), and COMMIT: 6 round trips, still one WAL flush, plus the key header parse, the SHA-256 fingerprint over the canonical body and the reply capture in JavaScript.',
     'A replay sends one indexed read and no transaction, and writes the stored bytes back; it never reaches the handler.',
     `The HTTP core's own JavaScript (key parse, tenant and operation, fingerprint, outcome, answer) costs ${round(coreUs, 1)} µs per request, measured with a stub store: the extra CPU per first request above is the driver and the database working through the extra round trips, not the contract logic.`,
@@ -288,7 +297,7 @@ export default async function httpBench(ctx: BenchContext): Promise<BenchSection
   if (inProcess) {
     const ratio = (a: LoadResult, b: LoadResult) => round(a.requestsPerSecond / b.requestsPerSecond);
     notes.push(
-      `Load generator placement, measured on this machine: with autocannon in-process (on the server's event loop) the plain endpoint did ${round(inProcess.plain.requestsPerSecond, 0)} req/s against ${round(p.requestsPerSecond, 0)} with autocannon in its own process; first requests ${ratio(inProcess.first, inProcess.plain)}× plain in-process against ${ratio(f, p)}× in a child; replays ${ratio(inProcess.replay, inProcess.plain)}× against ${ratio(rp, p)}×; p99 of first requests ${round(inProcess.first.p99Ms / inProcess.plain.p99Ms)}× against ${round(f.p99Ms / p.p99Ms)}×. In-process, every request also pays for the generator's own parsing and bookkeeping on the one event loop the server has, so the server is measured together with its client; the figures above use the child process, where the generator only competes for CPU, as a real client on the same machine would.`,
+      `Load generator placement, measured on this machine (medians of 3 alternating in-process runs): with autocannon in-process, on the server's one event loop, the plain endpoint did ${round(inProcess.plain.requestsPerSecond, 0)} req/s against ${round(p.requestsPerSecond, 0)} with autocannon in its own process; first requests ran at ${ratio(inProcess.first, inProcess.plain)}× plain in-process against ${ratio(f, p)}× with a child; replays ${ratio(inProcess.replay, inProcess.plain)}× against ${ratio(rp, p)}×; p99 of first requests ${round(inProcess.first.p99Ms / inProcess.plain.p99Ms)}× against ${round(f.p99Ms / p.p99Ms)}×. Node runs a server on one thread: in-process, that thread also runs the generator, so client work is charged to the server and JavaScript-heavy variants are penalised against database-heavy ones; in its own process the generator competes only for CPU, as a client on the same machine would. The figures above therefore use the child process. On a shared machine the run-to-run spread of throughput ratios can be as large as the difference between the two arrangements; CPU per request varies much less and is reported beside them.`,
     );
   }
   return { name: 'HTTP (Fastify)', figures, notes };
