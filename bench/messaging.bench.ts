@@ -22,7 +22,7 @@ import { createOutbox } from '../src/outbox/outbox.js';
 import { natsPublisher } from '../src/outbox/publishers/nats.js';
 import { rabbitMqPublisher } from '../src/outbox/publishers/rabbitmq.js';
 import type { OutboxEvent, Publisher, PublishResult } from '../src/outbox/types.js';
-import { closedLoop, percentiles, round, sideBySide } from './lib/measure.js';
+import { percentiles, round, sideBySide } from './lib/measure.js';
 import type { BenchContext, BenchFigure, BenchSection } from './lib/types.js';
 
 const noop: Publisher = {
@@ -377,27 +377,40 @@ export default async function messagingBench(ctx: BenchContext): Promise<BenchSe
   );
   const inbox = createInbox({ sql, schema });
   const insertLedger = `INSERT INTO "${schema}".ledger (message_id, amount) VALUES ($1, $2)`;
-  // More, shorter alternating rounds than elsewhere: the ratio is small and the machine's load
-  // drifts; the median of alternating rounds cancels most of the drift.
-  const inboxSeconds = ctx.quick ? 1.5 : 5;
-  const inboxRounds = ctx.quick ? 3 : 5;
+  // Interleaved per message: every consumer worker alternates one plain message and one inbox
+  // message, so both see the same load at the same moment. Alternating blocks of seconds (as
+  // elsewhere) let the load of this shared machine swing the ratio from 1.0 to 1.4 between runs.
+  const inboxSeconds = ctx.quick ? 4 : 15;
   const concurrency = 8;
   ctx.log(
-    `messaging: inbox overhead, ${concurrency} concurrent consumers, ${inboxRounds} × ${inboxSeconds} s each`,
+    `messaging: inbox overhead, ${concurrency} consumers alternating plain and inbox messages for ${inboxSeconds} s`,
   );
-  const [plain, withInbox] = await sideBySide(
-    inboxRounds,
-    () =>
-      closedLoop(concurrency, inboxSeconds * 1000, (w, i) =>
-        sql.transaction((tx) => tx.query(insertLedger, [`p-${w}-${i}`, 1])),
-      ),
-    () =>
-      closedLoop(concurrency, inboxSeconds * 1000, (w, i) =>
-        inbox.handle({ consumer: 'ledger', messageId: `m-${tag}-${w}-${i}` }, (tx) =>
-          tx.query(insertLedger, [`m-${w}-${i}`, 1]),
-        ),
-      ),
+  const spent = { plain: 0, inbox: 0, plainCount: 0, inboxCount: 0 };
+  const deadline = performance.now() + inboxSeconds * 1000;
+  await Promise.all(
+    Array.from({ length: concurrency }, async (_, w) => {
+      for (let i = 0; performance.now() < deadline; i++) {
+        const inboxFirst = i % 2 === 0;
+        for (const useInbox of inboxFirst ? [true, false] : [false, true]) {
+          const t0 = performance.now();
+          if (useInbox) {
+            await inbox.handle({ consumer: 'ledger', messageId: `m-${tag}-${w}-${i}` }, (tx) =>
+              tx.query(insertLedger, [`m-${w}-${i}`, 1]),
+            );
+            spent.inbox += performance.now() - t0;
+            spent.inboxCount++;
+          } else {
+            await sql.transaction((tx) => tx.query(insertLedger, [`p-${w}-${i}`, 1]));
+            spent.plain += performance.now() - t0;
+            spent.plainCount++;
+          }
+        }
+      }
+    }),
   );
+  // Closed loops: messages/s = workers / mean time per message.
+  const plain = { opsPerSecond: (concurrency * 1000) / (spent.plain / spent.plainCount) };
+  const withInbox = { opsPerSecond: (concurrency * 1000) / (spent.inbox / spent.inboxCount) };
   const overhead = plain.opsPerSecond / withInbox.opsPerSecond;
   figures.push({
     name: 'consumer with inbox vs without',
