@@ -98,7 +98,8 @@ export class JetStreamConsumer<Client = unknown> {
     const info = await consumer.info(true);
     if (info.config.ack_wait) this.ackWaitMs = info.config.ack_wait / 1_000_000;
     this.messages = await consumer.consume({ max_messages: this.options.maxMessages ?? 64 });
-    this.loop = this.run(this.messages);
+    // The iterator ends on close; it throws if the consumer is deleted under us: report, not crash.
+    this.loop = this.run(this.messages).catch((error: unknown) => this.report(error));
   }
 
   /** Stops pulling, lets running handlers finish (and ack), and drains an owned connection. */
