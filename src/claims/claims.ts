@@ -4,10 +4,10 @@ import { systemClock, type Clock } from '../core/clock.js';
 import { FencedError, InvalidArgumentError, isFenced, KeyReusedError } from '../core/errors.js';
 import { fingerprint } from '../core/fingerprint.js';
 import { validateKey, validateName } from '../core/keys.js';
-import { isRetryable } from '../core/retryable.js';
 import type { Queryable, Sql, Transaction } from '../core/sql.js';
 import { defaultSchema } from '../migrate/schema-name.js';
 import { persistedBackoff } from '../client/backoff.js';
+import { isRetryableFailure } from '../client/classify.js';
 import { claimDefaults, type ClaimsOptions, type EnqueueResult, type EnqueueSpec } from './options.js';
 import { renderClaimStatements, type ClaimStatements } from './statements.js';
 import { decodeClaimedTask, decodeTask, taskScope, type ClaimedTask, type TaskRecord } from './task.js';
@@ -23,8 +23,9 @@ export interface ClaimOptions {
 /** Options of `fail`. */
 export interface FailOptions {
   /**
-   * Whether a later attempt may succeed. Default: `isRetryable(error)` (network errors,
-   * PostgreSQL serialization/deadlock/lock-timeout/connection errors, errors flagged `retryable`).
+   * Whether a later attempt may succeed. Default: `isRetryableFailure(error)` (network errors and
+   * timeouts, PostgreSQL serialization/deadlock/lock-timeout/connection errors, errors flagged
+   * `retryable` such as a retryable `HttpStatusError`).
    * A non-retryable failure dead-letters the task at once.
    */
   retryable?: boolean;
@@ -331,7 +332,7 @@ export class Claims<Client = unknown> {
    * taken over (the new holder's attempt is the one that counts).
    */
   async fail(task: ClaimedTask, error: unknown, options: FailOptions = {}): Promise<FailResult> {
-    const retryable = options.retryable ?? isRetryable(error);
+    const retryable = options.retryable ?? isRetryableFailure(error);
     const now = this.clock.now();
     const delay = options.retryAfterMs ?? persistedBackoff(task.attempts, this.retryBaseMs, this.retryMaxMs);
     const { rows } = await this.sql.query<{ state: 'ready' | 'dead'; visible_at: unknown }>(

@@ -199,6 +199,11 @@ describe('claims', () => {
     await claims.enqueue({ tenant: 'acme', queue, key: 'poison', payload: {}, runAt: clock.now() + 1 });
     const [bad] = await claims.claim(queue);
     expect((await claims.fail(bad!, new TypeError('payload has no order id'))).state).toBe('dead');
+    // A per-attempt timeout (AbortSignal.timeout) is retryable: the task comes back after a backoff.
+    const timeout = new DOMException('The operation was aborted due to timeout', 'TimeoutError');
+    await claims.enqueue({ tenant: 'acme', queue: `${queue}-t`, key: 'slow', payload: {} });
+    const [slow] = await claims.claim(`${queue}-t`);
+    expect((await claims.fail(slow!, timeout)).state).toBe('ready');
     // A task that kills its worker every time: each lapsed lease counts as an attempt.
     clock.advance(1);
     expect(await claims.claim(queue)).toHaveLength(1);
