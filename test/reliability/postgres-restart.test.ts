@@ -13,6 +13,7 @@ import type { AddressInfo } from 'node:net';
 import pg from 'pg';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { fromPg } from '../../src/adapters/pg.js';
+import { isRetryable } from '../../src/core/retryable.js';
 import { startEmbeddedPostgres, type EmbeddedDatabase } from '../../src/embedded/embedded-postgres.js';
 import { withIdempotency } from '../../src/http/node-http.js';
 import { migrate } from '../../src/migrate/migrate.js';
@@ -41,7 +42,19 @@ beforeAll(async () => {
     { idem, tenant: () => 'acme', route: '/payments', onError: (e) => handlerErrors.push(e) },
     async (req, res) => {
       const { key, amount } = req.body as { key: string; amount: number };
-      await req.idem!.tx.query(`INSERT INTO ${schema}.effects (key, amount) VALUES ($1, $2)`, [key, amount]);
+      try {
+        await req.idem!.tx.query(`INSERT INTO ${schema}.effects (key, amount) VALUES ($1, $2)`, [
+          key,
+          amount,
+        ]);
+      } catch (error) {
+        // The handler's own write lost its connection. node:http's integration answers a throw with
+        // 500; an application says "retry" for a transient error, as here (5xx are never stored).
+        if (!isRetryable(error)) throw error;
+        res.writeHead(503, { 'retry-after': '1', 'content-type': 'application/problem+json' });
+        res.end(JSON.stringify({ type: 'urn:app:unavailable', title: 'Try again', status: 503 }));
+        return;
+      }
       res.writeHead(201, { 'content-type': 'application/json' }).end(JSON.stringify({ key, amount }));
     },
   );
@@ -112,5 +125,11 @@ it('recovers from a PostgreSQL restart without operator action; every intent has
   const seen = results.flatMap((r) => r.result.seen);
   // The outage was seen by clients (the test exercised it) and it was answered as retryable.
   expect(seen.length).toBeGreaterThan(0);
-  expect(seen.filter((s) => s !== '503' && s !== 'network' && s !== '409')).toEqual([]);
+  const described = handlerErrors.map((e) =>
+    e instanceof Error ? `${e.message} / cause: ${String((e as { cause?: unknown }).cause)}` : String(e),
+  );
+  expect(
+    seen.filter((s) => s !== '503' && s !== 'network' && s !== '409'),
+    described.join('\n'),
+  ).toEqual([]);
 }, 150_000);
