@@ -9,7 +9,8 @@ export interface WebhookAnswer {
 }
 
 /** Base of the problem `type` URIs; the last segment is stable and documented in docs/webhooks.md. */
-export const problemTypeBase = 'https://idem.dev/problems/';
+// The same URN scheme as the HTTP integration (urn:idem:problem:<kind>): idem owns no web address.
+export const problemTypeBase = 'urn:idem:problem:';
 
 /** An `application/problem+json` answer. `detail` must never hold a header value or a secret. */
 export function problemAnswer(

@@ -93,6 +93,9 @@ describe.each(surfaces)('$name', ({ port }) => {
           const present = keys.filter((k) => k.toString('latin1').trim() !== '');
           if (present.length <= 1) return;
           expect(await s.counts()).toEqual(before);
+          // Past Node's 16 KiB header limit the HTTP parser itself answers 431, before idem runs.
+          const headerBytes = keys.reduce((n, k) => n + k.length, 0);
+          if (headerBytes > 16 * 1024 - 512 && response.status === 431) return;
           if (keys.every(parserAccepts)) expect(expectProblem(response, 400).code).toBe('IDEM_KEY_MULTIPLE');
           else expect(response.status).toBe(400);
         },
