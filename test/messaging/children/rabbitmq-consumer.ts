@@ -18,6 +18,8 @@ await consumeRabbitMq({
   consumer: env('CONSUMER'),
   queue: env('QUEUE'),
   prefetch: 1,
+  // The same retry queues as the test's own consumer, so the test's cleanup deletes them.
+  retryDelaysMs: [100],
   connection: async () => {
     const model = await amqp.connect(env('AMQP_URL'));
     const createConfirmChannel = model.createConfirmChannel.bind(model);
