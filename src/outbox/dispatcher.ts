@@ -38,7 +38,7 @@ export interface DispatcherOptions {
   listen?: ListenSource;
   /**
    * Poll interval: the backstop for missed notifications and the latency when `listen` is unset.
-   * Default 1000 ms with `listen`, 100 ms without.
+   * Default 1000 ms with `listen`, 250 ms without (an idle poll is one short transaction).
    */
   pollIntervalMs?: number;
   /**
@@ -157,7 +157,7 @@ export class OutboxDispatcher {
     );
     this.pollIntervalMs = positiveInteger(
       'pollIntervalMs',
-      options.pollIntervalMs ?? (options.listen ? 1000 : 100),
+      options.pollIntervalMs ?? (options.listen ? 1000 : 250),
     );
     this.publishTimeoutMs = positiveInteger('publishTimeoutMs', options.publishTimeoutMs ?? 30_000);
     this.retentionMs = nonNegative(
