@@ -118,12 +118,20 @@ export async function killLoop(options: ChaosOptions): Promise<void> {
     say(line);
     const restart = (async () => {
       await sleep(random.between(300, 2500));
-      try {
-        await victim.start();
-        stats.restarts++;
-      } catch (error) {
-        stats.failedRestarts++;
-        say(`restart of ${victim.name} failed: ${(error as Error).message}`);
+      // Like a supervisor: a start that fails (the demo exits when the broker is down at start-up)
+      // is tried again, a few seconds later, a bounded number of times.
+      for (let attempt = 1; attempt <= 20; attempt++) {
+        try {
+          await victim.start();
+          stats.restarts++;
+          return;
+        } catch (error) {
+          stats.failedRestarts++;
+          say(
+            `start of ${victim.name} failed (attempt ${attempt}): ${(error as Error).message.split('\n')[0]}`,
+          );
+          await sleep(2000);
+        }
       }
     })();
     restarts.add(restart);

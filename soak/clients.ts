@@ -61,6 +61,8 @@ export interface ClientOptions {
   requestTimeoutMs: number;
   intentDeadlineMs: number;
   refundShare: number;
+  /** Send two partial refunds back to back instead of waiting for the first to show. */
+  refundRace: boolean;
   declinedShare: number;
   /** Returns false once no new intent may start. */
   running: () => boolean;
@@ -170,13 +172,20 @@ async function pay(intent: Intent, options: ClientOptions): Promise<void> {
   }
 }
 
-/** One full refund, one partial, or two partials back to back (two webhooks for one charge). */
+/**
+ * One full refund, one partial, or two partials. With `refundRace` the two partials go back to
+ * back, so their two webhooks race; otherwise the second waits until the first shows in the
+ * ledger (a merchant refunding twice, some time apart). The race exposes the demo's refund
+ * handler: its events carry a delta but it skips an older version processed after a newer one as
+ * stale, which drops that refund (see docs/reliability.md).
+ */
 async function refund(intent: Intent, options: ClientOptions): Promise<void> {
   const { random } = options;
   const roll = random.next();
   const third = Math.max(1, Math.floor(intent.amount / 3));
   const amounts = roll < 0.4 ? [intent.amount] : roll < 0.7 ? [third] : [third, third];
-  for (const amount of amounts) {
+  for (const [index, amount] of amounts.entries()) {
+    if (index > 0 && !options.refundRace) await reversalsSeen(intent, index, options);
     options.stats.refundCalls++;
     try {
       const response = await fetch(`${options.providerUrl}/charges/${intent.chargeId}/refunds`, {
@@ -191,6 +200,28 @@ async function refund(intent: Intent, options: ClientOptions): Promise<void> {
     } catch {
       intent.refundErrors++;
     }
+  }
+}
+
+/** Waits (bounded, 60 s) until the ledger shows `count` reversals for the intent's customer. */
+async function reversalsSeen(intent: Intent, count: number, options: ClientOptions): Promise<void> {
+  const deadline = Date.now() + 60_000;
+  while (Date.now() < deadline) {
+    const instance = options.random.pick(options.instances);
+    try {
+      const response = await fetch(
+        `${instance.url}/v1/ledger?customer=${encodeURIComponent(intent.customer)}`,
+        {
+          headers: { authorization: `Bearer sk_test_${intent.tenant}` },
+          signal: AbortSignal.timeout(options.requestTimeoutMs),
+        },
+      );
+      const ledger = (await response.json()) as { data?: { kind: string }[] };
+      if ((ledger.data ?? []).filter((e) => e.kind === 'reversal').length >= count) return;
+    } catch {
+      // that instance is down: ask another
+    }
+    await sleep(250);
   }
 }
 

@@ -20,6 +20,12 @@ export interface SoakOptions {
   brokerEveryMs: number;
   /** `--refunds <0..1>`: share of succeeded payments that are refunded at the provider. Default 0.3. */
   refundShare: number;
+  /**
+   * `--refund-race`: send a payment's two partial refunds back to back, so their webhooks race.
+   * Default off: the second waits until the first shows in the ledger. On, it reproduces the demo's
+   * dropped-refund defect (docs/reliability.md).
+   */
+  refundRace: boolean;
   /** `--declined <0..1>`: share of payments whose card is declined (a stored 402). Default 0.1. */
   declinedShare: number;
   /** `--lease <ms>`: LEASE_MS of the instances: how soon a retry may resume a killed payment. Default 3000. */
@@ -39,7 +45,7 @@ export interface SoakOptions {
 }
 
 const usage = `usage: npm run soak -- [--duration 60] [--instances 3] [--clients 8]
-  [--transport rabbitmq|nats|in-database] [--kill-every 6] [--broker-every 30] [--refunds 0.3]
+  [--transport rabbitmq|nats|in-database] [--kill-every 6] [--broker-every 30] [--refunds 0.3] [--refund-race]
   [--declined 0.1] [--lease 3000] [--provider-latency 40] [--request-timeout 10000] [--settle 120]
   [--intent-deadline 180] [--seed N] [--keep]
 Environment: DATABASE_URL (default: an embedded PostgreSQL), AMQP_URL (rabbitmq; default
@@ -56,6 +62,7 @@ export function parseOptions(argv: string[]): SoakOptions {
       'kill-every': { type: 'string' },
       'broker-every': { type: 'string' },
       refunds: { type: 'string' },
+      'refund-race': { type: 'boolean' },
       declined: { type: 'string' },
       lease: { type: 'string' },
       'provider-latency': { type: 'string' },
@@ -90,6 +97,7 @@ export function parseOptions(argv: string[]): SoakOptions {
     killEveryMs: num('kill-every', values['kill-every'], 6, 0.5, 3600) * 1000,
     brokerEveryMs: num('broker-every', values['broker-every'], 30, 5, 3600) * 1000,
     refundShare: num('refunds', values.refunds, 0.3, 0, 1),
+    refundRace: values['refund-race'] ?? false,
     declinedShare: num('declined', values.declined, 0.1, 0, 1),
     leaseMs: num('lease', values.lease, 3000, 100, 600_000),
     providerLatencyMs: num('provider-latency', values['provider-latency'], 40, 0, 10_000),

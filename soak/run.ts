@@ -33,6 +33,21 @@ import { verify } from './verify.js';
 
 const repoDir = resolve(fileURLToPath(new URL('..', import.meta.url)));
 
+/** Starts an instance, again after a failed start (a broker still coming back), a bounded number of times. */
+async function startWithRetries(instance: AppInstance, say: (line: string) => void): Promise<void> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await instance.start();
+    } catch (error) {
+      if (attempt >= 10) throw error;
+      say(
+        `start of ${instance.name} failed (attempt ${attempt}): ${(error as Error).message.split('\n')[0]}`,
+      );
+      await new Promise((r) => setTimeout(r, 2000));
+    }
+  }
+}
+
 async function main(): Promise<number> {
   const options = parseOptions(process.argv.slice(2));
   const runId = `soak_${randomBytes(4).toString('hex')}`;
@@ -101,7 +116,7 @@ async function main(): Promise<number> {
       await provider.waitForLine(/provider listening on/, 90_000),
     )![1]!;
     environment.providerUrl = providerUrl;
-    await Promise.all(instances.map((i) => i.start()));
+    await Promise.all(instances.map((i) => startWithRetries(i, say)));
     say(`provider ${providerUrl}; instances ${instances.map((i) => i.url).join(' ')}; broker ${broker.name}`);
 
     const random = new Random(options.seed);
@@ -141,6 +156,7 @@ async function main(): Promise<number> {
           requestTimeoutMs: options.requestTimeoutMs,
           intentDeadlineMs: options.intentDeadlineMs,
           refundShare: options.refundShare,
+          refundRace: options.refundRace,
           declinedShare: options.declinedShare,
           running,
         }),
@@ -149,7 +165,7 @@ async function main(): Promise<number> {
     try {
       await Promise.all([killLoop(chaos), brokerLoop(chaos)]);
       // The chaos is over: every instance up again, then the clients finish their last payments.
-      await Promise.all(instances.filter((i) => !i.up).map((i) => i.start()));
+      await Promise.all(instances.filter((i) => !i.up).map((i) => startWithRetries(i, say)));
       say('chaos over; waiting for the clients to finish their last payments');
       await clientsDone;
     } finally {
