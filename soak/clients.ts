@@ -37,6 +37,8 @@ export interface ClientStats {
   networkErrors: number;
   timeouts: number;
   refundCalls: number;
+  /** Second partial refunds sent before the first showed in the ledger (the wait ran out). */
+  refundWaitsTimedOut: number;
 }
 
 export function newClientStats(): ClientStats {
@@ -48,6 +50,7 @@ export function newClientStats(): ClientStats {
     networkErrors: 0,
     timeouts: 0,
     refundCalls: 0,
+    refundWaitsTimedOut: 0,
   };
 }
 
@@ -203,9 +206,13 @@ async function refund(intent: Intent, options: ClientOptions): Promise<void> {
   }
 }
 
-/** Waits (bounded, 60 s) until the ledger shows `count` reversals for the intent's customer. */
+/**
+ * Waits until the ledger shows `count` reversals for the intent's customer, for as long as a
+ * payment may take (the intent deadline): under kills a webhook can wait for a lapsed processing
+ * lease and its backoff. A wait that runs out is counted; the refund is then sent anyway.
+ */
 async function reversalsSeen(intent: Intent, count: number, options: ClientOptions): Promise<void> {
-  const deadline = Date.now() + 60_000;
+  const deadline = Date.now() + options.intentDeadlineMs;
   while (Date.now() < deadline) {
     const instance = options.random.pick(options.instances);
     try {
@@ -223,6 +230,7 @@ async function reversalsSeen(intent: Intent, count: number, options: ClientOptio
     }
     await sleep(250);
   }
+  options.stats.refundWaitsTimedOut++;
 }
 
 function count(stats: ClientStats, key: string): void {

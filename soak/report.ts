@@ -19,6 +19,7 @@ export interface SoakSummary {
   succeeded: number;
   declined: number;
   refunds: number;
+  refundWaitsTimedOut: number;
   requests: number;
   retries: number;
   timeouts: number;
@@ -69,6 +70,7 @@ export function summarise(input: {
     succeeded: intents.filter((i) => i.finalStatus === 201).length,
     declined: intents.filter((i) => i.finalStatus === 402).length,
     refunds: intents.reduce((n, i) => n + i.refunds.length, 0),
+    refundWaitsTimedOut: clients.refundWaitsTimedOut,
     requests: clients.requests,
     retries: clients.retries,
     timeouts: clients.timeouts,
@@ -105,7 +107,10 @@ export function printSummary(summary: SoakSummary, findings: readonly Finding[])
       'payments (intents)',
       `${summary.intents} (${summary.succeeded} succeeded, ${summary.declined} declined)`,
     ],
-    ['refunds accepted by the provider', summary.refunds],
+    [
+      'refunds accepted by the provider',
+      `${summary.refunds}${summary.refundWaitsTimedOut ? ` (${summary.refundWaitsTimedOut} second refunds sent before the first showed)` : ''}`,
+    ],
     ['requests', summary.requests],
     [
       'retries (same key)',
@@ -123,7 +128,10 @@ export function printSummary(summary: SoakSummary, findings: readonly Finding[])
       '  … with in flight',
       `requests ${summary.killsMidRequest}, steps ${summary.killsMidStep}, dispatch ${summary.killsMidDispatch}, consume ${summary.killsMidConsume}, webhooks ${summary.killsMidWebhook}, claims ${summary.killsMidClaim}`,
     ],
-    ['restarts', `${summary.restarts}${summary.failedRestarts ? ` (${summary.failedRestarts} failed)` : ''}`],
+    [
+      'restarts',
+      `${summary.restarts}${summary.failedRestarts ? ` (and ${summary.failedRestarts} failed starts, tried again)` : ''}`,
+    ],
     ['broker restarts', summary.brokerRestarts],
     ['events / ledger entries', `${summary.events} / ${summary.ledgerEntries}`],
     [
