@@ -14,7 +14,6 @@ import { createClaims } from '../claims/claims.js';
 import { createClient } from '../client/client.js';
 import { startEmbeddedPostgres } from '../embedded/embedded-postgres.js';
 import { idempotency } from '../http/fastify.js';
-import { createInbox } from '../inbox/inbox.js';
 import { migrate } from '../migrate/migrate.js';
 import { createIdemMetrics } from '../observability/prometheus.js';
 import { createIdem } from '../operations/idem.js';
@@ -28,6 +27,7 @@ import { tenantFromAuthorization } from './auth.js';
 import { readConfig, type DemoConfig } from './config.js';
 import { registerPayments } from './payments.js';
 import { startProvider, type FakeCardProvider } from './provider.js';
+import { CountingInbox, countingWebhookLogger } from './metrics.js';
 import { startReceiptWorker } from './receipts.js';
 import { refundHandlers } from './refunds.js';
 import { demoSchemaSql } from './schema.js';
@@ -89,7 +89,8 @@ export async function startDemo(overrides: DemoOverrides = {}): Promise<DemoHand
       onEvent: (event) => metrics.onOperation(event),
     });
     const outbox = createOutbox({ sql, schema });
-    const inbox = createInbox({ sql, schema });
+    // The ledger's inbox counts the duplicates it acknowledges (idem_inbox_duplicates_total).
+    const inbox = new CountingInbox({ sql, schema }, (consumer) => metrics.inboxDuplicate(consumer));
     const claims = createClaims({ sql, schema, leaseMs: 10_000 });
 
     let appPort = config.port;
@@ -135,6 +136,8 @@ export async function startDemo(overrides: DemoOverrides = {}): Promise<DemoHand
       sql,
       schema,
       sources: { provider: standardWebhooksVerifier({ secrets: [config.webhookSecret] }) },
+      // Every refusal is logged with its code and reason: counted by reason, then logged as before.
+      logger: countingWebhookLogger(metrics),
       onReceipt: () => processor.notify(),
     });
     const processor = createWebhookProcessor({

@@ -1,0 +1,148 @@
+/**
+ * The demo's event counters on GET /metrics: webhook deliveries its receiver refused, by reason,
+ * and events its ledger inbox acknowledged as duplicates. Real HTTP, real PostgreSQL, the demo as
+ * `npm start` runs it (in-database transport).
+ */
+import { randomUUID } from 'node:crypto';
+import { Webhook } from 'standardwebhooks';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { demoWebhookSecret } from '../../src/demo/config.js';
+import { randomSchema, startDemo, type DemoHandle } from '../../src/demo/server.js';
+import { databaseUrl } from '../support/database.js';
+
+async function until<T>(probe: () => Promise<T>, ok: (v: T) => boolean, timeoutMs = 15_000): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = await probe();
+    if (ok(value) || Date.now() > deadline) return value;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+/** The value of one sample line of the Prometheus text, or 0 when the series is absent. */
+function sample(text: string, name: string, labels: Record<string, string>): number {
+  const rendered = Object.entries(labels)
+    .map(([k, v]) => `${k}="${v}"`)
+    .join(',');
+  const line = text.split('\n').find((l) => l.startsWith(`${name}{${rendered}} `));
+  return line ? Number(line.slice(line.lastIndexOf(' ') + 1)) : 0;
+}
+
+describe('payments demo metrics', () => {
+  let demo: DemoHandle;
+  const schema = randomSchema();
+  const auth = { authorization: 'Bearer sk_test_acme' };
+  const metrics = async () => (await fetch(`${demo.url}/metrics`)).text();
+  const rejections = async (reason: string) =>
+    sample(await metrics(), 'idem_webhook_rejections_total', { reason });
+
+  beforeAll(async () => {
+    demo = await startDemo({
+      databaseUrl: databaseUrl(),
+      schema,
+      port: 0,
+      providerPort: 0,
+      providerUrl: undefined,
+      amqpUrl: undefined,
+      natsUrl: undefined,
+    });
+  });
+  afterAll(async () => {
+    await demo?.close();
+    const pg = await import('pg');
+    const client = new pg.default.Client({ connectionString: databaseUrl() });
+    await client.connect();
+    await client.query(
+      `DROP SCHEMA IF EXISTS ${schema} CASCADE; DROP SCHEMA IF EXISTS ${schema}_demo CASCADE`,
+    );
+    await client.end();
+  });
+
+  /** Posts to the demo's webhook route as the provider would, signed by `signer` at `signedAt`. */
+  const deliver = (body: string, options: { id?: string | null; signer?: Webhook; signedAt?: Date } = {}) => {
+    const id = options.id === undefined ? `msg_${randomUUID()}` : options.id;
+    const signedAt = options.signedAt ?? new Date();
+    const signer = options.signer ?? new Webhook(demoWebhookSecret);
+    const headers: Record<string, string> = {
+      'content-type': 'application/json',
+      'webhook-timestamp': String(Math.floor(signedAt.getTime() / 1000)),
+      'webhook-signature': signer.sign(id ?? 'msg_unknown', signedAt, body),
+    };
+    if (id !== null) headers['webhook-id'] = id;
+    return fetch(`${demo.url}/webhooks/provider`, { method: 'POST', headers, body });
+  };
+
+  it('counts refused webhook deliveries by reason, and never an accepted one', async () => {
+    const body = JSON.stringify({
+      type: 'charge.refunded',
+      data: { charge_id: 'ch_none', amount: 1, version: 1 },
+    });
+    expect(await rejections('signature')).toBe(0);
+
+    // Forged: signed with a secret the demo does not hold.
+    const forger = new Webhook(`whsec_${Buffer.from('not-the-provider-secret-at-all!!').toString('base64')}`);
+    expect((await deliver(body, { signer: forger })).status).toBe(401);
+    // Authentic signature, but signed an hour ago (a captured delivery replayed late).
+    expect((await deliver(body, { signedAt: new Date(Date.now() - 3_600_000) })).status).toBe(401);
+    // Signed in the future beyond the tolerance.
+    expect((await deliver(body, { signedAt: new Date(Date.now() + 3_600_000) })).status).toBe(401);
+    // No webhook-id: nothing to deduplicate on.
+    expect((await deliver(body, { id: null })).status).toBe(400);
+    // Over the 1 MiB limit, refused by Fastify's body limit and answered by the receiver.
+    expect((await deliver(' '.repeat(1024 * 1024 + 1))).status).toBe(413);
+
+    // An accepted delivery and its duplicate are not rejections.
+    const id = `msg_${randomUUID()}`;
+    expect((await deliver(body, { id })).status).toBe(202);
+    expect((await deliver(body, { id })).status).toBe(200);
+
+    const text = await metrics();
+    expect(sample(text, 'idem_webhook_rejections_total', { reason: 'signature' })).toBe(1);
+    expect(sample(text, 'idem_webhook_rejections_total', { reason: 'timestamp' })).toBe(2);
+    expect(sample(text, 'idem_webhook_rejections_total', { reason: 'malformed' })).toBe(1);
+    expect(sample(text, 'idem_webhook_rejections_total', { reason: 'too-large' })).toBe(1);
+    const { rows } = await demo.pool.query<{ n: number }>(
+      `SELECT count(*)::int AS n FROM ${schema}.webhook_receipts`,
+    );
+    expect(rows[0]!.n).toBe(1); // only the accepted delivery was stored
+  });
+
+  it('counts an event the ledger inbox acknowledged as a duplicate, and credits once', async () => {
+    const customer = `dup_${randomUUID().slice(0, 8)}`;
+    const paid = await fetch(`${demo.url}/v1/payments`, {
+      method: 'POST',
+      headers: { ...auth, 'content-type': 'application/json', 'idempotency-key': `dup-${randomUUID()}` },
+      body: JSON.stringify({ amount: 1250, currency: 'eur', customer }),
+    });
+    expect(paid.status).toBe(201);
+    const payment = (await paid.json()) as { id: string };
+    const ledger = async () =>
+      (
+        (await (await fetch(`${demo.url}/v1/ledger?customer=${customer}`, { headers: auth })).json()) as {
+          data: { kind: string }[];
+        }
+      ).data;
+    expect((await until(ledger, (l) => l.length >= 1)).map((e) => e.kind)).toEqual(['credit']);
+    const duplicates = () =>
+      metrics().then((t) => sample(t, 'idem_inbox_duplicates_total', { consumer: 'ledger' }));
+    expect(await duplicates()).toBe(0);
+
+    // The state a dispatcher leaves when it is killed after publishing and before its mark
+    // commits: the event is pending again, and is delivered a second time with the same id.
+    const { rowCount } = await demo.pool.query(
+      `UPDATE ${schema}.outbox SET published_at = NULL
+        WHERE type = 'payment.created' AND payload->>'id' = $1 AND published_at IS NOT NULL`,
+      [payment.id],
+    );
+    expect(rowCount).toBe(1);
+
+    expect(await until(duplicates, (n) => n >= 1)).toBe(1);
+    expect((await ledger()).map((e) => e.kind)).toEqual(['credit']);
+    const { rows } = await demo.pool.query<{ duplicates: number }>(
+      `SELECT duplicates FROM ${schema}.inbox WHERE consumer = 'ledger' AND message_id =
+         (SELECT id::text FROM ${schema}.outbox WHERE type = 'payment.created' AND payload->>'id' = $1)`,
+      [payment.id],
+    );
+    expect(rows).toEqual([{ duplicates: 1 }]);
+  });
+});
