@@ -6,6 +6,7 @@
 import { randomBytes } from 'node:crypto';
 import pg from 'pg';
 import { fromPg } from '../src/adapters/pg.js';
+import type { Queryable } from '../src/core/sql.js';
 import { migrate } from '../src/migrate/migrate.js';
 import { createIdem } from '../src/operations/idem.js';
 import { renderStatements } from '../src/operations/statements.js';
@@ -74,14 +75,59 @@ export default async function operationsBench(ctx: BenchContext): Promise<BenchS
           null,
           null,
           new Date(now),
-          new Date(now + 1e9),
-          new Date(now + 1e9),
         ]);
         await client.query('COMMIT');
       } finally {
         client.release();
       }
     });
+
+  // The least any design must do to commit a dedupe record with the business write: the read
+  // that answers replays, and one more row in the same transaction (no claim before the handler,
+  // so no bounded wait for concurrent duplicates, which idem needs). Measures the structural cost.
+  const floor = (c: number, label: string) =>
+    closedLoop(c, seconds * 1000, async (w, i) => {
+      const key = `${run}-floor-${label}-${c}-${w}-${i}`;
+      const now = Date.now();
+      const scope = ['acme', 'create-item', key];
+      await pool.query({ name: `floor_read_${schema}`, text: statements.read, values: scope });
+      await sql.transaction(async (tx) => {
+        const row = (await tx.query(insertItem, ['acme', 1])).rows[0];
+        await tx.query(
+          `INSERT INTO "${schema}".requests (tenant_id, operation, idempotency_key, fingerprint, state, fence, result, created_at, completed_at, expires_at, tombstone_until)
+           VALUES ($1, $2, $3, 'f', 'completed', 1, $4, $5, $5, $6, $6) ON CONFLICT DO NOTHING`,
+          [...scope, JSON.stringify(row), new Date(now), new Date(now + 1e9)],
+          { name: `floor_insert_${schema}` },
+        );
+      });
+    });
+
+  // A handler closer to a real one: record a payment, its outbox event, and move a balance.
+  await pool.query(
+    `CREATE TABLE "${schema}".events (id bigserial PRIMARY KEY, payload jsonb NOT NULL);
+     CREATE TABLE "${schema}".balances (account int PRIMARY KEY, total bigint NOT NULL);
+     INSERT INTO "${schema}".balances SELECT g, 0 FROM generate_series(0, 999) g`,
+  );
+  const threeWrites = async (tx: Queryable, w: number) => {
+    const id = (await tx.query<{ id: string }>(insertItem, ['acme', 1])).rows[0]!;
+    await tx.query(`INSERT INTO "${schema}".events (payload) VALUES ($1)`, [JSON.stringify({ item: id.id })]);
+    await tx.query(`UPDATE "${schema}".balances SET total = total + 1 WHERE account = $1`, [(w * 31) % 1000]);
+    return id;
+  };
+  const plainThree = (c: number) =>
+    closedLoop(c, seconds * 1000, (w) => sql.transaction((tx) => threeWrites(tx, w)));
+  const idemThree = (c: number) =>
+    closedLoop(c, seconds * 1000, (w, i) =>
+      idem.run(
+        {
+          tenant: 'acme',
+          operation: 'create-item',
+          key: `${run}-three-${c}-${w}-${i}`,
+          request: { amount: 1 },
+        },
+        (tx) => threeWrites(tx, w),
+      ),
+    );
 
   const figures: BenchFigure[] = [];
   const add = (name: string, value: LoadResult, base: LoadResult, baseName: string, target?: number) => {
@@ -117,6 +163,19 @@ export default async function operationsBench(ctx: BenchContext): Promise<BenchS
         () => withIdem(c, 'first2'),
       );
       add(`first execution vs SQL ceiling, c=${c}`, i2, ceil, 'same statements, raw', 0.8);
+      ctx.log('operations: the floor of same-transaction dedupe, and a three-write handler');
+      const [p3, fl] = await sideBySide(
+        rounds,
+        () => plain(c),
+        () => floor(c, 'f'),
+      );
+      add(`floor: read + business write + key record, c=${c}`, fl, p3, 'plain transaction');
+      const [pt, it] = await sideBySide(
+        rounds,
+        () => plainThree(c),
+        () => idemThree(c),
+      );
+      add(`first execution, three-write handler, c=${c}`, it, pt, 'plain transaction, same handler');
     }
   }
 
@@ -160,6 +219,8 @@ export default async function operationsBench(ctx: BenchContext): Promise<BenchS
       `Each figure is the median of ${rounds} alternating run(s) of ${seconds} s; pool of 34 connections; PostgreSQL settings: ${settings.rows.map((r) => `${r.name}=${r.setting}`).join(', ')}.`,
       'A first execution sends: an indexed read (fast replay path), BEGIN, the claim (INSERT … ON CONFLICT DO NOTHING with a statement-scoped lock_timeout), the handler’s INSERT, the completing UPDATE, COMMIT — 6 round trips against the plain transaction’s 3.',
       'A replay sends one indexed read and no transaction.',
+      'Why the 0.7× first-execution target misses with a one-INSERT handler: the “floor” figure is the least any design that commits its dedupe record with the business write must do — the read that answers replays and one more row in the same transaction, with no claim before the handler (so without the bounded wait for concurrent duplicates that idem gives). On this machine each statement costs about as much as the one-row INSERT itself (PostgreSQL and the driver share the 2 cores), so even that floor stays near half of the plain transaction. Fewer round trips do not close the gap, because the cost is per statement, not per wait: sending BEGIN with the claim and the completion with COMMIT in one round trip each measured +8–15 % as simple-protocol strings (re-planned every time) and +5–20 % with node-postgres 8.23’s pipeline mode (prepared statements kept), both at c=32 on this machine, side by side with the current path (3 alternating rounds of 4 s) — short of the ×1.9 needed, so idem keeps the simpler path.',
+      'The three-write handler (a payment row, an outbox event, a balance update) shows how the fixed cost of the claim and the completion shrinks beside a handler that does real work.',
     ],
   };
 }
