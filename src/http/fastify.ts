@@ -17,9 +17,18 @@
  * `onRequest` checks the key and the declared length, `preHandler` (after the route's own, so after
  * authentication) resolves the tenant and claims the key, `onSend` (last) captures the serialized
  * reply, stores it, commits, and only then lets Fastify send it. The route's `bodyLimit` is capped
- * at `maxBodyBytes`.
+ * at `maxBodyBytes`. A route error handler answers Fastify's own refusals of a keyed request's body
+ * (415 no parser for the media type, 413 too large, 400 invalid JSON or a length that does not
+ * match) as problem documents; every other error goes on to the route's or the scope's handler.
  */
-import type { FastifyPluginCallback, FastifyReply, FastifyRequest, RouteOptions } from 'fastify';
+import type {
+  FastifyError,
+  FastifyInstance,
+  FastifyPluginCallback,
+  FastifyReply,
+  FastifyRequest,
+  RouteOptions,
+} from 'fastify';
 import type { IdempotencyContext } from './context.js';
 import { HttpIdempotency, type Answer, type RequestView } from './engine.js';
 import type { CapturedResponse, IdempotencyOptions } from './options.js';
@@ -56,8 +65,6 @@ interface RequestState {
   /** Set when the handler runs under a claimed key; onSend hands it the reply. */
   captured?: Deferred<CapturedResponse>;
   answer?: Promise<Answer>;
-  /** Fastify's own body errors, answered as problems. */
-  bodyError?: 'too-large' | 'malformed';
 }
 
 type WithState = FastifyRequest & { [stateKey]?: RequestState };
@@ -89,8 +96,8 @@ function attach(route: RouteOptions, base: HttpIdempotency<FastifyRequest>): voi
   route.bodyLimit = Math.min(route.bodyLimit ?? limit, limit);
   route.onRequest = [...hooks(route.onRequest), onRequest(engine)] as RouteOptions['onRequest'];
   route.preHandler = [...hooks(route.preHandler), preHandler(engine)] as RouteOptions['preHandler'];
-  route.onError = [...hooks(route.onError), onError] as RouteOptions['onError'];
-  route.onSend = [...hooks(route.onSend), onSend(engine)] as RouteOptions['onSend'];
+  route.errorHandler = errorHandler(engine, route.errorHandler);
+  route.onSend = [...hooks(route.onSend), onSend()] as RouteOptions['onSend'];
 }
 
 function hooks(value: unknown): unknown[] {
@@ -142,27 +149,66 @@ function preHandler(engine: HttpIdempotency<FastifyRequest>) {
   };
 }
 
-async function onError(request: FastifyRequest, _reply: FastifyReply, error: Error & { code?: string }) {
-  const state = (request as WithState)[stateKey];
-  if (!state || state.captured) return;
-  if (error.code === 'FST_ERR_CTP_BODY_TOO_LARGE') state.bodyError = 'too-large';
-  else if (error.code === 'FST_ERR_CTP_INVALID_JSON_BODY' || error.code === 'FST_ERR_CTP_EMPTY_JSON_BODY') {
-    state.bodyError = 'malformed';
+type RouteErrorHandler = NonNullable<RouteOptions['errorHandler']>;
+
+/**
+ * The route's error handler. Fastify refuses a body (media type without a parser, too large, not
+ * JSON, shorter or longer than its Content-Length) before any hook of idem sees it and answers with
+ * its own `application/json` error; on a keyed request idem answers those with its problem
+ * documents instead, like every other refusal of the contract. Nothing was claimed yet, so
+ * nothing is stored. Any other error (the handler's, an authentication hook's, schema validation)
+ * is the application's: it goes to the route's own `errorHandler` if it has one, otherwise it is
+ * thrown on, which hands it to the scope's handler (`setErrorHandler`, or Fastify's default).
+ */
+function errorHandler(
+  engine: HttpIdempotency<FastifyRequest>,
+  own: RouteErrorHandler | undefined,
+): RouteErrorHandler {
+  return function idemErrorHandler(
+    this: FastifyInstance,
+    error: FastifyError,
+    request: FastifyRequest,
+    reply: FastifyReply,
+  ) {
+    const state = (request as WithState)[stateKey];
+    const problem = state?.key && !state.captured ? bodyProblem(engine, request, error) : null;
+    if (problem) return void send(reply, problem);
+    if (own) return own.call(this, error, request, reply);
+    throw error;
+  };
+}
+
+/** The problem for one of Fastify's body refusals (error codes of its content-type parser), or null. */
+function bodyProblem(
+  engine: HttpIdempotency<FastifyRequest>,
+  request: FastifyRequest,
+  error: FastifyError,
+): CapturedResponse | null {
+  switch (error.code) {
+    case 'FST_ERR_CTP_INVALID_MEDIA_TYPE':
+      return engine.problem(
+        'media-type-unsupported',
+        "this route has no parser for the request body's Content-Type; nothing was stored",
+      );
+    case 'FST_ERR_CTP_BODY_TOO_LARGE':
+      return engine.problem(
+        'body-too-large',
+        `the request body is larger than ${request.routeOptions.bodyLimit ?? engine.options.maxBodyBytes} bytes; nothing was stored`,
+      );
+    case 'FST_ERR_CTP_INVALID_JSON_BODY':
+    case 'FST_ERR_CTP_EMPTY_JSON_BODY':
+      return engine.bodyMalformed('the request body is not valid JSON');
+    case 'FST_ERR_CTP_INVALID_CONTENT_LENGTH':
+      return engine.bodyMalformed('the request body does not match its Content-Length');
+    default:
+      return null;
   }
 }
 
-function onSend(engine: HttpIdempotency<FastifyRequest>) {
+function onSend() {
   return async function idemOnSend(request: FastifyRequest, reply: FastifyReply, payload: unknown) {
     const state = (request as WithState)[stateKey];
-    if (!state) return payload;
-    if (state.bodyError && !state.captured) {
-      const problem =
-        state.bodyError === 'too-large'
-          ? engine.bodyTooLarge()
-          : engine.bodyMalformed('the request body is not valid JSON');
-      return replaceReply(reply, problem);
-    }
-    if (!state.captured || !state.answer) return payload;
+    if (!state?.captured || !state.answer) return payload;
     const response = await capture(reply, payload);
     state.captured.resolve(response);
     const answer = await state.answer;

@@ -14,6 +14,11 @@ export const problemKinds = {
   'tenant-missing': { status: 400, code: 'IDEM_TENANT_MISSING', title: 'Tenant not resolved' },
   'body-malformed': { status: 400, code: 'IDEM_BODY_MALFORMED', title: 'Request body malformed' },
   'body-too-large': { status: 413, code: 'IDEM_BODY_TOO_LARGE', title: 'Request body too large' },
+  'media-type-unsupported': {
+    status: 415,
+    code: 'IDEM_MEDIA_TYPE_UNSUPPORTED',
+    title: 'Request media type unsupported',
+  },
   'key-reused': {
     status: 422,
     code: 'IDEM_KEY_REUSED',

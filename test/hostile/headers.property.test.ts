@@ -5,7 +5,11 @@
  */
 import { randomUUID } from 'node:crypto';
 import fc from 'fast-check';
+import Fastify, { type FastifyError } from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { fromPg } from '../../src/adapters/pg.js';
+import { idempotency } from '../../src/http/fastify.js';
+import { createIdem } from '../../src/operations/idem.js';
 import { post, rawRequest } from './support/raw-http.js';
 import { expectNoLeak, expectProblem } from './support/expect-answer.js';
 import { startSurfaces, type Surfaces } from './support/servers.js';
@@ -24,7 +28,7 @@ const surfaces = [
 const request = (port: number, lines: string[], body: string) =>
   rawRequest(port, ['POST /orders HTTP/1.1', 'Host: 127.0.0.1', 'Connection: close', ...lines], body);
 
-describe.each(surfaces)('$name', ({ name, port }) => {
+describe.each(surfaces)('$name', ({ port }) => {
   it('malformed, conflicting and lying Content-Length: a 4xx and nothing stored', async () => {
     const body = '{"amount":1}';
     const cases: [string, string[]][] = [
@@ -94,8 +98,7 @@ describe.each(surfaces)('$name', ({ name, port }) => {
           return;
         }
         expect(after).toEqual(before);
-        // Fastify refuses a media type it has no parser for (415) before idem's hooks see the body.
-        if (name === 'fastify' && response.status === 415) return;
+        // Fastify's own refusal of a media type without a parser (415) is a problem document too.
         expectProblem(response);
       }),
       { numRuns: 60 },
@@ -104,16 +107,97 @@ describe.each(surfaces)('$name', ({ name, port }) => {
 });
 
 describe('fastify', () => {
-  // KNOWN GAP (reported): idem/fastify turns Fastify's body-too-large and invalid-JSON errors into
-  // problem documents, but not its 415 for a media type without a parser, which goes out as
-  // Fastify's own `application/json` error. Nothing is stored and it is a 4xx; only the format is
-  // wrong. This test flips (and must be turned into a plain `it`) once the integration maps 415.
-  it.fails('answers an unsupported media type with a problem document', async () => {
+  // Fastify refuses these bodies in its content-type parser, before any hook of idem runs; on a
+  // keyed request the plugin's route error handler answers them as idem's problem documents.
+  it('answers an unsupported media type with a problem document, nothing stored', async () => {
+    const before = await s.counts();
     const response = await post(s.fastifyPort, {
       keys: [`ct-${randomUUID()}`],
       contentType: 'application/x-unknown',
       body: '{"amount":1}',
     });
-    expectProblem(response, 415);
+    const document = expectProblem(response, 415);
+    expect(document.type).toBe('urn:idem:problem:media-type-unsupported');
+    expect(document.code).toBe('IDEM_MEDIA_TYPE_UNSUPPORTED');
+    expect(await s.counts()).toEqual(before);
+  });
+
+  it('answers invalid JSON and an empty JSON body with body-malformed problems', async () => {
+    const cases: [string, string[], string][] = [
+      ['invalid JSON', ['Content-Type: application/json', 'Content-Length: 9'], '{"amount"'],
+      ['empty JSON body', ['Content-Type: application/json', 'Content-Length: 0'], ''],
+    ];
+    for (const [what, lines, body] of cases) {
+      const before = await s.counts();
+      const response = await request(s.fastifyPort, [`Idempotency-Key: bm-${randomUUID()}`, ...lines], body);
+      const document = expectProblem(response, 400);
+      expect(document.type, what).toBe('urn:idem:problem:body-malformed');
+      expect(await s.counts(), what).toEqual(before);
+    }
+  });
+
+  it("leaves every other error to the application's error handlers", async () => {
+    const idem = createIdem({ sql: fromPg(s.db.pool), schema: s.db.schema });
+    const app = Fastify({ logger: false });
+    await app.register(idempotency, { idem, tenant: () => 'acme' });
+    const fail = (status: number, message: string) =>
+      Object.assign(new Error(message), { statusCode: status });
+    app.post('/throws', { config: { idempotency: { required: false } } }, async () => {
+      throw fail(418, 'handler failed');
+    });
+    app.post(
+      '/auth',
+      {
+        preHandler: async () => {
+          throw fail(401, 'who are you');
+        },
+      },
+      async () => ({ ok: true }),
+    );
+    app.post(
+      '/own',
+      {
+        errorHandler: (error: FastifyError, _request, reply) =>
+          void reply.code(409).send({ route: error.message }),
+      },
+      async () => {
+        throw fail(500, 'own handler');
+      },
+    );
+    app.setErrorHandler((error: FastifyError, _request, reply) =>
+      reply.code(error.statusCode ?? 500).send({ app: error.message }),
+    );
+    try {
+      const send = (url: string, contentType: string, key: string | null) =>
+        app.inject({
+          method: 'POST',
+          url,
+          headers: { 'content-type': contentType, ...(key ? { 'idempotency-key': key } : {}) },
+          payload: '{"amount":1}',
+        });
+      const json = 'application/json';
+      const unknown = 'application/x-unknown';
+
+      // The handler's error, an authentication hook's, a route's own handler: the application's.
+      const thrown = await send('/throws', json, `e-${randomUUID()}`);
+      expect([thrown.statusCode, thrown.json()]).toEqual([418, { app: 'handler failed' }]);
+      const auth = await send('/auth', json, `e-${randomUUID()}`);
+      expect([auth.statusCode, auth.json()]).toEqual([401, { app: 'who are you' }]);
+      const own = await send('/own', json, `e-${randomUUID()}`);
+      expect([own.statusCode, own.json()]).toEqual([409, { route: 'own handler' }]);
+
+      // Fastify's body refusal of a keyed request is idem's, whatever handler the route has.
+      const refused = await send('/own', unknown, `e-${randomUUID()}`);
+      expect(refused.statusCode).toBe(415);
+      expect(refused.headers['content-type']).toBe('application/problem+json');
+      expect(refused.json()).toMatchObject({ type: 'urn:idem:problem:media-type-unsupported', status: 415 });
+
+      // Without a key idem is not involved: the application answers as it would anyway.
+      const keyless = await send('/throws', unknown, null);
+      expect(keyless.statusCode).toBe(415);
+      expect(keyless.json()).toEqual({ app: 'Unsupported Media Type' });
+    } finally {
+      await app.close();
+    }
   });
 });
