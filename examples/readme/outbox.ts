@@ -1,0 +1,23 @@
+// The README's outbox example. `npm run typecheck` compiles it, test/docs/readme-examples.test.ts
+// checks the README shows it as it is and runs it against PostgreSQL.
+import type { Sql } from 'idem';
+import { createDispatcher, createOutbox, type Publisher } from 'idem/outbox';
+
+export function orderEvents(sql: Sql, schema = 'idem') {
+  const outbox = createOutbox({ sql, schema });
+  return {
+    // The event commits with the business write, or neither does: never lost, never phantom.
+    markPaid: (orderId: string) =>
+      sql.transaction(async (tx) => {
+        await tx.query("UPDATE orders SET state = 'paid' WHERE id = $1", [orderId]);
+        await outbox.add(tx, { topic: 'orders', key: orderId, type: 'order.paid', payload: { orderId } });
+      }),
+    // rabbitMqPublisher, natsPublisher, inDatabasePublisher or webhookPublisher; at least once,
+    // in order per key, with the event id as message id so consumers' inboxes drop repeats.
+    async startDispatcher(publisher: Publisher) {
+      const dispatcher = createDispatcher({ sql, schema, publisher, listen: process.env.DATABASE_URL });
+      await dispatcher.start();
+      return dispatcher; // dispatcher.stop() on shutdown
+    },
+  };
+}

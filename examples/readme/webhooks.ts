@@ -1,0 +1,36 @@
+// The README's webhooks example. `npm run typecheck` compiles it, test/docs/readme-examples.test.ts
+// checks the README shows it as it is and runs it against PostgreSQL.
+import type { Express } from 'express';
+import type { Sql } from 'idem';
+import * as hooks from 'idem/webhooks';
+
+const paid = (e: hooks.WebhookEvent) => e.json<{ data: { invoice: string; version: number } }>().data;
+const handlers: hooks.WebhookHandlers = {
+  billing: {
+    'invoice.paid': {
+      // Order-aware: an event older than the version already applied is recorded stale, never applied.
+      entity: (e) => ({ key: paid(e).invoice, version: paid(e).version }),
+      handle: async (tx, e) => {
+        await tx.query("UPDATE invoices SET state = 'paid' WHERE id = $1", [paid(e).invoice]);
+      },
+    },
+  },
+};
+
+export function billingWebhooks(app: Express, sql: Sql, secret: string, schema = 'idem') {
+  // In: verify first, store once per (source, webhook-id), answer 202 at once; workers apply it.
+  const processor = hooks.createWebhookProcessor({ sql, schema, handlers });
+  const receiver = hooks.createWebhookReceiver({
+    sql,
+    schema,
+    sources: { billing: hooks.standardWebhooksVerifier({ secrets: [secret] }) },
+    onReceipt: () => processor.notify(),
+  });
+  app.post('/webhooks/billing', hooks.expressWebhook(receiver, 'billing')); // before express.json()
+  processor.start();
+
+  // Out: outbox events to subscribers, signed, with the same webhook-id and bytes on every retry.
+  const sender = hooks.createWebhookSender({ sql, schema });
+  sender.start();
+  return { processor, sender, publisher: hooks.webhookPublisher(sender) }; // a Publisher for createDispatcher
+}
