@@ -1,5 +1,5 @@
 import { AsyncLocalStorage } from 'node:async_hooks';
-import { deriveKey } from '../core/keys.js';
+import { deriveKey } from './keys.js';
 
 /** The idempotency key of the operation or step that is running. */
 interface KeyContext {
@@ -10,11 +10,12 @@ const storage = new AsyncLocalStorage<KeyContext>();
 
 /**
  * Runs `fn` with `key` as the current idempotency key: the outgoing client attaches it to
- * every unsafe call made inside, without threading it through each function. Saga actions and
- * compensations, and `runActivity`, run inside one automatically.
+ * every unsafe call made inside, without threading it through each function. The steps of
+ * multi-step operations (`idem.steps`, and HTTP routes in steps mode), saga actions and
+ * compensations, and `runActivity` run inside one automatically, with their derived key.
  *
  * @example
- * await op.step('charge', (tx, { key }) => withIdempotencyKey(key, () => payments.charge(order)));
+ * await withIdempotencyKey(message.id, () => payments.charge(order));
  */
 export function withIdempotencyKey<T>(key: string, fn: () => T): T {
   return storage.run({ key }, fn);

@@ -33,6 +33,7 @@ export interface PreparedSpec {
   fingerprint: string;
   retention: RetentionPolicy;
   waitMs: number;
+  transactionRetries: number;
 }
 
 /**
@@ -100,7 +101,7 @@ export class Idem<Client = unknown> {
       try {
         return await this.sql.transaction((tx) => this.claimAndRun(tx, tx, prepared, handler));
       } catch (error) {
-        if (attempt < this.transactionRetries && isTransactionRetryable(error)) {
+        if (attempt < prepared.transactionRetries && isTransactionRetryable(error)) {
           await this.clock.sleep(backoff(attempt));
           continue;
         }
@@ -175,6 +176,10 @@ export class Idem<Client = unknown> {
       fingerprint,
       retention,
       waitMs: nonNegative('waitMs', spec.waitMs ?? this.waitMs),
+      transactionRetries: nonNegative(
+        'transactionRetries',
+        spec.transactionRetries ?? this.transactionRetries,
+      ),
     };
   }
 

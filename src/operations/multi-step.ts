@@ -1,3 +1,4 @@
+import { withIdempotencyKey } from '../core/key-context.js';
 import { FencedError, type OperationScope } from '../core/errors.js';
 import { deriveKey } from '../core/keys.js';
 import type { Transaction } from '../core/sql.js';
@@ -88,7 +89,8 @@ export class MultiStepRun<T, Client> implements MultiStepOperation<Client> {
         name,
       ]);
       if (fenced.rowCount !== 1) throw new FencedError(this.scope, this.fence);
-      const value = await fn(tx, { key });
+      // Outgoing calls made by the step (`idem/client`) carry its derived key without being told.
+      const value = await withIdempotencyKey(key, () => fn(tx, { key }));
       const text = JSON.stringify(value ?? null);
       await tx.query(statements.recordStep, [
         ...this.scopeParams(),

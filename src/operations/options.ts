@@ -78,4 +78,9 @@ export interface OperationSpec {
   retention?: Partial<RetentionPolicy>;
   /** Overrides the instance's `waitMs` for this call. */
   waitMs?: number;
+  /**
+   * Overrides the instance's `transactionRetries` for this call (`run` only): e.g. 0 where the
+   * caller retries on its own, as an HTTP client does. Default: the instance's (3).
+   */
+  transactionRetries?: number;
 }

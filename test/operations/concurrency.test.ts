@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { isInProgress, type InProgressError } from '../../src/core/errors.js';
+import { isInProgress, type InProgressError, type OperationFailedError } from '../../src/core/errors.js';
 import type { Queryable } from '../../src/core/sql.js';
 import { createIdem, type Idem } from '../../src/operations/idem.js';
 import { adapterFactories, prepareAdapter, type AdapterUnderTest } from '../support/adapters.js';
@@ -111,5 +111,39 @@ describe('whole-transaction retry on deadlock (pg)', () => {
       `SELECT id, balance FROM "${schema}".accounts ORDER BY id`,
     );
     expect(rows.map((r) => r.balance)).toEqual([0, 0]);
+  });
+
+  it('a per-call transactionRetries of 0 hands the deadlock to the caller as retryable, with nothing stored', async () => {
+    const idem = createIdem({ sql: adapter.sql, schema, transactionRetries: 3 });
+    let attempts = 0;
+    let bothLocked!: () => void;
+    let arrived = 0;
+    const barrier = new Promise<void>((resolve) => (bothLocked = resolve));
+    const suffix = randomBytes(3).toString('hex');
+    const transfer = (from: number, to: number, key: string) =>
+      idem.run({ tenant: 'acme', operation: 'transfer', key, transactionRetries: 0 }, async (tx) => {
+        attempts++;
+        await tx.query(`UPDATE "${schema}".accounts SET balance = balance - 1 WHERE id = $1`, [from]);
+        if (++arrived === 2) bothLocked();
+        await Promise.race([barrier, new Promise((r) => setTimeout(r, 2000))]);
+        await tx.query(`UPDATE "${schema}".accounts SET balance = balance + 1 WHERE id = $1`, [to]);
+        return 'ok';
+      });
+    const settled = await Promise.allSettled([transfer(1, 2, `a-${suffix}`), transfer(2, 1, `b-${suffix}`)]);
+    expect(attempts).toBe(2); // no retry
+    const failed = settled.filter((s) => s.status === 'rejected');
+    expect(failed).toHaveLength(1);
+    const error = (failed[0] as PromiseRejectedResult).reason as OperationFailedError;
+    expect(error.code).toBe('IDEM_OPERATION_FAILED');
+    expect(error.retryable).toBe(true);
+    const { rows } = await adapter.sql.query<{ n: number }>(
+      `SELECT count(*)::int AS n FROM "${schema}".requests WHERE idempotency_key LIKE $1`,
+      [`%-${suffix}`],
+    );
+    expect(rows[0]!.n).toBe(1); // the victim's claim rolled back with its writes
+    const balances = await adapter.sql.query<{ balance: number }>(
+      `SELECT balance FROM "${schema}".accounts ORDER BY id`,
+    );
+    expect(balances.rows.reduce((sum, r) => sum + r.balance, 0)).toBe(0);
   });
 });

@@ -7,6 +7,7 @@ import { ManualClock } from '../../src/core/clock.js';
 import { isFenced, isInProgress } from '../../src/core/errors.js';
 import { deriveKey } from '../../src/core/keys.js';
 import { createIdem } from '../../src/operations/idem.js';
+import { createClient, currentIdempotencyKey } from '../../src/client/index.js';
 import { createTestSchema, databaseUrl, type TestSchema } from '../support/database.js';
 import { startFakeProvider, type FakeProvider } from '../support/fake-provider.js';
 
@@ -50,6 +51,29 @@ describe('multi-step operations', () => {
         [key],
       )
     ).rows.map((r) => r.payload.kind);
+
+  it("a step's outgoing calls carry its derived key without being told (idem/client)", async () => {
+    const idem = createIdem({ sql: fromPg(db.pool), schema: db.schema });
+    const client = createClient({ baseUrl: provider.url });
+    const key = `ms-client-${randomBytes(4).toString('hex')}`;
+    const spec = { tenant: 'acme', operation: 'pay', key, request: { amount: 7 } };
+    const seenBefore = provider.calls.length;
+    const result = await idem.steps(spec, async (op) => {
+      const charge = await op.step('charge', async () => {
+        expect(currentIdempotencyKey()).toBe(op.deriveKey('charge'));
+        const res = await client.fetch('/charges', { method: 'POST', body: JSON.stringify({ amount: 7 }) });
+        return (await res.json()) as { id: string };
+      });
+      return charge.id;
+    });
+    const calls = provider.calls.slice(seenBefore);
+    // The client sends the key as a structured-field string, as the IETF draft writes it.
+    expect(calls.map((c) => c.key)).toEqual([
+      `"${deriveKey({ tenant: 'acme', operation: 'pay', key }, 'charge')}"`,
+    ]);
+    expect(provider.charges.get(calls[0]!.key!)!.id).toBe(result.value);
+    expect(currentIdempotencyKey()).toBeUndefined(); // only inside the step
+  });
 
   for (const crashAt of ['after-charge-call', 'between-steps'] as const) {
     it(`resumes after the holder is killed (${crashAt}); the provider sees one derived key and charges once`, async () => {
