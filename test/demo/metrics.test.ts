@@ -1,7 +1,7 @@
 /**
  * The demo's event counters on GET /metrics: webhook deliveries its receiver refused, by reason,
  * and events its ledger inbox acknowledged as duplicates. Real HTTP, real PostgreSQL, the demo as
- * `npm start` runs it (in-database transport).
+ * `npm start` runs it (in-database transport), and over RabbitMQ when AMQP_URL is set.
  */
 import { randomUUID } from 'node:crypto';
 import { Webhook } from 'standardwebhooks';
@@ -9,6 +9,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { demoWebhookSecret } from '../../src/demo/config.js';
 import { randomSchema, startDemo, type DemoHandle } from '../../src/demo/server.js';
 import { databaseUrl } from '../support/database.js';
+import { serviceUrl } from '../support/services.js';
 
 async function until<T>(probe: () => Promise<T>, ok: (v: T) => boolean, timeoutMs = 15_000): Promise<T> {
   const deadline = Date.now() + timeoutMs;
@@ -28,10 +29,55 @@ function sample(text: string, name: string, labels: Record<string, string>): num
   return line ? Number(line.slice(line.lastIndexOf(' ') + 1)) : 0;
 }
 
+const auth = { authorization: 'Bearer sk_test_acme' };
+
+async function dropSchemas(schema: string): Promise<void> {
+  const pg = await import('pg');
+  const client = new pg.default.Client({ connectionString: databaseUrl() });
+  await client.connect();
+  await client.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE; DROP SCHEMA IF EXISTS ${schema}_demo CASCADE`);
+  await client.end();
+}
+
+/** Pays once, waits for the ledger's credit, and returns what a redelivery test needs. */
+async function payAndSettle(demo: DemoHandle, schema: string) {
+  const customer = `dup_${randomUUID().slice(0, 8)}`;
+  const paid = await fetch(`${demo.url}/v1/payments`, {
+    method: 'POST',
+    headers: { ...auth, 'content-type': 'application/json', 'idempotency-key': `dup-${randomUUID()}` },
+    body: JSON.stringify({ amount: 1250, currency: 'eur', customer }),
+  });
+  expect(paid.status).toBe(201);
+  const payment = (await paid.json()) as { id: string };
+  const ledger = async () =>
+    (
+      (await (await fetch(`${demo.url}/v1/ledger?customer=${customer}`, { headers: auth })).json()) as {
+        data: { kind: string }[];
+      }
+    ).data;
+  expect((await until(ledger, (l) => l.length >= 1)).map((e) => e.kind)).toEqual(['credit']);
+  const { rows } = await demo.pool.query<{ id: string; payload: unknown }>(
+    `SELECT id::text, payload FROM ${schema}.outbox WHERE type = 'payment.created' AND payload->>'id' = $1`,
+    [payment.id],
+  );
+  expect(rows).toHaveLength(1);
+  const duplicates = async () =>
+    sample(await (await fetch(`${demo.url}/metrics`)).text(), 'idem_inbox_duplicates_total', {
+      consumer: 'ledger',
+    });
+  const inboxDuplicates = async () =>
+    (
+      await demo.pool.query<{ duplicates: number }>(
+        `SELECT duplicates FROM ${schema}.inbox WHERE consumer = 'ledger' AND message_id = $1`,
+        [rows[0]!.id],
+      )
+    ).rows;
+  return { event: rows[0]!, ledger, duplicates, inboxDuplicates };
+}
+
 describe('payments demo metrics', () => {
   let demo: DemoHandle;
   const schema = randomSchema();
-  const auth = { authorization: 'Bearer sk_test_acme' };
   const metrics = async () => (await fetch(`${demo.url}/metrics`)).text();
   const rejections = async (reason: string) =>
     sample(await metrics(), 'idem_webhook_rejections_total', { reason });
@@ -49,13 +95,7 @@ describe('payments demo metrics', () => {
   });
   afterAll(async () => {
     await demo?.close();
-    const pg = await import('pg');
-    const client = new pg.default.Client({ connectionString: databaseUrl() });
-    await client.connect();
-    await client.query(
-      `DROP SCHEMA IF EXISTS ${schema} CASCADE; DROP SCHEMA IF EXISTS ${schema}_demo CASCADE`,
-    );
-    await client.end();
+    await dropSchemas(schema);
   });
 
   /** Posts to the demo's webhook route as the provider would, signed by `signer` at `signedAt`. */
@@ -108,41 +148,68 @@ describe('payments demo metrics', () => {
   });
 
   it('counts an event the ledger inbox acknowledged as a duplicate, and credits once', async () => {
-    const customer = `dup_${randomUUID().slice(0, 8)}`;
-    const paid = await fetch(`${demo.url}/v1/payments`, {
-      method: 'POST',
-      headers: { ...auth, 'content-type': 'application/json', 'idempotency-key': `dup-${randomUUID()}` },
-      body: JSON.stringify({ amount: 1250, currency: 'eur', customer }),
-    });
-    expect(paid.status).toBe(201);
-    const payment = (await paid.json()) as { id: string };
-    const ledger = async () =>
-      (
-        (await (await fetch(`${demo.url}/v1/ledger?customer=${customer}`, { headers: auth })).json()) as {
-          data: { kind: string }[];
-        }
-      ).data;
-    expect((await until(ledger, (l) => l.length >= 1)).map((e) => e.kind)).toEqual(['credit']);
-    const duplicates = () =>
-      metrics().then((t) => sample(t, 'idem_inbox_duplicates_total', { consumer: 'ledger' }));
+    const { event, ledger, duplicates, inboxDuplicates } = await payAndSettle(demo, schema);
     expect(await duplicates()).toBe(0);
 
     // The state a dispatcher leaves when it is killed after publishing and before its mark
     // commits: the event is pending again, and is delivered a second time with the same id.
     const { rowCount } = await demo.pool.query(
-      `UPDATE ${schema}.outbox SET published_at = NULL
-        WHERE type = 'payment.created' AND payload->>'id' = $1 AND published_at IS NOT NULL`,
-      [payment.id],
+      `UPDATE ${schema}.outbox SET published_at = NULL WHERE id = $1 AND published_at IS NOT NULL`,
+      [event.id],
     );
     expect(rowCount).toBe(1);
 
     expect(await until(duplicates, (n) => n >= 1)).toBe(1);
     expect((await ledger()).map((e) => e.kind)).toEqual(['credit']);
-    const { rows } = await demo.pool.query<{ duplicates: number }>(
-      `SELECT duplicates FROM ${schema}.inbox WHERE consumer = 'ledger' AND message_id =
-         (SELECT id::text FROM ${schema}.outbox WHERE type = 'payment.created' AND payload->>'id' = $1)`,
-      [payment.id],
-    );
-    expect(rows).toEqual([{ duplicates: 1 }]);
+    expect(await inboxDuplicates()).toEqual([{ duplicates: 1 }]);
+  });
+});
+
+const amqpUrl = serviceUrl('AMQP_URL');
+
+describe.runIf(amqpUrl)('payments demo metrics over RabbitMQ', () => {
+  let demo: DemoHandle;
+  const schema = randomSchema();
+
+  beforeAll(async () => {
+    demo = await startDemo({
+      databaseUrl: databaseUrl(),
+      schema,
+      port: 0,
+      providerPort: 0,
+      providerUrl: undefined,
+      amqpUrl,
+      natsUrl: undefined,
+    });
+  });
+  afterAll(async () => {
+    await demo?.close();
+    await dropSchemas(schema);
+  });
+
+  it('counts a message the broker delivers again as an inbox duplicate, and credits once', async () => {
+    const { event, ledger, duplicates, inboxDuplicates } = await payAndSettle(demo, schema);
+    expect(await duplicates()).toBe(0);
+
+    // The broker delivers the same message again (as after a consumer's lost ack): same
+    // message_id, onto the ledger's queue.
+    const amqp = await import('amqplib');
+    const connection = await amqp.connect(amqpUrl!);
+    try {
+      const channel = await connection.createConfirmChannel();
+      channel.sendToQueue(`idem-demo-${schema}.ledger`, Buffer.from(JSON.stringify(event.payload)), {
+        messageId: event.id,
+        type: 'payment.created',
+        contentType: 'application/json',
+        persistent: true,
+      });
+      await channel.waitForConfirms();
+    } finally {
+      await connection.close();
+    }
+
+    expect(await until(duplicates, (n) => n >= 1)).toBe(1);
+    expect((await ledger()).map((e) => e.kind)).toEqual(['credit']);
+    expect(await inboxDuplicates()).toEqual([{ duplicates: 1 }]);
   });
 });
