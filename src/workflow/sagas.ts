@@ -46,6 +46,12 @@ export interface SagasOptions<Client = unknown> {
   hooks?: { at(point: SagaPoint, saga: SagaRef): void | Promise<void> };
   /** Called when a saga becomes stuck (alerting). */
   onStuck?: (saga: SagaRef, step: string, error: unknown) => void;
+  /**
+   * How long a finished (completed or compensated) saga is kept before `sweep` deletes it with
+   * its steps. A retry of the same key inside this window replays the outcome; after it, the key
+   * is new and the saga runs again. Default 30 days: choose at least your callers' replay horizon.
+   */
+  retentionMs?: number;
 }
 
 /** What `run` needs besides the definition. */
@@ -99,6 +105,7 @@ export class Sagas<Client = unknown> {
   readonly backoff: JitterOptions | undefined;
   readonly hooks: SagasOptions<Client>['hooks'];
   readonly onStuck: SagasOptions<Client>['onStuck'];
+  readonly retentionMs: number;
   /** @internal */ readonly statements: SagaStatements;
   private readonly definitions = new Map<string, SagaDefinition<never, unknown, Client>>();
 
@@ -114,7 +121,26 @@ export class Sagas<Client = unknown> {
     this.backoff = options.backoff;
     this.hooks = options.hooks;
     this.onStuck = options.onStuck;
+    this.retentionMs = positive('retentionMs', options.retentionMs ?? 30 * 86_400_000);
     for (const definition of options.sagas ?? []) this.register(definition);
+  }
+
+  /**
+   * Deletes finished sagas older than `retentionMs` (by finish time), with their steps, in
+   * bounded batches that skip locked rows. Running, compensating and stuck sagas are never
+   * touched. Run it from a scheduler, or with `idem sweep`.
+   */
+  async sweep(options: { batchSize?: number; maxBatches?: number } = {}): Promise<{ deleted: number }> {
+    const batchSize = positive('batchSize', options.batchSize ?? 1000);
+    const cutoff = new Date(this.clock.now() - this.retentionMs);
+    let deleted = 0;
+    for (let batch = 0; batch < (options.maxBatches ?? Infinity); batch++) {
+      const { rows } = await this.sql.query<{ deleted: number }>(this.statements.sweep, [cutoff, batchSize]);
+      const count = Number(rows[0]?.deleted ?? 0);
+      deleted += count;
+      if (count < batchSize) break;
+    }
+    return { deleted };
   }
 
   /** Makes a definition resumable by `recover` and `retry`. */

@@ -95,6 +95,21 @@ export function renderSagaStatements(schema: string) {
       WHERE status = ANY($1::text[]) AND ($2::text IS NULL OR saga = $2)
       ORDER BY updated_at, tenant_id, saga, saga_key LIMIT $3`,
 
+    /**
+     * Deletes finished sagas past their retention, with their steps (ON DELETE CASCADE), in one
+     * bounded batch that skips rows someone holds. Uses the partial index sagas_finished.
+     */
+    sweep: `WITH due AS (
+        SELECT tenant_id, saga, saga_key FROM ${s}.sagas
+        WHERE status IN ('completed', 'compensated') AND finished_at <= $1
+        ORDER BY finished_at LIMIT $2 FOR UPDATE SKIP LOCKED
+      ), gone AS (
+        DELETE FROM ${s}.sagas x USING due
+        WHERE x.tenant_id = due.tenant_id AND x.saga = due.saga AND x.saga_key = due.saga_key
+        RETURNING 1
+      )
+      SELECT count(*)::int AS deleted FROM gone`,
+
     /** Unfinished sagas whose holder is gone (recovery). Uses the partial index sagas_unfinished. */
     lapsed: `SELECT tenant_id, saga, saga_key FROM ${s}.sagas
       WHERE status IN ('running', 'compensating') AND (locked_until IS NULL OR locked_until <= $1)

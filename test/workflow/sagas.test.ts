@@ -359,6 +359,59 @@ describe('sagas', () => {
     expect(await ledger(key)).toEqual(['hotel', 'charge', 'flight-cancel', 'refund', 'hotel-cancel']);
   });
 
+  it('sweeps finished sagas past their retention with their steps, never an unfinished one; the key is then new', async () => {
+    const retentionMs = 3_600_000;
+    const sagas = engine({ retentionMs });
+    const spec = (name: string, flightFails: boolean) => ({
+      tenant: 'acme',
+      key: `${name}-${++counter}`,
+      input: { trip: `${name}-${counter}`, flightFails },
+    });
+    const done = spec('swept-done', false);
+    const failed = spec('swept-failed', true);
+    const running = spec('swept-running', false);
+    await sagas.run(trip, done);
+    await expect(sagas.run(trip, failed)).rejects.toSatisfy(isSagaFailed);
+    const crashing = engine({
+      retentionMs,
+      hooks: {
+        at: (point) => {
+          if (point.at === 'action:before' && point.step === 'charge') throw new Error('crash');
+        },
+      },
+    });
+    await expect(crashing.run(trip, running)).rejects.toThrow('crash');
+    const present = async (key: string) => {
+      const { rows } = await db.pool.query<{ sagas: number; steps: number }>(
+        `SELECT (SELECT count(*)::int FROM "${db.schema}".sagas WHERE saga_key = $1) AS sagas,
+                (SELECT count(*)::int FROM "${db.schema}".saga_steps WHERE saga_key = $1) AS steps`,
+        [key],
+      );
+      return rows[0]!;
+    };
+    expect(await present(done.key)).toEqual({ sagas: 1, steps: 3 });
+
+    clock.advance(retentionMs - 1000);
+    await sagas.sweep();
+    expect(await present(done.key)).toEqual({ sagas: 1, steps: 3 });
+    expect(await present(failed.key)).toEqual({ sagas: 1, steps: 3 });
+
+    clock.advance(2000);
+    const swept = await sagas.sweep({ batchSize: 1 });
+    expect(swept.deleted).toBeGreaterThanOrEqual(2);
+    expect(await present(done.key)).toEqual({ sagas: 0, steps: 0 });
+    expect(await present(failed.key)).toEqual({ sagas: 0, steps: 0 });
+    expect(await present(running.key)).toEqual({ sagas: 1, steps: 2 }); // unfinished: kept
+    await expect(sagas.sweep()).resolves.toEqual({ deleted: 0 });
+
+    // Past retention the key is new: the saga runs again (its local writes happen again), with the
+    // same derived keys downstream, so a provider that still remembers them charges nothing twice.
+    const again = await sagas.run(trip, done);
+    expect(again.replayed).toBe(false);
+    expect(await ledger(done.input.trip)).toEqual(['hotel', 'charge', 'flight', 'hotel', 'charge', 'flight']);
+    expect(effectsOf(done.input.trip)).toEqual(['hotel', 'charge', 'flight']);
+  });
+
   it('refuses to resume an instance whose recorded steps no longer match the definition', async () => {
     const key = `mismatch-${++counter}`;
     const crash = new Error('crash');
