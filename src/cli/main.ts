@@ -12,7 +12,7 @@ const load = (name: string): Promise<CommandModule> =>
 const commands: Record<string, { summary: string; load: () => Promise<CommandModule> }> = {
   migrate: { summary: 'apply idem migrations to DATABASE_URL', load: () => load('migrate') },
   sql: { summary: 'print the migrations as plain SQL', load: () => load('sql') },
-  sweep: { summary: 'delete expired keys in bounded batches', load: () => load('sweep') },
+  sweep: { summary: 'delete what outlived its retention in every idem table', load: () => load('sweep') },
   inspect: { summary: 'show one key: idem inspect <tenant> <operation> <key>', load: () => load('inspect') },
   example: { summary: 'run a small keyed-operation example end to end', load: () => load('example') },
   outbox: { summary: 'outbox tools: idem outbox redrive [--topic T] [--id ID]', load: () => load('outbox') },

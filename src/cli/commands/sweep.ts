@@ -1,33 +1,192 @@
+/**
+ * `idem sweep`: deletes what has outlived its retention in every idem table that has one, each in
+ * bounded batches (one short statement per batch that skips locked rows), with a pause between
+ * batches, and prints the count per table. `--only` picks tables. Run it from cron.
+ */
 import { parseArgs } from 'node:util';
+import { createClaims } from '../../claims/claims.js';
+import { createInbox } from '../../inbox/inbox.js';
+import { quoteSchema } from '../../migrate/schema-name.js';
 import { createIdem } from '../../operations/idem.js';
-import { openDatabase } from '../database.js';
+import { createOutbox, defaultPublishedRetentionMs } from '../../outbox/outbox.js';
+import { createWebhookProcessor } from '../../webhooks/processor.js';
+import { createWebhookSender } from '../../webhooks/sender/sender.js';
+import { openDatabase, type CliDatabase } from '../database.js';
 
-/** `idem sweep [--schema idem] [--batch-size 1000] [--pause-ms 20]`: expires keys in bounded batches. */
+const day = 86_400_000;
+const defaultMessagesRetentionMs = 30 * day;
+
+/** What each table's sweep removes, in the order they run. */
+const tables = {
+  requests: 'keyed operations: results past resultMs cleared, keys past tombstoneMs deleted',
+  inbox: 'message ids past the inbox retentionMs',
+  outbox: 'events published longer ago than --outbox-retention-ms (unpublished, dead kept)',
+  'webhook-receipts': 'applied, stale, unhandled receipts past retentionMs (dead kept)',
+  tasks: 'finished claims tasks past retentionMs, with their dedupe keys',
+  'webhook-messages': 'messages older than --webhook-messages-retention-ms, all deliveries done',
+} as const;
+
+type Table = keyof typeof tables;
+const tableNames = Object.keys(tables) as Table[];
+
+const usage = `usage: idem sweep [--schema idem] [--only ${tableNames.join(',')}]
+                  [--batch-size 1000] [--pause-ms 20]
+                  [--outbox-retention-ms ${defaultPublishedRetentionMs}] [--webhook-messages-retention-ms ${defaultMessagesRetentionMs}]
+
+Deletes what has outlived its retention, in every table below unless --only names some
+(comma-separated). Each batch is one short statement that skips locked rows; --pause-ms between
+batches leaves room for live traffic. Prints one line per table. The database is DATABASE_URL.
+Keys, inbox ids, receipts and tasks carry the expiry their writer's retention options gave them;
+the retention of published outbox events and of webhook messages is chosen here.
+
+${tableNames.map((name) => `  ${name.padEnd(17)} ${tables[name]}`).join('\n')}
+
+Exit code 0; 1 if a table's sweep failed (the others still run); 2 for a usage error.`;
+
+interface SweepSettings {
+  schema: string;
+  batchSize: number;
+  pauseMs: number;
+  outboxRetentionMs: number;
+  messagesRetentionMs: number;
+}
+
 export async function run(argv: string[]): Promise<number> {
-  const { values } = parseArgs({
-    args: argv,
-    options: {
-      schema: { type: 'string', default: 'idem' },
-      'batch-size': { type: 'string', default: '1000' },
-      // A short pause between batches leaves room for live traffic: flat out, a sweep halved
-      // first-execution throughput beside it (0.53×, bench/scaling.bench.ts).
-      'pause-ms': { type: 'string', default: '20' },
-    },
-  });
+  let values: {
+    schema: string;
+    only?: string;
+    'batch-size': string;
+    'pause-ms': string;
+    'outbox-retention-ms': string;
+    'webhook-messages-retention-ms': string;
+    help?: boolean;
+  };
+  try {
+    ({ values } = parseArgs({
+      args: argv,
+      options: {
+        schema: { type: 'string', default: 'idem' },
+        only: { type: 'string' },
+        'batch-size': { type: 'string', default: '1000' },
+        // A short pause between batches leaves room for live traffic: flat out, a sweep halved
+        // first-execution throughput beside it (0.53×, bench/scaling.bench.ts).
+        'pause-ms': { type: 'string', default: '20' },
+        'outbox-retention-ms': { type: 'string', default: String(defaultPublishedRetentionMs) },
+        'webhook-messages-retention-ms': { type: 'string', default: String(defaultMessagesRetentionMs) },
+        help: { type: 'boolean', short: 'h' },
+      },
+    }) as { values: typeof values });
+  } catch (error) {
+    return usageError((error as Error).message);
+  }
+  if (values.help) {
+    console.log(usage);
+    return 0;
+  }
+  try {
+    quoteSchema(values.schema);
+  } catch (error) {
+    return usageError(`--schema: ${(error as Error).message}`);
+  }
+  const selected = values.only === undefined ? tableNames : parseOnly(values.only);
+  if (typeof selected === 'string') return usageError(selected);
+  const batchSize = Number(values['batch-size']);
+  const pauseMs = Number(values['pause-ms']);
+  const outboxRetentionMs = Number(values['outbox-retention-ms']);
+  const messagesRetentionMs = Number(values['webhook-messages-retention-ms']);
+  if (!Number.isInteger(batchSize) || batchSize < 1)
+    return usageError('--batch-size must be a positive integer');
+  for (const [name, value] of [
+    ['--pause-ms', pauseMs],
+    ['--outbox-retention-ms', outboxRetentionMs],
+    ['--webhook-messages-retention-ms', messagesRetentionMs],
+  ] as const) {
+    if (!Number.isFinite(value) || value < 0) return usageError(`${name} must be a number ≥ 0`);
+  }
+
   const db = await openDatabase();
   try {
-    const idem = createIdem({ sql: db.sql, schema: values.schema });
+    const settings = { schema: values.schema, batchSize, pauseMs, outboxRetentionMs, messagesRetentionMs };
+    const width = Math.max(...selected.map((t) => t.length)) + 1;
+    let failed = false;
     const started = performance.now();
-    const result = await idem.sweep({
-      batchSize: Number(values['batch-size']),
-      pauseMs: Number(values['pause-ms']),
-    });
+    for (const table of selected) {
+      try {
+        console.log(`${`${table}:`.padEnd(width)} ${await sweepTable(db, table, settings)}`);
+      } catch (error) {
+        // One table's failure (say, a schema migrated before it existed) leaves the others swept.
+        failed = true;
+        console.error(`${`${table}:`.padEnd(width)} failed: ${(error as Error).message}`);
+      }
+    }
     const seconds = (performance.now() - started) / 1000;
-    console.log(
-      `cleared ${result.resultsCleared} expired results, deleted ${result.rowsDeleted} rows in ${seconds.toFixed(2)} s`,
-    );
-    return 0;
+    console.log(`swept ${selected.length} tables in ${seconds.toFixed(2)} s`);
+    return failed ? 1 : 0;
   } finally {
     await db.close();
+  }
+}
+
+function usageError(message: string): number {
+  console.error(`idem sweep: ${message}\n${usage}`);
+  return 2;
+}
+
+/** The tables `--only` names, in the sweep's order, or an error message. */
+function parseOnly(value: string): Table[] | string {
+  const names = value
+    .split(',')
+    .map((name) => name.trim())
+    .filter(Boolean);
+  const unknown = names.filter((name) => !(name in tables));
+  if (unknown.length > 0) return `--only: unknown table ${unknown.join(', ')}`;
+  if (names.length === 0) return '--only needs at least one table';
+  return tableNames.filter((name) => names.includes(name));
+}
+
+/** Sweeps one table; returns what it did, for the table's line. */
+async function sweepTable(db: CliDatabase, table: Table, s: SweepSettings): Promise<string> {
+  const { sql } = db;
+  const { schema, batchSize } = s;
+  // Each module's sweep runs one batch per call here, so the pause applies between batches.
+  const batches = async (one: () => Promise<number>): Promise<number> => {
+    let total = 0;
+    for (;;) {
+      const deleted = await one();
+      total += deleted;
+      if (deleted < batchSize) return total;
+      if (s.pauseMs > 0) await new Promise((resolve) => setTimeout(resolve, s.pauseMs));
+    }
+  };
+  const once = { batchSize, maxBatches: 1 };
+  switch (table) {
+    case 'requests': {
+      const result = await createIdem({ sql, schema }).sweep({ batchSize, pauseMs: s.pauseMs });
+      return `cleared ${result.resultsCleared} expired results, deleted ${result.rowsDeleted} rows`;
+    }
+    case 'inbox': {
+      const inbox = createInbox({ sql, schema });
+      return `deleted ${await batches(() => inbox.sweep(once))} rows`;
+    }
+    case 'outbox': {
+      const outbox = createOutbox({ sql, schema });
+      const deleted = await batches(() => outbox.cleanup({ ...once, retentionMs: s.outboxRetentionMs }));
+      return `deleted ${deleted} published rows`;
+    }
+    case 'webhook-receipts': {
+      const processor = createWebhookProcessor({ sql, schema, handlers: {} });
+      return `deleted ${await batches(async () => (await processor.sweep(once)).deleted)} rows`;
+    }
+    case 'tasks': {
+      const claims = createClaims({ sql, schema });
+      return `deleted ${await batches(async () => (await claims.sweep(once)).deleted)} rows`;
+    }
+    case 'webhook-messages': {
+      const sender = createWebhookSender({ sql, schema });
+      const deleted = await batches(
+        async () => (await sender.sweep({ ...once, olderThanMs: s.messagesRetentionMs })).deleted,
+      );
+      return `deleted ${deleted} rows`;
+    }
   }
 }
