@@ -25,7 +25,8 @@ function toDrizzleSql(text: string, params: readonly unknown[] = []): SQL {
   const pieces = text.split(/\$(\d+)/);
   const chunks: SQL[] = [];
   pieces.forEach((piece, i) => {
-    chunks.push(i % 2 === 0 ? sql.raw(piece) : sql`${params[Number(piece) - 1]}`);
+    // sql.param keeps an array one parameter (a `text[]`); interpolating it would expand it into a list.
+    chunks.push(i % 2 === 0 ? sql.raw(piece) : sql`${sql.param(params[Number(piece) - 1])}`);
   });
   return sql.join(chunks);
 }

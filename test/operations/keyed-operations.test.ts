@@ -52,6 +52,14 @@ describe.each(adapterFactories)('keyed operations on $name', (factory) => {
     return Number(rows[0]!.n);
   }
 
+  it('passes an array as one parameter (redrive and list statements take text[])', async () => {
+    const { rows } = await adapter.sql.query<{ picked: number }>(
+      `SELECT count(*)::int AS picked FROM unnest(ARRAY['a', 'b', 'c']) AS v WHERE v = ANY($1::text[]) AND $2::int = 7`,
+      [['a', 'c'], 7],
+    );
+    expect(Number(rows[0]!.picked)).toBe(2);
+  });
+
   it('commits the claim, the handler writes and the result together, then replays without running', async () => {
     const key = newKey();
     const spec = { tenant: 'acme', operation: 'create-order', key, request: { amount: 10, items: ['a'] } };
