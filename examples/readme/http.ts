@@ -6,7 +6,8 @@ import { idempotency } from 'idem/express';
 
 export function ordersApp(idem: Idem) {
   const app = express();
-  // The tenant scopes keys: usually the authenticated account, never a header anyone can set.
+  // The tenant scopes keys: the authenticated account — here a header your gateway sets after
+  // authenticating the caller and strips from client requests; never a value a client chooses.
   const idempotent = idempotency({ idem, tenant: (req) => req.get('x-account') });
 
   app.post('/orders', idempotent, async (req, res) => {
