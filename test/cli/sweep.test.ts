@@ -2,8 +2,8 @@
  * `idem sweep` on a real PostgreSQL: a fresh schema holds, in every table with a retention, rows
  * written 60 days ago (past every default retention) beside rows written now and rows the sweep
  * must keep whatever their age (an unpublished event, a pending receipt, a message with a delivery
- * still due, a key whose result expired but whose tombstone holds). The sweep deletes exactly the
- * expired ones, table by table, and says how many.
+ * still due, a key whose result expired but whose tombstone holds, a saga still running). The sweep
+ * deletes exactly the expired ones, table by table, and says how many.
  */
 import { execFile } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
@@ -25,6 +25,7 @@ import {
   standardWebhooksVerifier,
 } from '../../src/webhooks/index.js';
 import { createWebhookSender } from '../../src/webhooks/sender/sender.js';
+import { createSagas, defineSaga, step } from '../../src/workflow/index.js';
 import { RecordingPublisher } from '../outbox/support.js';
 import { createTestSchema, databaseUrl, type TestSchema } from '../support/database.js';
 import { signStandard, standardSecret } from '../webhooks/support.js';
@@ -49,6 +50,8 @@ interface Counts {
   tasks: number;
   taskKeys: number;
   messages: number;
+  sagas: number;
+  sagaSteps: number;
 }
 
 async function counts(db: TestSchema): Promise<Counts> {
@@ -62,7 +65,9 @@ async function counts(db: TestSchema): Promise<Counts> {
             (SELECT count(*)::int FROM ${s}.webhook_receipts) AS "receipts",
             (SELECT count(*)::int FROM ${s}.tasks) AS "tasks",
             (SELECT count(*)::int FROM ${s}.task_keys) AS "taskKeys",
-            (SELECT count(*)::int FROM ${s}.webhook_messages) AS "messages"`,
+            (SELECT count(*)::int FROM ${s}.webhook_messages) AS "messages",
+            (SELECT count(*)::int FROM ${s}.sagas) AS "sagas",
+            (SELECT count(*)::int FROM ${s}.saga_steps) AS "sagaSteps"`,
   );
   return rows[0]!;
 }
@@ -188,6 +193,33 @@ async function fill(db: TestSchema, expired: number): Promise<void> {
     eventTypes: ['someone.listens'],
   });
   await oldSender.enqueue(sql, { id: 'w-due', type: 'someone.listens', payload: {} });
+
+  // Sagas of two steps, completed; an old one that crashed before its second step is kept.
+  const saga = defineSaga<{ n: number }>({
+    name: 'welcome',
+    steps: [
+      step({ name: 'account', action: async ({ input }) => input.n }),
+      step({ name: 'mail', action: async () => 'sent' }),
+    ],
+  });
+  for (const [clock, n] of times) {
+    const sagas = createSagas({ sql, schema, clock });
+    for (let i = 0; i < n; i++)
+      await sagas.run(saga, { tenant: 't', key: `s-${clock.now()}-${i}`, input: { n: i } });
+  }
+  const crashing = createSagas({
+    sql,
+    schema,
+    clock: old,
+    hooks: {
+      at: (point) => {
+        if (point.at === 'action:before' && point.step === 'mail') throw new Error('crash');
+      },
+    },
+  });
+  await expect(crashing.run(saga, { tenant: 't', key: 's-running', input: { n: 0 } })).rejects.toThrow(
+    'crash',
+  );
 }
 
 async function capture(argv: string[]): Promise<{ code: number; out: string; err: string }> {
@@ -232,6 +264,8 @@ describe('idem sweep', () => {
       tasks: 3 + 1,
       taskKeys: 3 + 1,
       messages: 3 + 1 + 1,
+      sagas: 3 + 1 + 1,
+      sagaSteps: 2 * (3 + 1) + 2, // the crashed saga's second step is registered, not run
     });
 
     const main = fileURLToPath(new URL('../../src/cli/main.ts', import.meta.url));
@@ -252,6 +286,8 @@ describe('idem sweep', () => {
       tasks: 1,
       taskKeys: 1,
       messages: 2, // the live message and the old one whose delivery is due
+      sagas: 2, // the live one and the old one still running
+      sagaSteps: 2 + 2,
     });
     expect(printed(stdout, 'requests', 'cleared')).toBe(4);
     expect(printed(stdout, 'requests')).toBe(3);
@@ -260,12 +296,21 @@ describe('idem sweep', () => {
     expect(printed(stdout, 'webhook-receipts')).toBe(3);
     expect(printed(stdout, 'tasks')).toBe(3);
     expect(printed(stdout, 'webhook-messages')).toBe(3);
-    expect(stdout).toMatch(/^swept 6 tables in \d+\.\d\d s$/m);
+    expect(printed(stdout, 'sagas')).toBe(3);
+    expect(stdout).toMatch(/^swept 7 tables in \d+\.\d\d s$/m);
 
     // A second sweep finds nothing more to do.
     const again = await capture(['--schema', db.schema]);
     expect(again.code).toBe(0);
-    for (const table of ['requests', 'inbox', 'outbox', 'webhook-receipts', 'tasks', 'webhook-messages']) {
+    for (const table of [
+      'requests',
+      'inbox',
+      'outbox',
+      'webhook-receipts',
+      'tasks',
+      'webhook-messages',
+      'sagas',
+    ]) {
       expect(printed(again.out, table), table).toBe(0);
     }
   });
@@ -325,7 +370,15 @@ describe('idem sweep', () => {
       }
       const help = await capture(['--help']);
       expect(help.code).toBe(0);
-      for (const table of ['requests', 'inbox', 'outbox', 'webhook-receipts', 'tasks', 'webhook-messages']) {
+      for (const table of [
+        'requests',
+        'inbox',
+        'outbox',
+        'webhook-receipts',
+        'tasks',
+        'webhook-messages',
+        'sagas',
+      ]) {
         expect(help.out).toContain(`  ${table} `);
       }
     } finally {

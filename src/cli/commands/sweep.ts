@@ -11,10 +11,12 @@ import { createIdem } from '../../operations/idem.js';
 import { createOutbox, defaultPublishedRetentionMs } from '../../outbox/outbox.js';
 import { createWebhookProcessor } from '../../webhooks/processor.js';
 import { createWebhookSender } from '../../webhooks/sender/sender.js';
+import { createSagas } from '../../workflow/sagas.js';
 import { openDatabase, type CliDatabase } from '../database.js';
 
 const day = 86_400_000;
 const defaultMessagesRetentionMs = 30 * day;
+const defaultSagasRetentionMs = 30 * day;
 
 /** What each table's sweep removes, in the order they run. */
 const tables = {
@@ -24,6 +26,7 @@ const tables = {
   'webhook-receipts': 'applied, stale, unhandled receipts past retentionMs (dead kept)',
   tasks: 'finished claims tasks past retentionMs, with their dedupe keys',
   'webhook-messages': 'messages older than --webhook-messages-retention-ms, all deliveries done',
+  sagas: 'sagas finished longer ago than --sagas-retention-ms, with their steps',
 } as const;
 
 type Table = keyof typeof tables;
@@ -32,12 +35,13 @@ const tableNames = Object.keys(tables) as Table[];
 const usage = `usage: idem sweep [--schema idem] [--only ${tableNames.join(',')}]
                   [--batch-size 1000] [--pause-ms 20]
                   [--outbox-retention-ms ${defaultPublishedRetentionMs}] [--webhook-messages-retention-ms ${defaultMessagesRetentionMs}]
+                  [--sagas-retention-ms ${defaultSagasRetentionMs}]
 
 Deletes what has outlived its retention, in every table below unless --only names some
 (comma-separated). Each batch is one short statement that skips locked rows; --pause-ms between
 batches leaves room for live traffic. Prints one line per table. The database is DATABASE_URL.
 Keys, inbox ids, receipts and tasks carry the expiry their writer's retention options gave them;
-the retention of published outbox events and of webhook messages is chosen here.
+the retention of published outbox events, webhook messages and finished sagas is chosen here.
 
 ${tableNames.map((name) => `  ${name.padEnd(17)} ${tables[name]}`).join('\n')}
 
@@ -49,6 +53,7 @@ interface SweepSettings {
   pauseMs: number;
   outboxRetentionMs: number;
   messagesRetentionMs: number;
+  sagasRetentionMs: number;
 }
 
 export async function run(argv: string[]): Promise<number> {
@@ -59,6 +64,7 @@ export async function run(argv: string[]): Promise<number> {
     'pause-ms': string;
     'outbox-retention-ms': string;
     'webhook-messages-retention-ms': string;
+    'sagas-retention-ms': string;
     help?: boolean;
   };
   try {
@@ -73,6 +79,7 @@ export async function run(argv: string[]): Promise<number> {
         'pause-ms': { type: 'string', default: '20' },
         'outbox-retention-ms': { type: 'string', default: String(defaultPublishedRetentionMs) },
         'webhook-messages-retention-ms': { type: 'string', default: String(defaultMessagesRetentionMs) },
+        'sagas-retention-ms': { type: 'string', default: String(defaultSagasRetentionMs) },
         help: { type: 'boolean', short: 'h' },
       },
     }) as { values: typeof values });
@@ -94,19 +101,28 @@ export async function run(argv: string[]): Promise<number> {
   const pauseMs = Number(values['pause-ms']);
   const outboxRetentionMs = Number(values['outbox-retention-ms']);
   const messagesRetentionMs = Number(values['webhook-messages-retention-ms']);
+  const sagasRetentionMs = Number(values['sagas-retention-ms']);
   if (!Number.isInteger(batchSize) || batchSize < 1)
     return usageError('--batch-size must be a positive integer');
   for (const [name, value] of [
     ['--pause-ms', pauseMs],
     ['--outbox-retention-ms', outboxRetentionMs],
     ['--webhook-messages-retention-ms', messagesRetentionMs],
+    ['--sagas-retention-ms', sagasRetentionMs],
   ] as const) {
     if (!Number.isFinite(value) || value < 0) return usageError(`${name} must be a number ≥ 0`);
   }
 
   const db = await openDatabase();
   try {
-    const settings = { schema: values.schema, batchSize, pauseMs, outboxRetentionMs, messagesRetentionMs };
+    const settings = {
+      schema: values.schema,
+      batchSize,
+      pauseMs,
+      outboxRetentionMs,
+      messagesRetentionMs,
+      sagasRetentionMs,
+    };
     const width = Math.max(...selected.map((t) => t.length)) + 1;
     let failed = false;
     const started = performance.now();
@@ -187,6 +203,11 @@ async function sweepTable(db: CliDatabase, table: Table, s: SweepSettings): Prom
         async () => (await sender.sweep({ ...once, olderThanMs: s.messagesRetentionMs })).deleted,
       );
       return `deleted ${deleted} rows`;
+    }
+    case 'sagas': {
+      // The saga engine's retention must be positive; 0 here means "every finished saga".
+      const sagas = createSagas({ sql, schema, retentionMs: Math.max(1, s.sagasRetentionMs) });
+      return `deleted ${await batches(async () => (await sagas.sweep(once)).deleted)} rows`;
     }
   }
 }
