@@ -46,36 +46,28 @@ export default async function operationsBench(ctx: BenchContext): Promise<BenchS
         },
       ),
     );
-  // The same round trips idem makes for a first execution, with no library code around them.
+  // The same round trips idem makes for a first execution, with no library code around them:
+  // the same statement texts, prepared under the same names, on the same pool.
   const ceiling = (c: number, label: string) =>
     closedLoop(c, seconds * 1000, async (w, i) => {
       const key = `${run}-ceil-${label}-${c}-${w}-${i}`;
       const now = Date.now();
       const scope = ['acme', 'create-item', key];
-      await pool.query(statements.read, scope);
+      await pool.query({ ...statements.names.read, text: statements.read, values: scope });
       const client = await pool.connect();
       try {
         await client.query('BEGIN');
-        await client.query(statements.claim, [
-          ...scope,
-          'f',
-          null,
-          new Date(now),
-          new Date(now + 1e9),
-          new Date(now + 1e9),
-          '5000ms',
-        ]);
+        await client.query({
+          ...statements.names.claim,
+          text: statements.claim,
+          values: [...scope, 'f', null, new Date(now), new Date(now + 1e9), new Date(now + 1e9), '5000ms'],
+        });
         const row = (await client.query(insertItem, ['acme', 1])).rows[0] as unknown;
-        await client.query(statements.complete, [
-          ...scope,
-          1,
-          'completed',
-          JSON.stringify(row),
-          null,
-          null,
-          null,
-          new Date(now),
-        ]);
+        await client.query({
+          ...statements.names.complete,
+          text: statements.complete,
+          values: [...scope, 1, 'completed', JSON.stringify(row), null, null, null, new Date(now)],
+        });
         await client.query('COMMIT');
       } finally {
         client.release();

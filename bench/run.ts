@@ -1,11 +1,13 @@
 /**
- * `npm run bench [-- --quick] [-- --only name]`: runs every benchmark module, then writes
- * bench/results/latest.json and bench/report.md (with charts).
+ * `npm run bench [-- --quick] [-- --only name] [-- --merge]`: runs every benchmark module, then
+ * writes bench/results/latest.json and bench/report.md (with charts). `--only a --merge` re-runs
+ * module `a` and replaces only its section in the existing latest.json (same mode), so one module
+ * can be measured again without re-running the whole suite; the report says which and when.
  */
-import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import { parseArgs } from 'node:util';
-import { writeReport } from './lib/report.js';
+import { writeReport, type BenchResults } from './lib/report.js';
 import type { BenchContext, BenchModule, BenchSection } from './lib/types.js';
 
 const modules: Record<string, () => Promise<{ default: BenchModule }>> = {
@@ -17,7 +19,11 @@ for (const name of ['http', 'messaging', 'webhooks', 'claims', 'scaling', 'peers
 }
 
 const { values } = parseArgs({
-  options: { quick: { type: 'boolean', default: false }, only: { type: 'string', multiple: true } },
+  options: {
+    quick: { type: 'boolean', default: false },
+    only: { type: 'string', multiple: true },
+    merge: { type: 'boolean', default: false },
+  },
 });
 
 async function main(): Promise<void> {
@@ -51,6 +57,28 @@ async function main(): Promise<void> {
     }
   }
   const durationSeconds = Math.round((Date.now() - started) / 1000);
+  const latest = new URL('./results/latest.json', import.meta.url);
+  if (values.merge) {
+    const previous = JSON.parse(readFileSync(latest, 'utf8')) as BenchResults;
+    if (previous.mode !== (context.quick ? 'quick' : 'full')) {
+      throw new Error(`--merge: latest.json is a ${previous.mode}-mode run; re-run in the same mode`);
+    }
+    const date = new Date().toISOString();
+    for (const section of sections) {
+      const at = previous.sections.findIndex((s) => s.name === section.name);
+      if (at >= 0) previous.sections[at] = section;
+      else previous.sections.push(section);
+      previous.merged = [
+        ...(previous.merged ?? []).filter((m) => m.section !== section.name),
+        { section: section.name, date, durationSeconds },
+      ];
+    }
+    writeFileSync(latest, JSON.stringify(previous, null, 2) + '\n');
+    await writeReport(previous, databaseUrl);
+    console.log(`\nmerged ${sections.length} section(s) into bench/results/latest.json and bench/report.md`);
+    await stop?.();
+    return;
+  }
   const results = {
     date: new Date().toISOString(),
     mode: context.quick ? 'quick' : 'full',
@@ -65,7 +93,7 @@ async function main(): Promise<void> {
     sections,
   };
   mkdirSync(new URL('./results/', import.meta.url), { recursive: true });
-  writeFileSync(new URL('./results/latest.json', import.meta.url), JSON.stringify(results, null, 2) + '\n');
+  writeFileSync(latest, JSON.stringify(results, null, 2) + '\n');
   await writeReport(results, databaseUrl);
   console.log(`\nwrote bench/results/latest.json and bench/report.md in ${durationSeconds} s`);
   await stop?.();

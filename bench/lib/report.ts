@@ -9,6 +9,8 @@ export interface BenchResults {
   durationSeconds: number;
   machine: Record<string, unknown>;
   sections: BenchSection[];
+  /** Sections re-run later with `--merge`, and when; the others come from the run above. */
+  merged?: { section: string; date: string; durationSeconds: number }[];
 }
 
 export async function writeReport(results: BenchResults, databaseUrl: string): Promise<void> {
@@ -24,6 +26,10 @@ export async function writeReport(results: BenchResults, databaseUrl: string): P
       .map(([k, v]) => `${k} ${String(v)}`)
       .join(', ')}`,
     `- Database: ${database}`,
+    ...(results.merged ?? []).map(
+      (m) =>
+        `- Section “${m.section}” was re-run on its own with \`--merge\` on ${m.date} (${m.durationSeconds} s, same mode, same machine and database); the other sections are from the run above.`,
+    ),
     '- Every ratio compares two figures measured in the same run, on the same database, alternating when there are several rounds.',
     '',
   ];
