@@ -1,55 +1,10 @@
 /**
- * The demo's event counters, fed from what idem reports rather than from its tables: duplicates
- * the ledger's inbox acknowledged (from the result of `inbox.handle`, which every transport's
- * consumer calls), and webhook deliveries the receiver refused (from the receiver's logger, where
- * every refusal is reported with its code and reason before the answer is sent).
+ * The demo's webhook counter, fed from what idem reports rather than from its tables: deliveries
+ * the receiver refused, from the receiver's logger, where every refusal is reported with its code
+ * and reason before the answer is sent. (Inbox duplicates come from the inbox's `onDuplicate`.)
  */
-import {
-  Inbox,
-  type HandleResult,
-  type InboxContext,
-  type InboxMessage,
-  type InboxOptions,
-} from '../inbox/inbox.js';
-import type { Transaction } from '../core/sql.js';
 import type { IdemMetrics } from '../observability/prometheus.js';
 import { consoleLogger, type LogFields, type WebhookLogger } from '../webhooks/logger.js';
-
-/** An inbox that reports each duplicate it acknowledged, by consumer. */
-export class CountingInbox<Client = unknown> extends Inbox<Client> {
-  constructor(
-    options: InboxOptions<Client>,
-    private readonly onDuplicate: (consumer: string) => void,
-  ) {
-    super(options);
-  }
-
-  override async handle<T>(
-    message: InboxMessage,
-    handler: (tx: Transaction<Client>, context: InboxContext) => Promise<T>,
-  ): Promise<HandleResult<T>> {
-    return this.report(message, await super.handle(message, handler));
-  }
-
-  override async handleIn<T, TxClient>(
-    tx: Transaction<TxClient>,
-    message: InboxMessage,
-    handler: (tx: Transaction<TxClient>, context: InboxContext) => Promise<T>,
-  ): Promise<HandleResult<T>> {
-    return this.report(message, await super.handleIn(tx, message, handler));
-  }
-
-  private report<T>(message: InboxMessage, result: HandleResult<T>): HandleResult<T> {
-    if (result.duplicate) {
-      try {
-        this.onDuplicate(message.consumer);
-      } catch {
-        // A metric must never turn a processed message into a failed one.
-      }
-    }
-    return result;
-  }
-}
 
 /**
  * The label of `idem_webhook_rejections_total` for a refusal the receiver logged, or undefined

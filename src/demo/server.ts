@@ -27,7 +27,8 @@ import { tenantFromAuthorization } from './auth.js';
 import { readConfig, type DemoConfig } from './config.js';
 import { registerPayments } from './payments.js';
 import { startProvider, type FakeCardProvider } from './provider.js';
-import { CountingInbox, countingWebhookLogger } from './metrics.js';
+import { countingWebhookLogger } from './metrics.js';
+import { createInbox } from '../inbox/inbox.js';
 import { startReceiptWorker } from './receipts.js';
 import { refundHandlers } from './refunds.js';
 import { demoSchemaSql } from './schema.js';
@@ -90,7 +91,7 @@ export async function startDemo(overrides: DemoOverrides = {}): Promise<DemoHand
     });
     const outbox = createOutbox({ sql, schema });
     // The ledger's inbox counts the duplicates it acknowledges (idem_inbox_duplicates_total).
-    const inbox = new CountingInbox({ sql, schema }, (consumer) => metrics.inboxDuplicate(consumer));
+    const inbox = createInbox({ sql, schema, onDuplicate: (m) => metrics.inboxDuplicate(m.consumer) });
     const claims = createClaims({ sql, schema, leaseMs: 10_000 });
 
     let appPort = config.port;

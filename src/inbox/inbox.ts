@@ -24,6 +24,12 @@ export interface InboxOptions<Client = unknown> {
   retentionMs?: number;
   /** Whole-transaction retries of `handle` on serialization failure or deadlock. Default 3. */
   transactionRetries?: number;
+  /**
+   * Called after `handle` or `handleIn` acknowledged a duplicate without running the handler:
+   * the hook for metrics (`metrics.inboxDuplicate` of `idem/metrics`). A throw here is ignored: a
+   * metric never turns a processed message into a failed one. Default: none.
+   */
+  onDuplicate?: (message: InboxMessage) => void;
 }
 
 /** Names one delivery: who consumes it, and the message's id (an outbox event id, a delivery id). */
@@ -93,6 +99,7 @@ export class Inbox<Client = unknown> {
   readonly counters: InboxCounters = { processed: 0, duplicates: 0, dead: 0 };
   /** @internal */ readonly statements: InboxStatements;
   private readonly transactionRetries: number;
+  private readonly onDuplicate: InboxOptions['onDuplicate'];
 
   constructor(options: InboxOptions<Client>) {
     this.sql = options.sql;
@@ -102,6 +109,7 @@ export class Inbox<Client = unknown> {
     this.retentionMs = options.retentionMs ?? 30 * day;
     if (!(this.retentionMs > 0)) throw new InvalidArgumentError('retentionMs must be positive');
     this.transactionRetries = options.transactionRetries ?? 3;
+    this.onDuplicate = options.onDuplicate;
   }
 
   /**
@@ -118,7 +126,7 @@ export class Inbox<Client = unknown> {
     for (let attempt = 0; ; attempt++) {
       try {
         const result = await this.sql.transaction((tx) => this.run(tx, message, handler));
-        this.count(result);
+        this.count(message, result);
         return result;
       } catch (error) {
         if (attempt < this.transactionRetries && isTransactionRetryable(error)) continue;
@@ -138,7 +146,7 @@ export class Inbox<Client = unknown> {
   ): Promise<HandleResult<T>> {
     validate(message);
     const result = await this.run(tx, message, handler);
-    this.count(result);
+    this.count(message, result);
     return result;
   }
 
@@ -246,9 +254,17 @@ export class Inbox<Client = unknown> {
     return { duplicate: false, value };
   }
 
-  private count(result: HandleResult<unknown>): void {
-    if (result.duplicate) this.counters.duplicates++;
-    else this.counters.processed++;
+  private count(message: InboxMessage, result: HandleResult<unknown>): void {
+    if (!result.duplicate) {
+      this.counters.processed++;
+      return;
+    }
+    this.counters.duplicates++;
+    try {
+      this.onDuplicate?.(message);
+    } catch {
+      // A metric must never turn a processed message into a failed one.
+    }
   }
 }
 

@@ -52,6 +52,33 @@ describe('inbox', () => {
     expect(await effects('m1')).toBe(2);
   });
 
+  it('reports each duplicate to onDuplicate (handle and handleIn); a throwing hook changes nothing', async () => {
+    const seen: string[] = [];
+    const observed = createInbox({
+      sql,
+      schema: db.schema,
+      clock,
+      onDuplicate: (m) => {
+        seen.push(`${m.consumer}/${m.messageId}`);
+        throw new Error('a broken metrics backend');
+      },
+    });
+    const m = { consumer: 'metrics', messageId: 'od-1' };
+    expect((await observed.handle(m, apply('od-1'))).duplicate).toBe(false);
+    expect(seen).toEqual([]);
+    expect(await observed.handle(m, apply('od-1'))).toEqual({ duplicate: true });
+    const client = await db.pool.connect();
+    try {
+      await client.query('BEGIN');
+      expect(await observed.handleIn(fromPgClient(client), m, apply('od-1'))).toEqual({ duplicate: true });
+      await client.query('COMMIT');
+    } finally {
+      client.release();
+    }
+    expect(seen).toEqual(['metrics/od-1', 'metrics/od-1']);
+    expect(await effects('od-1')).toBe(1);
+  });
+
   it('a failing handler leaves neither the record nor its writes; the redelivery runs it', async () => {
     const m = { consumer: 'billing', messageId: 'm2' };
     await expect(
