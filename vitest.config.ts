@@ -1,6 +1,8 @@
 import { defineConfig } from 'vitest/config';
 
 export default defineConfig({
+  // `idem` and `idem/*` resolve to src through tsconfig's paths, as the README examples import them.
+  resolve: { tsconfigPaths: true },
   test: {
     include: ['test/**/*.test.ts'],
     globalSetup: ['test/support/global-setup.ts'],

@@ -11,21 +11,11 @@ import type { AddressInfo } from 'node:net';
 import { randomUUID } from 'node:crypto';
 import pg from 'pg';
 import { Webhook } from 'standardwebhooks';
-import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { fromPg } from '../../src/adapters/pg.js';
 import { createIdem } from '../../src/operations/idem.js';
 import type { OutboxEvent } from '../../src/outbox/types.js';
 import { createTestSchema, databaseUrl, type TestSchema } from '../support/database.js';
-
-// The examples import idem's public subpaths, which tsconfig's `paths` map to src for tsc; the
-// same mapping for the test runner (these are the real modules, not stand-ins).
-vi.mock('idem', () => import('../../src/index.js'));
-vi.mock('idem/express', () => import('../../src/http/express.js'));
-vi.mock('idem/inbox', () => import('../../src/inbox/index.js'));
-vi.mock('idem/outbox', () => import('../../src/outbox/index.js'));
-vi.mock('idem/webhooks', () => import('../../src/webhooks/index.js'));
-vi.mock('idem/claims', () => import('../../src/claims/index.js'));
-vi.mock('idem/client', () => import('../../src/client/index.js'));
 
 async function until<T>(probe: () => Promise<T>, ok: (v: T) => boolean, timeoutMs = 15_000): Promise<T> {
   const deadline = Date.now() + timeoutMs;
