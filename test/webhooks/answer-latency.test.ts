@@ -63,7 +63,14 @@ it('answers in milliseconds while a backlog of slow handlers is worked through',
   });
   processor.start();
   try {
-    // Workers are busy from here on: backlog × handlerMs / concurrency = 4 s of work.
+    // Workers are busy from here on: backlog × handlerMs / concurrency = 4 s of work. Wait for the
+    // first receipt to be applied, so the answers below are measured while work is really going on
+    // (on a fast machine 60 answers can otherwise all come before the first handler finishes).
+    const deadline = Date.now() + 10_000;
+    while ((await count(db.pool, db.schema, 'webhook_receipts', `state = 'applied'`)) === 0) {
+      if (Date.now() > deadline) throw new Error('the processor applied nothing within 10 s');
+      await new Promise((resolve) => setTimeout(resolve, 10));
+    }
     const latencies = await answerLatencies('live', 60);
     const stillQueued = await count(
       db.pool,
