@@ -71,6 +71,63 @@ describe('two dispatchers at once', () => {
   });
 });
 
+describe('dispatchers in parallel', () => {
+  it('two loops publish disjoint batches of one topic at the same time, never sharing a key', async () => {
+    const topic = 'parallel';
+    // 40 keys, 3 events each, added in rounds: the first 40 events are the keys' heads.
+    const order = new Map<string, number>();
+    for (let round = 0; round < 3; round++) {
+      await sql.transaction(async (tx) => {
+        for (let k = 0; k < 40; k++) {
+          order.set(await outbox.add(tx, { topic, key: `k${k}`, type: `r${round}`, payload: round }), round);
+        }
+      });
+    }
+    // The publisher holds every batch until two are in flight at once: with loops that only took
+    // turns (a claim that saw the other loop's locked heads as its candidates), it would wait forever.
+    let inFlight = 0;
+    let overlapped!: () => void;
+    const overlap = new Promise<void>((resolve) => (overlapped = resolve));
+    const keysInFlight: Set<string>[] = [];
+    const accepted: { id: string; key: string }[] = [];
+    const dispatcher = createDispatcher({
+      sql,
+      schema: db.schema,
+      topics: [topic],
+      batchSize: 10,
+      concurrency: 2,
+      pollIntervalMs: 5,
+      publisher: {
+        publish: async (events) => {
+          const keys = new Set(events.map((e) => e.key));
+          for (const other of keysInFlight) {
+            for (const key of keys) expect(other.has(key), `key ${key} in two batches at once`).toBe(false);
+          }
+          keysInFlight.push(keys);
+          if (++inFlight >= 2) overlapped();
+          await Promise.race([overlap, sleep(5000)]);
+          inFlight--;
+          keysInFlight.splice(keysInFlight.indexOf(keys), 1);
+          accepted.push(...events.map((e) => ({ id: e.id, key: e.key })));
+          return events.map((e) => ({ id: e.id, ok: true as const }));
+        },
+      },
+    });
+    const started = Date.now();
+    await dispatcher.start();
+    try {
+      await waitFor(() => accepted.length === order.size, 30_000);
+    } finally {
+      await dispatcher.stop();
+    }
+    // The two loops overlapped at once instead of timing out (which took 5 s per batch).
+    expect(Date.now() - started).toBeLessThan(4000);
+    const byKey = new Map<string, number[]>();
+    for (const { id, key } of accepted) byKey.set(key, [...(byKey.get(key) ?? []), order.get(id)!]);
+    for (const rounds of byKey.values()) expect(rounds).toEqual([0, 1, 2]);
+  });
+});
+
 describe('LISTEN/NOTIFY', () => {
   it('wakes the dispatcher at commit, long before its poll', async () => {
     const topic = 'notify';
