@@ -3,21 +3,16 @@
  * the demo's own tables, and a payment made through the demo's API shows up there.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import pg from 'pg';
 import { demoConsole, type RequestDetail, type RequestList } from '../../src/console/index.js';
-import { randomSchema, startDemo, type DemoHandle } from '../../src/demo/server.js';
-import { databaseUrl } from '../support/database.js';
+import { randomSchema, type DemoHandle } from '../../src/demo/server.js';
+import { dropDemoSchemas, startTestDemo } from '../support/demo.js';
 
 describe('console in the demo', () => {
   let demo: DemoHandle;
   const schema = randomSchema('idem_console_demo');
 
   beforeAll(async () => {
-    demo = await startDemo({
-      databaseUrl: databaseUrl(),
-      schema,
-      port: 0,
-      providerPort: 0,
+    demo = await startTestDemo(schema, {
       host: '127.0.0.1',
       consoleToken: undefined,
       plugins: [demoConsole()],
@@ -25,10 +20,7 @@ describe('console in the demo', () => {
   });
   afterAll(async () => {
     await demo?.close();
-    const pool = new pg.Pool({ connectionString: databaseUrl(), max: 1 });
-    await pool.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
-    await pool.query(`DROP SCHEMA IF EXISTS "${schema}_demo" CASCADE`);
-    await pool.end();
+    await dropDemoSchemas(schema);
   });
 
   it('serves /console and shows a payment made through the demo', async () => {

@@ -6,8 +6,9 @@ import { randomUUID } from 'node:crypto';
 import { Webhook } from 'standardwebhooks';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { demoWebhookSecret } from '../../src/demo/config.js';
-import { randomSchema, startDemo, type DemoHandle } from '../../src/demo/server.js';
-import { databaseUrl } from '../support/database.js';
+import { randomSchema, type DemoHandle } from '../../src/demo/server.js';
+import { dropDemoSchemas, startTestDemo } from '../support/demo.js';
+import { until } from '../support/poll.js';
 import { serviceUrl } from '../support/services.js';
 
 const transports = [
@@ -15,15 +16,6 @@ const transports = [
   { name: 'rabbitmq', env: { amqpUrl: serviceUrl('AMQP_URL') }, skip: !serviceUrl('AMQP_URL') },
   { name: 'nats', env: { natsUrl: serviceUrl('NATS_URL') }, skip: !serviceUrl('NATS_URL') },
 ];
-
-async function until<T>(probe: () => Promise<T>, ok: (v: T) => boolean, timeoutMs = 15_000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await probe();
-    if (ok(value) || Date.now() > deadline) return value;
-    await new Promise((r) => setTimeout(r, 100));
-  }
-}
 
 /** Registers a test only where it applies, so nothing shows as skipped that was never meant to run. */
 const itOnly = (applies: boolean) => (applies ? it : () => undefined);
@@ -46,24 +38,11 @@ describe.each(transports.filter((t) => !t.skip))('payments demo over $name', ({ 
     (await (await fetch(`${demo.url}${path}`, { headers: auth(tenant) })).json()) as T;
 
   beforeAll(async () => {
-    demo = await startDemo({
-      databaseUrl: databaseUrl(),
-      schema,
-      port: 0,
-      providerPort: 0,
-      providerUrl: undefined,
-      ...env,
-    });
+    demo = await startTestDemo(schema, env);
   });
   afterAll(async () => {
     await demo.close();
-    const pg = await import('pg');
-    const client = new pg.default.Client({ connectionString: databaseUrl() });
-    await client.connect();
-    await client.query(
-      `DROP SCHEMA IF EXISTS ${schema} CASCADE; DROP SCHEMA IF EXISTS ${schema}_demo CASCADE`,
-    );
-    await client.end();
+    await dropDemoSchemas(schema);
   });
 
   it('charges once per key, replays byte for byte, and credits the ledger once', async () => {

@@ -5,31 +5,19 @@
 import { spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { randomSchema, startDemo, type DemoHandle } from '../../src/demo/server.js';
-import { databaseUrl } from '../support/database.js';
+import { randomSchema, type DemoHandle } from '../../src/demo/server.js';
+import { dropDemoSchemas, startTestDemo } from '../support/demo.js';
 
 describe('idem drill against the payments demo', () => {
   let demo: DemoHandle;
   const schema = randomSchema();
 
   beforeAll(async () => {
-    demo = await startDemo({
-      databaseUrl: databaseUrl(),
-      schema,
-      port: 0,
-      providerPort: 0,
-      providerUrl: undefined,
-    });
+    demo = await startTestDemo(schema);
   });
   afterAll(async () => {
     await demo.close();
-    const pg = await import('pg');
-    const client = new pg.default.Client({ connectionString: databaseUrl() });
-    await client.connect();
-    await client.query(
-      `DROP SCHEMA IF EXISTS ${schema} CASCADE; DROP SCHEMA IF EXISTS ${schema}_demo CASCADE`,
-    );
-    await client.end();
+    await dropDemoSchemas(schema);
   });
 
   it('passes every drill', async () => {

@@ -7,18 +7,10 @@ import { randomUUID } from 'node:crypto';
 import { Webhook } from 'standardwebhooks';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { demoWebhookSecret } from '../../src/demo/config.js';
-import { randomSchema, startDemo, type DemoHandle } from '../../src/demo/server.js';
-import { databaseUrl } from '../support/database.js';
+import { randomSchema, type DemoHandle } from '../../src/demo/server.js';
+import { dropDemoSchemas, startTestDemo } from '../support/demo.js';
+import { until } from '../support/poll.js';
 import { serviceUrl } from '../support/services.js';
-
-async function until<T>(probe: () => Promise<T>, ok: (v: T) => boolean, timeoutMs = 15_000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await probe();
-    if (ok(value) || Date.now() > deadline) return value;
-    await new Promise((r) => setTimeout(r, 100));
-  }
-}
 
 /** The value of one sample line of the Prometheus text, or 0 when the series is absent. */
 function sample(text: string, name: string, labels: Record<string, string>): number {
@@ -30,14 +22,6 @@ function sample(text: string, name: string, labels: Record<string, string>): num
 }
 
 const auth = { authorization: 'Bearer sk_test_acme' };
-
-async function dropSchemas(schema: string): Promise<void> {
-  const pg = await import('pg');
-  const client = new pg.default.Client({ connectionString: databaseUrl() });
-  await client.connect();
-  await client.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE; DROP SCHEMA IF EXISTS ${schema}_demo CASCADE`);
-  await client.end();
-}
 
 /** Pays once, waits for the ledger's credit, and returns what a redelivery test needs. */
 async function payAndSettle(demo: DemoHandle, schema: string) {
@@ -83,19 +67,11 @@ describe('payments demo metrics', () => {
     sample(await metrics(), 'idem_webhook_rejections_total', { reason });
 
   beforeAll(async () => {
-    demo = await startDemo({
-      databaseUrl: databaseUrl(),
-      schema,
-      port: 0,
-      providerPort: 0,
-      providerUrl: undefined,
-      amqpUrl: undefined,
-      natsUrl: undefined,
-    });
+    demo = await startTestDemo(schema, { amqpUrl: undefined, natsUrl: undefined });
   });
   afterAll(async () => {
     await demo?.close();
-    await dropSchemas(schema);
+    await dropDemoSchemas(schema);
   });
 
   /** Posts to the demo's webhook route as the provider would, signed by `signer` at `signedAt`. */
@@ -172,19 +148,11 @@ describe.runIf(amqpUrl)('payments demo metrics over RabbitMQ', () => {
   const schema = randomSchema();
 
   beforeAll(async () => {
-    demo = await startDemo({
-      databaseUrl: databaseUrl(),
-      schema,
-      port: 0,
-      providerPort: 0,
-      providerUrl: undefined,
-      amqpUrl,
-      natsUrl: undefined,
-    });
+    demo = await startTestDemo(schema, { amqpUrl, natsUrl: undefined });
   });
   afterAll(async () => {
     await demo?.close();
-    await dropSchemas(schema);
+    await dropDemoSchemas(schema);
   });
 
   it('counts a message the broker delivers again as an inbox duplicate, and credits once', async () => {

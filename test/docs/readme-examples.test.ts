@@ -16,15 +16,7 @@ import { fromPg } from '../../src/adapters/pg.js';
 import { createIdem } from '../../src/operations/idem.js';
 import type { OutboxEvent } from '../../src/outbox/types.js';
 import { createTestSchema, databaseUrl, type TestSchema } from '../support/database.js';
-
-async function until<T>(probe: () => Promise<T>, ok: (v: T) => boolean, timeoutMs = 15_000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await probe();
-    if (ok(value) || Date.now() > deadline) return value;
-    await new Promise((r) => setTimeout(r, 50));
-  }
-}
+import { until } from '../support/poll.js';
 
 const root = new URL('../../', import.meta.url);
 const read = (path: string) => readFileSync(new URL(path, root), 'utf8');

@@ -1,0 +1,16 @@
+/**
+ * Probes until `ok` accepts the value or `timeoutMs` passes, then returns the last value: the
+ * caller's assertion on it says what was expected, instead of a bare timeout.
+ */
+export async function until<T>(
+  probe: () => Promise<T>,
+  ok: (v: T) => boolean,
+  timeoutMs = 15_000,
+): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = await probe();
+    if (ok(value) || Date.now() > deadline) return value;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
