@@ -30,6 +30,9 @@ import { RecordingPublisher } from '../outbox/support.js';
 import { createTestSchema, databaseUrl, type TestSchema } from '../support/database.js';
 import { signStandard, standardSecret } from '../webhooks/support.js';
 
+/** Every table `idem sweep` covers, as its output names them. */
+const everyTable = ['requests', 'inbox', 'outbox', 'webhook-receipts', 'tasks', 'webhook-messages', 'sagas'];
+
 const day = 86_400_000;
 const schemas: TestSchema[] = [];
 beforeAll(() => {
@@ -302,15 +305,7 @@ describe('idem sweep', () => {
     // A second sweep finds nothing more to do.
     const again = await capture(['--schema', db.schema]);
     expect(again.code).toBe(0);
-    for (const table of [
-      'requests',
-      'inbox',
-      'outbox',
-      'webhook-receipts',
-      'tasks',
-      'webhook-messages',
-      'sagas',
-    ]) {
+    for (const table of everyTable) {
       expect(printed(again.out, table), table).toBe(0);
     }
   });
@@ -370,15 +365,7 @@ describe('idem sweep', () => {
       }
       const help = await capture(['--help']);
       expect(help.code).toBe(0);
-      for (const table of [
-        'requests',
-        'inbox',
-        'outbox',
-        'webhook-receipts',
-        'tasks',
-        'webhook-messages',
-        'sagas',
-      ]) {
+      for (const table of everyTable) {
         expect(help.out).toContain(`  ${table} `);
       }
     } finally {
