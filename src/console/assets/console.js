@@ -173,6 +173,11 @@
     );
   }
 
+  /** A section title with an anchor id and, when there are any, a badge counting its rows. */
+  function countedTitle(id, label, n, kind) {
+    return h('span', { id }, `${label} `, n > 0 ? badge(String(n), kind) : null);
+  }
+
   function stat(label, value, kind) {
     return h(
       'div',
@@ -656,12 +661,7 @@
         ),
       ),
       section(
-        h(
-          'span',
-          { id: 'outbox-dead' },
-          'Dead letters ',
-          data.dead.length > 0 ? badge(String(data.dead.length), 'dead') : null,
-        ),
+        countedTitle('outbox-dead', 'Dead letters', data.dead.length, 'dead'),
         'Events the dispatcher gave up on. Later events of the same key wait behind them (parked). Redrive makes them due again.',
         data.dead.length > 0
           ? h(
@@ -742,12 +742,7 @@
         ),
       ),
       section(
-        h(
-          'span',
-          { id: 'inbox-dead' },
-          'Dead messages ',
-          data.dead.length > 0 ? badge(String(data.dead.length), 'dead') : null,
-        ),
+        countedTitle('inbox-dead', 'Dead messages', data.dead.length, 'dead'),
         'Messages a consumer gave up on. A redelivery of the same id (from the broker’s dead-letter queue) runs the handler again.',
         table(
           [
@@ -833,12 +828,7 @@
         ),
       ),
       section(
-        h(
-          'span',
-          { id: 'receipts-dead' },
-          'Dead receipts ',
-          data.dead.length > 0 ? badge(String(data.dead.length), 'dead') : null,
-        ),
+        countedTitle('receipts-dead', 'Dead receipts', data.dead.length, 'dead'),
         'Attempts exhausted or a permanent error. The processor’s redrive puts them back to pending.',
         table(receiptColumns([{ title: 'Last error', cell: (r) => errorText(r.lastError) }]), data.dead, {
           rowClass: () => 'row-dead',
@@ -854,12 +844,7 @@
         }),
       ),
       section(
-        h(
-          'span',
-          { id: 'receipts-stale' },
-          'Stale events ',
-          data.stale.length > 0 ? badge(String(data.stale.length), 'stale') : null,
-        ),
+        countedTitle('receipts-stale', 'Stale events', data.stale.length, 'stale'),
         'Older than the version already applied to their entity: recorded, never applied.',
         table(
           receiptColumns([
@@ -977,12 +962,7 @@
         ),
       ),
       section(
-        h(
-          'span',
-          { id: 'tasks-stuck' },
-          'Stuck claims ',
-          data.stuck.length > 0 ? badge(String(data.stuck.length), 'stuck') : null,
-        ),
+        countedTitle('tasks-stuck', 'Stuck claims', data.stuck.length, 'stuck'),
         'Claimed, but the lease ended without a heartbeat: the worker died or hangs. The next claim takes the task over with a higher fence; the old worker’s writes are refused.',
         table(
           taskColumns([
@@ -995,12 +975,7 @@
         ),
       ),
       section(
-        h(
-          'span',
-          { id: 'tasks-dead' },
-          'Dead tasks ',
-          data.dead.length > 0 ? badge(String(data.dead.length), 'dead') : null,
-        ),
+        countedTitle('tasks-dead', 'Dead tasks', data.dead.length, 'dead'),
         'Attempts exhausted or a permanent error. Their dedupe key holds until they are swept.',
         table(
           taskColumns([
@@ -1099,12 +1074,7 @@
         ),
       ),
       section(
-        h(
-          'span',
-          { id: 'sagas-stuck' },
-          'Stuck sagas ',
-          data.stuck.length > 0 ? badge(String(data.stuck.length), 'stuck') : null,
-        ),
+        countedTitle('sagas-stuck', 'Stuck sagas', data.stuck.length, 'stuck'),
         'A compensation kept failing: an operator must fix the cause and retry the saga.',
         sagaCards(data.stuck, 'stuck', 'No stuck sagas.'),
       ),
