@@ -89,24 +89,33 @@ describe('whole-transaction retry on deadlock (pg)', () => {
   });
   afterAll(() => adapter.close());
 
-  it('retries the deadlock victim and both transfers take effect exactly once', async () => {
+  /**
+   * Two opposite transfers that lock their first account, wait for each other, then take the
+   * second: a real deadlock. Counts handler attempts; `spec` adds to each call's spec.
+   */
+  function deadlockingTransfers(keys: [string, string], spec: { transactionRetries?: number } = {}) {
     const idem = createIdem({ sql: adapter.sql, schema, transactionRetries: 3 });
-    let attempts = 0;
+    const counted = { attempts: 0 };
     let bothLocked!: () => void;
     let arrived = 0;
     const barrier = new Promise<void>((resolve) => (bothLocked = resolve));
     const transfer = (from: number, to: number, key: string) =>
-      idem.run({ tenant: 'acme', operation: 'transfer', key }, async (tx) => {
-        attempts++;
+      idem.run({ tenant: 'acme', operation: 'transfer', key, ...spec }, async (tx) => {
+        counted.attempts++;
         await tx.query(`UPDATE "${schema}".accounts SET balance = balance - 1 WHERE id = $1`, [from]);
         if (++arrived === 2) bothLocked();
         await Promise.race([barrier, new Promise((r) => setTimeout(r, 2000))]);
         await tx.query(`UPDATE "${schema}".accounts SET balance = balance + 1 WHERE id = $1`, [to]);
         return 'ok';
       });
-    const results = await Promise.all([transfer(1, 2, 'a-to-b'), transfer(2, 1, 'b-to-a')]);
+    return { counted, calls: [transfer(1, 2, keys[0]), transfer(2, 1, keys[1])] };
+  }
+
+  it('retries the deadlock victim and both transfers take effect exactly once', async () => {
+    const { counted, calls } = deadlockingTransfers(['a-to-b', 'b-to-a']);
+    const results = await Promise.all(calls);
     expect(results.map((r) => r.value)).toEqual(['ok', 'ok']);
-    expect(attempts).toBe(3); // two first attempts, one retried victim
+    expect(counted.attempts).toBe(3); // two first attempts, one retried victim
     const { rows } = await adapter.sql.query<{ id: number; balance: number }>(
       `SELECT id, balance FROM "${schema}".accounts ORDER BY id`,
     );
@@ -114,23 +123,12 @@ describe('whole-transaction retry on deadlock (pg)', () => {
   });
 
   it('a per-call transactionRetries of 0 hands the deadlock to the caller as retryable, with nothing stored', async () => {
-    const idem = createIdem({ sql: adapter.sql, schema, transactionRetries: 3 });
-    let attempts = 0;
-    let bothLocked!: () => void;
-    let arrived = 0;
-    const barrier = new Promise<void>((resolve) => (bothLocked = resolve));
     const suffix = randomBytes(3).toString('hex');
-    const transfer = (from: number, to: number, key: string) =>
-      idem.run({ tenant: 'acme', operation: 'transfer', key, transactionRetries: 0 }, async (tx) => {
-        attempts++;
-        await tx.query(`UPDATE "${schema}".accounts SET balance = balance - 1 WHERE id = $1`, [from]);
-        if (++arrived === 2) bothLocked();
-        await Promise.race([barrier, new Promise((r) => setTimeout(r, 2000))]);
-        await tx.query(`UPDATE "${schema}".accounts SET balance = balance + 1 WHERE id = $1`, [to]);
-        return 'ok';
-      });
-    const settled = await Promise.allSettled([transfer(1, 2, `a-${suffix}`), transfer(2, 1, `b-${suffix}`)]);
-    expect(attempts).toBe(2); // no retry
+    const { counted, calls } = deadlockingTransfers([`a-${suffix}`, `b-${suffix}`], {
+      transactionRetries: 0,
+    });
+    const settled = await Promise.allSettled(calls);
+    expect(counted.attempts).toBe(2); // no retry
     const failed = settled.filter((s) => s.status === 'rejected');
     expect(failed).toHaveLength(1);
     const error = (failed[0] as PromiseRejectedResult).reason as OperationFailedError;
