@@ -5,7 +5,7 @@ import { DecorrelatedJitter, type JitterOptions } from './backoff.js';
 import { Breaker, type BreakerOptions } from './breaker.js';
 import { classifyError, classifyResponse, type Classification } from './classify.js';
 import { HttpStatusError } from './errors.js';
-import { currentIdempotencyKey, subKey } from './key-context.js';
+import { currentIdempotencyKey, subKey } from '../core/key-context.js';
 import { RetryBudget, type RetryBudgetOptions } from './retry-budget.js';
 import { sleepUnlessAborted } from './sleep.js';
 

@@ -24,5 +24,5 @@ export { RetryBudget, type RetryBudgetOptions } from './retry-budget.js';
 export { Breaker, type BreakerOptions } from './breaker.js';
 export { retry, type RetryOptions } from './retry.js';
 export { DecorrelatedJitter, persistedBackoff, type JitterOptions } from './backoff.js';
-export { withIdempotencyKey, currentIdempotencyKey, subKey } from './key-context.js';
+export { withIdempotencyKey, currentIdempotencyKey, subKey } from '../core/key-context.js';
 export { CircuitOpenError, HttpStatusError, isCircuitOpen, isHttpStatusError } from './errors.js';

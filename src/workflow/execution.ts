@@ -3,7 +3,7 @@ import { deriveKey } from '../core/keys.js';
 import type { Transaction } from '../core/sql.js';
 import { DecorrelatedJitter } from '../client/backoff.js';
 import { isRetryableFailure } from '../client/classify.js';
-import { withIdempotencyKey } from '../client/key-context.js';
+import { withIdempotencyKey } from '../core/key-context.js';
 import type { SagaDefinition, SagaPoint, SagaRef, SagaStep } from './definition.js';
 import { SagaFailedError, SagaStuckError } from './errors.js';
 import type { SagaStatus, SagaStepRecord } from './saga-record.js';

@@ -33,4 +33,4 @@ export {
   type ActivityRun,
   type RunActivityOptions,
 } from './temporal.js';
-export { withIdempotencyKey, currentIdempotencyKey } from '../client/key-context.js';
+export { withIdempotencyKey, currentIdempotencyKey } from '../core/key-context.js';

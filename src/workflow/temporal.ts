@@ -10,7 +10,7 @@
 import { InvalidArgumentError, type OperationScope } from '../core/errors.js';
 import { deriveKey } from '../core/keys.js';
 import type { Transaction } from '../core/sql.js';
-import { withIdempotencyKey } from '../client/key-context.js';
+import { withIdempotencyKey } from '../core/key-context.js';
 import type { Idem } from '../operations/idem.js';
 import type { MultiStepOperation } from '../operations/multi-step.js';
 import type { Outcome } from '../operations/outcome.js';
