@@ -466,7 +466,9 @@ export class WebhookProcessor<Client = unknown> {
       try {
         entity = declaredEntity(handler, event, row.source);
       } catch (error) {
-        return this.refuse(row, null, errorMessage(error), fields);
+        // A body that does not parse, or a version that cannot be ordered: invalid, not retried.
+        const reason = error instanceof Error ? error.message : String(error);
+        return this.refuse(row, null, reason.slice(0, 2000), fields);
       }
       let refusal: string | null | undefined;
       try {
