@@ -167,7 +167,11 @@ export async function startProvider(options: ProviderOptions): Promise<FakeCardP
         return send(res, 400, { error: 'invalid_json' });
       }
       const amount = input.amount ?? charge.amount - charge.refunded;
-      if (!Number.isSafeInteger(amount) || (amount as number) <= 0 || charge.refunded + (amount as number) > charge.amount)
+      if (
+        !Number.isSafeInteger(amount) ||
+        (amount as number) <= 0 ||
+        charge.refunded + (amount as number) > charge.amount
+      )
         return send(res, 400, { error: 'invalid_amount' });
       // Numbered and totalled here, synchronously, in the order the refunds are accepted.
       charge.refunded += amount as number;

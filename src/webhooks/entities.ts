@@ -122,8 +122,7 @@ export async function skipEntityGap(
       [options.scope, options.key],
     );
     const entity = rows[0] as
-      | { ordering: string; next: string | null; missing: string | null; lowest: string | null }
-      | undefined;
+      { ordering: string; next: string | null; missing: string | null; lowest: string | null } | undefined;
     if (!entity) throw new InvalidArgumentError(`no webhook entity ${options.scope}/${options.key}`);
     if (entity.ordering !== 'sequence') {
       throw new InvalidArgumentError(

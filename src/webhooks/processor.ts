@@ -25,7 +25,13 @@ import { InvalidArgumentError } from '../core/errors.js';
 import type { Sql, Transaction } from '../core/sql.js';
 import { defaultSchema } from '../migrate/schema-name.js';
 import { exponentialBackoff, type BackoffOptions } from './backoff.js';
-import { listParkedEntities, skipEntityGap, type ParkedEntity, type SkipOptions, type SkipResult } from './entities.js';
+import {
+  listParkedEntities,
+  skipEntityGap,
+  type ParkedEntity,
+  type SkipOptions,
+  type SkipResult,
+} from './entities.js';
 import { InvalidWebhookEventError, isInvalidWebhookEvent } from './errors.js';
 import { createEvent, type WebhookEvent } from './event.js';
 import { consoleLogger, errorMessage, type WebhookLogger } from './logger.js';
@@ -552,7 +558,12 @@ export class WebhookProcessor<Client = unknown> {
         if (current.versus_expected === 0) return apply((BigInt(entity.version) + 1n).toString());
         if (current.versus_expected! < 0) {
           const skipped = (
-            await tx.query<{ from_version: string; through_version: string; skipped_at: unknown; reason: string | null }>(
+            await tx.query<{
+              from_version: string;
+              through_version: string;
+              skipped_at: unknown;
+              reason: string | null;
+            }>(
               this.statements.skipCovering,
               [entity.scope, entity.key, entity.version],
               this.statements.names.skipCovering,
@@ -692,7 +703,11 @@ export class WebhookProcessor<Client = unknown> {
   }
 
   /** The handler (or the database) failed: retry with backoff, or dead. */
-  private async failed(row: ClaimedRow, error: unknown, fields: Record<string, unknown>): Promise<ProcessOutcome> {
+  private async failed(
+    row: ClaimedRow,
+    error: unknown,
+    fields: Record<string, unknown>,
+  ): Promise<ProcessOutcome> {
     const permanent = (error as { retryable?: unknown } | null)?.retryable === false;
     const dead = permanent || row.attempts - row.deferrals >= this.maxAttempts;
     await this.fail(row, dead, errorMessage(error));
@@ -765,7 +780,8 @@ function resolveHandler<Client>(
   name: string,
   given: WebhookHandler<Client> | ((tx: Transaction<Client>, event: WebhookEvent) => Promise<void>),
 ): ResolvedHandler<Client> {
-  if (typeof given === 'function') return { ordering: 'none', firstVersion: '1', gapTimeoutMs: undefined, handle: given };
+  if (typeof given === 'function')
+    return { ordering: 'none', firstVersion: '1', gapTimeoutMs: undefined, handle: given };
   const ordering = given.ordering ?? (given.entity ? 'state' : 'none');
   if (!orderings.includes(ordering)) {
     throw new InvalidArgumentError(`handler ${name}: ordering must be 'state', 'sequence' or 'none'`);
@@ -798,7 +814,8 @@ function declaredEntity<Client>(
   if (handler.ordering === 'none' || !handler.entity) return null;
   const declared = handler.entity(event);
   if (declared === null || declared === undefined) {
-    if (handler.ordering === 'sequence') throw new InvalidArgumentError('a sequence event must declare its entity');
+    if (handler.ordering === 'sequence')
+      throw new InvalidArgumentError('a sequence event must declare its entity');
     return null;
   }
   const entity = normaliseEntity(declared, source);

@@ -30,7 +30,9 @@ afterAll(() => db?.close());
 async function capture(argv: string[]): Promise<{ code: number; out: string; err: string }> {
   const out: string[] = [];
   const err: string[] = [];
-  const log = vi.spyOn(console, 'log').mockImplementation((...args: unknown[]) => void out.push(args.join(' ')));
+  const log = vi
+    .spyOn(console, 'log')
+    .mockImplementation((...args: unknown[]) => void out.push(args.join(' ')));
   const error = vi
     .spyOn(console, 'error')
     .mockImplementation((...args: unknown[]) => void err.push(args.join(' ')));

@@ -24,7 +24,11 @@ const auth = { authorization: 'Bearer sk_test_acme' };
 async function pay(customer: string, amount: number): Promise<{ id: string; charge_id: string }> {
   const response = await fetch(`${demo.url}/v1/payments`, {
     method: 'POST',
-    headers: { ...auth, 'content-type': 'application/json', 'idempotency-key': `refund-test-${randomUUID()}` },
+    headers: {
+      ...auth,
+      'content-type': 'application/json',
+      'idempotency-key': `refund-test-${randomUUID()}`,
+    },
     body: JSON.stringify({ amount, currency: 'eur', customer }),
   });
   expect(response.status).toBe(201);
@@ -44,7 +48,13 @@ async function refundAtProvider(chargeId: string, amount: number): Promise<numbe
 /** What the demo's books say about one payment. */
 async function books(paymentId: string) {
   const d = `"${schema}_demo"`;
-  const { rows } = await demo.pool.query<{ refunded: number; refunds: number; refunds_total: number; reversals: number; reversed: number }>(
+  const { rows } = await demo.pool.query<{
+    refunded: number;
+    refunds: number;
+    refunds_total: number;
+    reversals: number;
+    reversed: number;
+  }>(
     `SELECT p.refunded::int AS refunded,
         (SELECT count(*)::int FROM ${d}.refunds r WHERE r.payment_id = p.id) AS refunds,
         (SELECT coalesce(sum(amount), 0)::int FROM ${d}.refunds r WHERE r.payment_id = p.id) AS refunds_total,
@@ -73,7 +83,10 @@ const receiptStates = async () =>
   );
 
 /** Posts a validly signed `charge.refunded` to the demo, as the provider would. */
-async function sendRefundEvent(data: ChargeRefundedEvent['data'], id = `msg_${randomUUID()}`): Promise<string> {
+async function sendRefundEvent(
+  data: ChargeRefundedEvent['data'],
+  id = `msg_${randomUUID()}`,
+): Promise<string> {
   const body = JSON.stringify({ type: 'charge.refunded', data });
   const now = new Date();
   const response = await fetch(`${demo.url}/webhooks/provider`, {
@@ -120,7 +133,13 @@ describe('demo refunds', () => {
         const provider = charges.get(p.charge_id)!.refunded;
         expect(provider).toBe(600);
         const b = await books(p.id);
-        if (b.refunded !== provider || b.refunds !== 3 || b.refunds_total !== provider || b.reversals !== 3 || b.reversed !== provider) {
+        if (
+          b.refunded !== provider ||
+          b.refunds !== 3 ||
+          b.refunds_total !== provider ||
+          b.reversals !== 3 ||
+          b.reversed !== provider
+        ) {
           mismatched.push(`${p.id}: ${JSON.stringify(b)} vs provider ${provider}`);
         }
       }
@@ -133,7 +152,10 @@ describe('demo refunds', () => {
   it('the same refund delivered again, under its id or a new one, is recorded once', async () => {
     const payment = await pay(`refund_dup_${randomUUID().slice(0, 8)}`, 700);
     expect(await refundAtProvider(payment.charge_id, 700)).toBe(200);
-    await until(() => books(payment.id), (b) => b.reversals >= 1);
+    await until(
+      () => books(payment.id),
+      (b) => b.reversals >= 1,
+    );
     const { rows } = await demo.pool.query<{ delivery_id: string; body: string }>(
       `SELECT delivery_id, convert_from(body, 'UTF8') AS body FROM "${schema}".webhook_receipts
         WHERE convert_from(body, 'UTF8') LIKE $1`,
@@ -145,18 +167,46 @@ describe('demo refunds', () => {
     await sendRefundEvent(event.data, rows[0]!.delivery_id); // the provider's delivery again: 200 duplicate
     const copy = await sendRefundEvent(event.data); // the same refund under a new delivery id
     await until(
-      () => demo.pool.query(`SELECT state FROM "${schema}".webhook_receipts WHERE delivery_id = $1`, [copy]),
+      () =>
+        demo.pool.query<{ state: string }>(
+          `SELECT state FROM "${schema}".webhook_receipts WHERE delivery_id = $1`,
+          [copy],
+        ),
       (r) => r.rows[0]?.state === 'duplicate',
     );
-    expect(await books(payment.id)).toEqual({ refunded: 700, refunds: 1, refunds_total: 700, reversals: 1, reversed: 700 });
+    expect(await books(payment.id)).toEqual({
+      refunded: 700,
+      refunds: 1,
+      refunds_total: 700,
+      reversals: 1,
+      reversed: 700,
+    });
   });
 
   it('absurd amounts and sequences are dead letters with the reason; they change nothing, and genuine refunds still apply', async () => {
     const payment = await pay(`refund_bad_${randomUUID().slice(0, 8)}`, 1000);
     const base = { charge_id: payment.charge_id, charge_amount: 1000, currency: 'eur' };
-    const negative = await sendRefundEvent({ ...base, refund_id: 're_neg', amount: -5000, amount_refunded: 0, sequence: 1 });
-    const huge = await sendRefundEvent({ ...base, refund_id: 're_huge', amount: 99_999_999, amount_refunded: 99_999_999, sequence: 1 });
-    const ahead = await sendRefundEvent({ ...base, refund_id: 're_ahead', amount: 1, amount_refunded: 1, sequence: 1e15 });
+    const negative = await sendRefundEvent({
+      ...base,
+      refund_id: 're_neg',
+      amount: -5000,
+      amount_refunded: 0,
+      sequence: 1,
+    });
+    const huge = await sendRefundEvent({
+      ...base,
+      refund_id: 're_huge',
+      amount: 99_999_999,
+      amount_refunded: 99_999_999,
+      sequence: 1,
+    });
+    const ahead = await sendRefundEvent({
+      ...base,
+      refund_id: 're_ahead',
+      amount: 1,
+      amount_refunded: 1,
+      sequence: 1e15,
+    });
     const deadReasons = await until(
       async () =>
         (
@@ -169,14 +219,27 @@ describe('demo refunds', () => {
     );
     const reason = (id: string) => deadReasons.find((r) => r.delivery_id === id)?.last_error;
     expect(reason(negative)).toMatch(/^invalid event: the amount must be a positive integer \(got -5000\)/);
-    expect(reason(huge)).toMatch(/^invalid event: refund re_huge of 99999999 is more than is left to refund on pay_\w+ \(1000\)/);
-    expect(reason(ahead)).toMatch(/^invalid event: the sequence must be a positive integer no larger than amount_refunded/);
-    expect(await books(payment.id)).toEqual({ refunded: 0, refunds: 0, refunds_total: 0, reversals: 0, reversed: 0 });
+    expect(reason(huge)).toMatch(
+      /^invalid event: refund re_huge of 99999999 is more than is left to refund on pay_\w+ \(1000\)/,
+    );
+    expect(reason(ahead)).toMatch(
+      /^invalid event: the sequence must be a positive integer no larger than amount_refunded/,
+    );
+    expect(await books(payment.id)).toEqual({
+      refunded: 0,
+      refunds: 0,
+      refunds_total: 0,
+      reversals: 0,
+      reversed: 0,
+    });
 
     // Sequence 1 is still the next one expected: the provider's genuine refunds apply.
     expect(await refundAtProvider(payment.charge_id, 250)).toBe(200);
     expect(await refundAtProvider(payment.charge_id, 750)).toBe(200);
-    const after = await until(() => books(payment.id), (b) => b.reversals >= 2);
+    const after = await until(
+      () => books(payment.id),
+      (b) => b.reversals >= 2,
+    );
     expect(after).toEqual({ refunded: 1000, refunds: 2, refunds_total: 1000, reversals: 2, reversed: 1000 });
   });
 });

@@ -149,8 +149,7 @@ const history = async (account: string) =>
   );
 const account = async (id: string) =>
   (await q(`SELECT status, balance::int AS balance FROM $schema.accounts WHERE id = $1`, [id])).rows[0] as
-    | { status: string; balance: number }
-    | undefined;
+    { status: string; balance: number } | undefined;
 const change = (account: string, version: number, delta: number): AccountEvent => ({
   type: 'account.changed',
   data: { account, version, delta },
@@ -162,7 +161,9 @@ const snapshot = (account: string, version: number, status = `s${version}`): Acc
 
 beforeAll(async () => {
   db = await createTestSchema({ poolSize: 24 });
-  await q(`CREATE TABLE $schema.accounts (id text PRIMARY KEY, status text NOT NULL, balance bigint NOT NULL)`);
+  await q(
+    `CREATE TABLE $schema.accounts (id text PRIMARY KEY, status text NOT NULL, balance bigint NOT NULL)`,
+  );
   await q(
     `CREATE TABLE $schema.history (n bigserial PRIMARY KEY, account text NOT NULL, version integer NOT NULL, delivery_id text NOT NULL)`,
   );
@@ -248,7 +249,10 @@ describe('sequence: every version, in order', () => {
       lowestWaitingVersion: '3',
     });
     expect(parked!.reason).toMatch(/version 2 has not arrived/);
-    expect((await worker.receipts({ states: ['waiting'] })).map((r) => r.nextAttemptAt)).toEqual([null, null]);
+    expect((await worker.receipts({ states: ['waiting'] })).map((r) => r.nextAttemptAt)).toEqual([
+      null,
+      null,
+    ]);
     // Parked receipts are not polled: nothing is due however long it waits.
     clock.advance(24 * 60 * minute);
     expect(await worker.drain()).toEqual([]);
@@ -288,11 +292,15 @@ describe('sequence: every version, in order', () => {
     await store(change('skip', 3, 3));
     expect(await worker.drain()).toEqual(['invalid']);
     const [dead] = await worker.receipts({ states: ['dead'] });
-    expect(dead!.lastError).toMatch(/version 3 of billing\/skip arrived after an operator skipped versions 2–3/);
+    expect(dead!.lastError).toMatch(
+      /version 3 of billing\/skip arrived after an operator skipped versions 2–3/,
+    );
     expect(dead!.lastError).toMatch(/provider lost 2 and 3/);
     expect(await history('skip')).toEqual([1, 4]);
     await expect(worker.skip({ scope: 'billing', key: 'skip' })).rejects.toThrow(/nothing waits/);
-    await expect(worker.skip({ scope: 'billing', key: 'nope', through: 3 })).rejects.toThrow(/no webhook entity/);
+    await expect(worker.skip({ scope: 'billing', key: 'nope', through: 3 })).rejects.toThrow(
+      /no webhook entity/,
+    );
   });
 
   it('a version far ahead is a gap, not the new truth: the real next versions still apply', async () => {
@@ -325,7 +333,8 @@ describe('sequence: every version, in order', () => {
           'account.changed': {
             ...sequenceHandler,
             async handle(tx, event) {
-              if (event.json<AccountEvent>().data.version === 1 && failures-- > 0) throw new Error('busy downstream');
+              if (event.json<AccountEvent>().data.version === 1 && failures-- > 0)
+                throw new Error('busy downstream');
               await sequenceHandler.handle(tx, event);
             },
           },
@@ -351,7 +360,11 @@ describe('validation before an event takes effect', () => {
     await store({ type: 'account.changed', data: { account: 'val', version: 1, delta: 'lots' } });
     expect(await worker.drain()).toEqual(['invalid']);
     const [dead] = await worker.receipts({ states: ['dead'] });
-    expect(dead).toMatchObject({ entityKey: 'val', entityVersion: '1', lastError: 'invalid event: delta must be an integer' });
+    expect(dead).toMatchObject({
+      entityKey: 'val',
+      entityVersion: '1',
+      lastError: 'invalid event: delta must be an integer',
+    });
     clock.advance(24 * 60 * minute);
     expect(await worker.drain()).toEqual([]);
     expect(await account('val')).toBeUndefined();
@@ -379,7 +392,9 @@ describe('validation before an event takes effect', () => {
     await store({ type: 'account.changed', data: { account: 'frac', version: 1.5, delta: 1 } });
     expect(await worker.drain()).toEqual(['invalid', 'invalid']);
     const errors = (await worker.receipts({ states: ['dead'] })).map((r) => r.lastError).sort();
-    expect(errors[0]).toMatch(/^invalid event: a sequence version must be a non-negative integer \(got 1.5\)/);
+    expect(errors[0]).toMatch(
+      /^invalid event: a sequence version must be a non-negative integer \(got 1.5\)/,
+    );
     expect(errors[1]).toMatch(/^invalid event: an entity key must be a non-empty string/);
   });
 
@@ -396,9 +411,9 @@ describe('validation before an event takes effect', () => {
     expect(() =>
       processor({ billing: { x: { ordering: 'sequence', handle: async () => undefined } } }),
     ).toThrow(/needs an entity/);
-    expect(() =>
-      processor({ billing: { x: { ...sequenceHandler, firstVersion: -1 } } }),
-    ).toThrow(/firstVersion/);
+    expect(() => processor({ billing: { x: { ...sequenceHandler, firstVersion: -1 } } })).toThrow(
+      /firstVersion/,
+    );
   });
 });
 
@@ -445,12 +460,18 @@ describe('property: any interleaving and duplication ends as if applied once in 
   /** A history: per account, versions 1..n, each with a delta and a status. */
   const histories = fc.array(
     fc.record({
-      versions: fc.array(fc.record({ delta: fc.integer({ min: 1, max: 1000 }), status: fc.constantFrom('a', 'b', 'c') }), {
-        minLength: 1,
+      versions: fc.array(
+        fc.record({ delta: fc.integer({ min: 1, max: 1000 }), status: fc.constantFrom('a', 'b', 'c') }),
+        {
+          minLength: 1,
+          maxLength: 6,
+        },
+      ),
+      // How each version is delivered: 1–3 times, each either again under the same id or under a new one.
+      copies: fc.array(fc.tuple(fc.integer({ min: 0, max: 2 }), fc.boolean()), {
+        minLength: 6,
         maxLength: 6,
       }),
-      // How each version is delivered: 1–3 times, each either again under the same id or under a new one.
-      copies: fc.array(fc.tuple(fc.integer({ min: 0, max: 2 }), fc.boolean()), { minLength: 6, maxLength: 6 }),
     }),
     { minLength: 1, maxLength: 4 },
   );
@@ -459,60 +480,80 @@ describe('property: any interleaving and duplication ends as if applied once in 
     it(`${model}: 4 workers in 2 processor instances`, async () => {
       const wall = systemClock;
       const live = makeReceiver(wall);
-      const type = model === 'state' ? 'account.updated' : 'account.changed';
       let run = 0;
       await fc.assert(
-        fc.asyncProperty(histories, fc.infiniteStream(fc.double({ min: 0, max: 1, noNaN: true })), async (accounts, randoms) => {
-          run++;
-          const prefix = `${model}-${run}-${sequence}`;
-          const deliveries: { id: string; event: AccountEvent }[] = [];
-          accounts.forEach((acct, a) => {
-            const key = `${prefix}-${a}`;
-            acct.versions.forEach((v, i) => {
-              const version = i + 1;
-              const event: AccountEvent =
-                model === 'state'
-                  ? snapshot(key, version, v.status)
-                  : change(key, version, v.delta);
-              const id = `msg_${prefix}_${a}_${version}`;
-              deliveries.push({ id, event });
-              const [extra, sameId] = acct.copies[i]!;
-              for (let c = 0; c < extra; c++) deliveries.push({ id: sameId ? id : `${id}_copy${c}`, event });
+        fc.asyncProperty(
+          histories,
+          fc.infiniteStream(fc.double({ min: 0, max: 1, noNaN: true })),
+          async (accounts, randoms) => {
+            run++;
+            const prefix = `${model}-${run}-${sequence}`;
+            const deliveries: { id: string; event: AccountEvent }[] = [];
+            accounts.forEach((acct, a) => {
+              const key = `${prefix}-${a}`;
+              acct.versions.forEach((v, i) => {
+                const version = i + 1;
+                const event: AccountEvent =
+                  model === 'state' ? snapshot(key, version, v.status) : change(key, version, v.delta);
+                const id = `msg_${prefix}_${a}_${version}`;
+                deliveries.push({ id, event });
+                const [extra, sameId] = acct.copies[i]!;
+                for (let c = 0; c < extra; c++)
+                  deliveries.push({ id: sameId ? id : `${id}_copy${c}`, event });
+              });
             });
-          });
-          // Arrival order: shuffled by the generated randoms.
-          const order = deliveries.map((d) => ({ d, r: randoms.next().value as number })).sort((x, y) => x.r - y.r);
-          const options = { clock: wall, concurrency: 2, pollIntervalMs: 10, entityBusyRetryMs: 20, gapTimeoutMs: 60_000 };
-          const workers = [processor(handlers, options), processor(handlers, options)];
-          for (const w of workers) w.start();
-          // Deliveries arrive while the workers run, a few at a time.
-          for (let i = 0; i < order.length; i += 3) {
-            await Promise.all(order.slice(i, i + 3).map(({ d }) => store(d.event, d.id, live, wall)));
-            for (const w of workers) w.notify();
-          }
-          await until(
-            async () =>
-              (await count(db.pool, db.schema, 'webhook_receipts', `state IN ('pending', 'processing', 'waiting') AND delivery_id LIKE 'msg_${prefix}_%'`)) === 0,
-          );
-          await Promise.all(workers.map((w) => w.stop()));
-          for (const [a, acct] of accounts.entries()) {
-            const key = `${prefix}-${a}`;
-            const applied = await history(key);
-            const row = await account(key);
-            if (model === 'sequence') {
-              expect(applied).toEqual(acct.versions.map((_, i) => i + 1));
-              expect(row!.balance).toBe(acct.versions.reduce((sum, v) => sum + v.delta, 0));
-            } else {
-              // Latest wins: the highest version's state, never moved backwards, each version at most once.
-              expect(row!.status).toBe(acct.versions.at(-1)!.status);
-              expect(applied.at(-1)).toBe(acct.versions.length);
-              for (let i = 1; i < applied.length; i++) expect(applied[i]!).toBeGreaterThan(applied[i - 1]!);
+            // Arrival order: shuffled by the generated randoms.
+            const order = deliveries
+              .map((d) => ({ d, r: randoms.next().value as number }))
+              .sort((x, y) => x.r - y.r);
+            const options = {
+              clock: wall,
+              concurrency: 2,
+              pollIntervalMs: 10,
+              entityBusyRetryMs: 20,
+              gapTimeoutMs: 60_000,
+            };
+            const workers = [processor(handlers, options), processor(handlers, options)];
+            for (const w of workers) w.start();
+            // Deliveries arrive while the workers run, a few at a time.
+            for (let i = 0; i < order.length; i += 3) {
+              await Promise.all(order.slice(i, i + 3).map(({ d }) => store(d.event, d.id, live, wall)));
+              for (const w of workers) w.notify();
             }
-          }
-          expect(
-            await count(db.pool, db.schema, 'webhook_receipts', `state = 'dead' AND delivery_id LIKE 'msg_${prefix}_%'`),
-          ).toBe(0);
-        }),
+            await until(
+              async () =>
+                (await count(
+                  db.pool,
+                  db.schema,
+                  'webhook_receipts',
+                  `state IN ('pending', 'processing', 'waiting') AND delivery_id LIKE 'msg_${prefix}_%'`,
+                )) === 0,
+            );
+            await Promise.all(workers.map((w) => w.stop()));
+            for (const [a, acct] of accounts.entries()) {
+              const key = `${prefix}-${a}`;
+              const applied = await history(key);
+              const row = await account(key);
+              if (model === 'sequence') {
+                expect(applied).toEqual(acct.versions.map((_, i) => i + 1));
+                expect(row!.balance).toBe(acct.versions.reduce((sum, v) => sum + v.delta, 0));
+              } else {
+                // Latest wins: the highest version's state, never moved backwards, each version at most once.
+                expect(row!.status).toBe(acct.versions.at(-1)!.status);
+                expect(applied.at(-1)).toBe(acct.versions.length);
+                for (let i = 1; i < applied.length; i++) expect(applied[i]!).toBeGreaterThan(applied[i - 1]!);
+              }
+            }
+            expect(
+              await count(
+                db.pool,
+                db.schema,
+                'webhook_receipts',
+                `state = 'dead' AND delivery_id LIKE 'msg_${prefix}_%'`,
+              ),
+            ).toBe(0);
+          },
+        ),
         { numRuns: 12, seed: model === 'state' ? 11 : 12 },
       );
     }, 120_000);

@@ -174,7 +174,8 @@ describe('order-aware handling', () => {
         worker.drain({ limit: 8 }),
       ]);
       flat.push(...outcomes.flat());
-      if ((await count(db.pool, db.schema, 'webhook_receipts', `state IN ('pending', 'waiting')`)) === 0) break;
+      if ((await count(db.pool, db.schema, 'webhook_receipts', `state IN ('pending', 'waiting')`)) === 0)
+        break;
       clock.advance(1000);
     }
     const final = flat.filter((o) => o !== 'deferred');
