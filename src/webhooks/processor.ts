@@ -574,6 +574,11 @@ export class WebhookProcessor<Client = unknown> {
               `version ${entity.version} of ${entity.scope}/${entity.key} arrived after an operator skipped versions ${skipped.from_version}–${skipped.through_version} at ${new Date(toMillis(skipped.skipped_at)!).toISOString()}${skipped.reason ? ` (${skipped.reason})` : ''}: never applied`,
             );
           }
+          if (current.version === null) {
+            throw new InvalidWebhookEventError(
+              `version ${entity.version} of ${entity.scope}/${entity.key} is below the handler's first version ${handler.firstVersion}`,
+            );
+          }
           await this.finish(tx, row, 'duplicate', entity);
           return 'duplicate';
         }

@@ -102,7 +102,7 @@ export function receiptStatements(schema: string): ReceiptStatements {
 
     // Puts a claimed receipt back to wait for its entity, without spending a handler attempt.
     wait: `UPDATE ${s}.webhook_receipts
-      SET state = 'waiting', next_attempt_at = $4, deferrals = deferrals + 1, last_error = NULL,
+      SET state = 'waiting', next_attempt_at = $4, deferrals = deferrals + 1,
           entity_scope = $5, entity_key = $6, entity_version = $7, waiting_since = $8
       WHERE source = $1 AND delivery_id = $2 AND state = 'processing' AND attempts = $3`,
 

@@ -323,6 +323,13 @@ describe('sequence: every version, in order', () => {
     await store(change('first', 100, 1));
     await worker.drain();
     expect(await history('first')).toEqual([100, 101]);
+    // Below the first version of an entity that has none applied: refused, not a silent duplicate.
+    await store(change('first-low', 7, 1));
+    expect(await worker.drain()).toEqual(['invalid']);
+    const [dead] = await worker.receipts({ states: ['dead'] });
+    expect(dead!.lastError).toMatch(
+      /version 7 of billing\/first-low is below the handler's first version 100/,
+    );
   });
 
   it('a failing version holds the later ones back until it succeeds; nothing is skipped', async () => {
