@@ -3,6 +3,7 @@ import { InvalidArgumentError } from '../core/errors.js';
 import { deriveKey, validateName } from '../core/keys.js';
 import type { Queryable, Sql, Transaction } from '../core/sql.js';
 import { isTransactionRetryable } from '../core/sqlstate.js';
+import { defaultTenant, validateTenant, validateTenants } from '../core/tenant.js';
 import { defaultSchema } from '../migrate/schema-name.js';
 import { renderInboxStatements, type InboxStatements } from './statements.js';
 
@@ -30,6 +31,13 @@ export interface InboxOptions<Client = unknown> {
    * metric never turns a processed message into a failed one. Default: none.
    */
   onDuplicate?: (message: InboxMessage) => void;
+  /**
+   * The tenant of messages that name none (`message.tenant`). Default `''`, the default tenant:
+   * for consumers that do not separate tenants. A consumer in a database distributed by tenant
+   * (Citus) or split into cells names the tenant of each message, so its record lives beside the
+   * tenant's other rows.
+   */
+  tenant?: string;
 }
 
 /** Names one delivery: who consumes it, and the message's id (an outbox event id, a delivery id). */
@@ -38,6 +46,11 @@ export interface InboxMessage {
   consumer: string;
   /** The message's id as the producer set it; the same on every redelivery. */
   messageId: string;
+  /**
+   * The tenant the message belongs to (an outbox event's `tenant`). Ids are deduplicated per
+   * (tenant, consumer). Default: the inbox's `tenant` option (`''` unless set).
+   */
+  tenant?: string;
 }
 
 /** Passed to a handler beside its transaction. */
@@ -60,6 +73,7 @@ export interface DeadMessage extends InboxMessage {
 }
 
 export interface InboxRecord {
+  tenant: string;
   consumer: string;
   messageId: string;
   state: 'processed' | 'dead';
@@ -100,6 +114,7 @@ export class Inbox<Client = unknown> {
   /** @internal */ readonly statements: InboxStatements;
   private readonly transactionRetries: number;
   private readonly onDuplicate: InboxOptions['onDuplicate'];
+  private readonly tenant: string;
 
   constructor(options: InboxOptions<Client>) {
     this.sql = options.sql;
@@ -110,6 +125,8 @@ export class Inbox<Client = unknown> {
     if (!(this.retentionMs > 0)) throw new InvalidArgumentError('retentionMs must be positive');
     this.transactionRetries = options.transactionRetries ?? 3;
     this.onDuplicate = options.onDuplicate;
+    this.tenant = options.tenant ?? defaultTenant;
+    validateTenant(this.tenant);
   }
 
   /**
@@ -122,7 +139,7 @@ export class Inbox<Client = unknown> {
     message: InboxMessage,
     handler: (tx: Transaction<Client>, context: InboxContext) => Promise<T>,
   ): Promise<HandleResult<T>> {
-    validate(message);
+    this.validate(message);
     for (let attempt = 0; ; attempt++) {
       try {
         const result = await this.sql.transaction((tx) => this.run(tx, message, handler));
@@ -144,7 +161,7 @@ export class Inbox<Client = unknown> {
     message: InboxMessage,
     handler: (tx: Transaction<TxClient>, context: InboxContext) => Promise<T>,
   ): Promise<HandleResult<T>> {
-    validate(message);
+    this.validate(message);
     const result = await this.run(tx, message, handler);
     this.count(message, result);
     return result;
@@ -155,9 +172,10 @@ export class Inbox<Client = unknown> {
    * For code that runs its own transaction and handler: write your effects only when it is true.
    */
   async record(tx: Queryable, message: InboxMessage): Promise<boolean> {
-    validate(message);
+    this.validate(message);
     const now = this.clock.now();
-    const params = [message.consumer, message.messageId, new Date(now), new Date(now + this.retentionMs)];
+    const id = [this.tenantOf(message), message.consumer, message.messageId];
+    const params = [...id, new Date(now), new Date(now + this.retentionMs)];
     const { statements } = this;
     const inserted = await tx.query(statements.record, params, statements.names.record);
     if (inserted.rowCount === 1) return true;
@@ -165,11 +183,7 @@ export class Inbox<Client = unknown> {
     // (the handler runs again), anything else is a duplicate.
     const revived = await tx.query(statements.revive, params, statements.names.revive);
     if (revived.rowCount === 1) return true;
-    await tx.query(
-      statements.countDuplicate,
-      [message.consumer, message.messageId],
-      statements.names.countDuplicate,
-    );
+    await tx.query(statements.countDuplicate, id, statements.names.countDuplicate);
     return false;
   }
 
@@ -179,9 +193,10 @@ export class Inbox<Client = unknown> {
    * processed record. Returns false when the message had been processed after all.
    */
   async markDead(message: DeadMessage): Promise<boolean> {
-    validate(message);
+    this.validate(message);
     const now = this.clock.now();
     const { rowCount } = await this.sql.query(this.statements.markDead, [
+      this.tenantOf(message),
       message.consumer,
       message.messageId,
       message.attempts,
@@ -198,10 +213,16 @@ export class Inbox<Client = unknown> {
 
   /** One record, or null. */
   async read(message: InboxMessage): Promise<InboxRecord | null> {
-    const { rows } = await this.sql.query(this.statements.read, [message.consumer, message.messageId]);
+    this.validate(message);
+    const { rows } = await this.sql.query(this.statements.read, [
+      this.tenantOf(message),
+      message.consumer,
+      message.messageId,
+    ]);
     const r = rows[0];
     if (!r) return null;
     return {
+      tenant: r.tenant_id as string,
       consumer: r.consumer as string,
       messageId: r.message_id as string,
       state: r.state as InboxRecord['state'],
@@ -227,18 +248,28 @@ export class Inbox<Client = unknown> {
     };
   }
 
-  /** Deletes records past their retention in short batches. Returns how many. */
-  async sweep(options: { batchSize?: number; maxBatches?: number } = {}): Promise<number> {
+  /**
+   * Deletes records past their retention in short batches. Returns how many. `tenants` sweeps only
+   * those tenants' records, each batch pinned to one tenant (a sweeper per shard or per cell);
+   * default every tenant. `maxBatches` counts per tenant.
+   */
+  async sweep(
+    options: { batchSize?: number; maxBatches?: number; tenants?: readonly string[] } = {},
+  ): Promise<number> {
     const batchSize = options.batchSize ?? 1000;
     const maxBatches = options.maxBatches ?? Infinity;
+    const tenants = validateTenants(options.tenants);
     let deleted = 0;
-    for (let batch = 0; batch < maxBatches; batch++) {
-      const { rowCount } = await this.sql.query(this.statements.sweep, [
-        new Date(this.clock.now()),
-        batchSize,
-      ]);
-      deleted += rowCount;
-      if (rowCount < batchSize) break;
+    for (const tenant of tenants ?? [null]) {
+      for (let batch = 0; batch < maxBatches; batch++) {
+        const now = new Date(this.clock.now());
+        const { rowCount } =
+          tenant === null
+            ? await this.sql.query(this.statements.sweep, [now, batchSize])
+            : await this.sql.query(this.statements.sweepTenant, [now, batchSize, tenant]);
+        deleted += rowCount;
+        if (rowCount < batchSize) break;
+      }
     }
     return deleted;
   }
@@ -249,9 +280,25 @@ export class Inbox<Client = unknown> {
     handler: (tx: Transaction<TxClient>, context: InboxContext) => Promise<T>,
   ): Promise<HandleResult<T>> {
     if (!(await this.record(tx, message))) return { duplicate: true };
-    const scope = { tenant: message.consumer, operation: 'inbox', key: message.messageId };
-    const value = await handler(tx, { ...message, deriveKey: (name) => deriveKey(scope, name) });
+    const tenant = this.tenantOf(message);
+    // The default tenant keeps the derivation keys had before tenants existed (the same message
+    // must send the same key downstream after an upgrade); any other tenant is part of the key.
+    const derive =
+      tenant === defaultTenant
+        ? (name: string) =>
+            deriveKey({ tenant: message.consumer, operation: 'inbox', key: message.messageId }, name)
+        : (name: string) =>
+            deriveKey({ tenant, operation: 'inbox', key: message.messageId }, message.consumer, name);
+    const value = await handler(tx, { ...message, tenant, deriveKey: derive });
     return { duplicate: false, value };
+  }
+
+  private tenantOf(message: InboxMessage): string {
+    return message.tenant ?? this.tenant;
+  }
+
+  private validate(message: InboxMessage): void {
+    validateMessage(message);
   }
 
   private count(message: InboxMessage, result: HandleResult<unknown>): void {
@@ -272,8 +319,9 @@ export function createInbox<Client>(options: InboxOptions<Client>): Inbox<Client
   return new Inbox(options);
 }
 
-function validate(message: InboxMessage): void {
+function validateMessage(message: InboxMessage): void {
   validateName('consumer', message.consumer);
+  if (message.tenant !== undefined) validateTenant(message.tenant);
   if (
     typeof message.messageId !== 'string' ||
     message.messageId.length === 0 ||

@@ -3,6 +3,7 @@ import { systemClock, toMillis, type Clock } from '../core/clock.js';
 import { InvalidArgumentError } from '../core/errors.js';
 import { validateName } from '../core/keys.js';
 import type { Queryable } from '../core/sql.js';
+import { defaultTenant, validateTenant, validateTenants } from '../core/tenant.js';
 import { defaultSchema } from '../migrate/schema-name.js';
 import { renderOutboxStatements, type OutboxStatements } from './statements.js';
 import type { NewOutboxEvent, OutboxEvent } from './types.js';
@@ -24,6 +25,11 @@ export interface OutboxOptions {
    * rates turn it off and let dispatchers poll.
    */
   notify?: boolean;
+  /**
+   * The tenant of events that name none (`event.tenant`), and of `read`. Default `''`, the default
+   * tenant. `createCells` gives each tenant an outbox with its tenant set here.
+   */
+  tenant?: string;
 }
 
 /** Which dead events to revive. With no field set, every dead event. */
@@ -31,6 +37,8 @@ export interface RedriveFilter {
   id?: string;
   topic?: string;
   key?: string;
+  /** Only this tenant's events (one statement pinned to it). Default: every tenant. */
+  tenant?: string;
 }
 
 export interface RedriveResult {
@@ -72,8 +80,13 @@ export interface CleanupOptions {
   retentionMs?: number;
   /** Rows per delete; each batch is one short autocommit statement. Default 1000. */
   batchSize?: number;
-  /** Stop after this many batches. Default: until nothing is due. */
+  /** Stop after this many batches (per tenant with `tenants`). Default: until nothing is due. */
   maxBatches?: number;
+  /**
+   * Only these tenants' rows, each batch pinned to one tenant (a cleanup per shard or per cell).
+   * Default: every tenant.
+   */
+  tenants?: readonly string[];
   /**
    * For Debezium (CDC) setups, where rows are never marked published: delete every row, published
    * or not, created more than `retentionMs` ago (dead rows are kept). Default false.
@@ -99,6 +112,8 @@ export class Outbox {
   /** @internal */ readonly statements: OutboxStatements;
   private readonly sql: Queryable | undefined;
   private readonly notify: boolean;
+  /** The tenant of events that name none. */
+  readonly tenant: string;
 
   constructor(options: OutboxOptions = {}) {
     this.schema = options.schema ?? defaultSchema;
@@ -106,6 +121,8 @@ export class Outbox {
     this.clock = options.clock ?? systemClock;
     this.sql = options.sql;
     this.notify = options.notify ?? true;
+    this.tenant = options.tenant ?? defaultTenant;
+    validateTenant(this.tenant);
   }
 
   /**
@@ -116,7 +133,7 @@ export class Outbox {
    * Returns the event's id (a UUIDv7 unless `event.id` was given).
    */
   async add(tx: Queryable, event: NewOutboxEvent): Promise<string> {
-    const row = prepare(event);
+    const row = prepare(event, this.tenant);
     const now = new Date(this.clock.now());
     const key = this.notify ? 'add' : 'addWithoutNotify';
     await tx.query(
@@ -124,7 +141,7 @@ export class Outbox {
       [...row, now, ...(this.notify ? [this.statements.channel] : [])],
       this.statements.names[key],
     );
-    return row[0];
+    return row[1];
   }
 
   /** Adds several events in one statement, in array order. Returns their ids. */
@@ -133,10 +150,10 @@ export class Outbox {
     const ids: string[] = [];
     const rows: string[] = [];
     for (const event of events) {
-      const [id, topic, key, type, payload, headers] = prepare(event);
+      const [tenant, id, topic, key, type, payload, headers] = prepare(event, this.tenant);
       ids.push(id);
       rows.push(
-        `[${JSON.stringify(id)},${JSON.stringify(topic)},${JSON.stringify(key)},${JSON.stringify(type)},${payload},${headers}]`,
+        `[${JSON.stringify(tenant)},${JSON.stringify(id)},${JSON.stringify(topic)},${JSON.stringify(key)},${JSON.stringify(type)},${payload},${headers}]`,
       );
     }
     const now = new Date(this.clock.now());
@@ -155,13 +172,18 @@ export class Outbox {
    */
   async redrive(filter: RedriveFilter = {}): Promise<RedriveResult> {
     if (filter.id !== undefined && !isUuid(filter.id)) throw new InvalidArgumentError('id must be a UUID');
-    const { rows } = await this.db().query<{ revived: number; released: number }>(this.statements.redrive, [
+    if (filter.tenant !== undefined) validateTenant(filter.tenant);
+    const params = [
       new Date(this.clock.now()),
       filter.id ?? null,
       filter.topic ?? null,
       filter.key ?? null,
       this.statements.channel,
-    ]);
+    ];
+    const { rows } =
+      filter.tenant === undefined
+        ? await this.db().query(this.statements.redrive, params)
+        : await this.db().query(this.statements.redriveTenant, [...params, filter.tenant]);
     return { revived: Number(rows[0]?.revived ?? 0), released: Number(rows[0]?.released ?? 0) };
   }
 
@@ -173,22 +195,37 @@ export class Outbox {
     if (!(retentionMs >= 0 && batchSize > 0)) {
       throw new InvalidArgumentError('cleanup needs retentionMs >= 0 and batchSize > 0');
     }
-    const statement = options.capturedByCdc ? this.statements.cleanupCaptured : this.statements.cleanup;
+    const tenants = validateTenants(options.tenants);
+    const { statements } = this;
     const cutoff = new Date(this.clock.now() - retentionMs);
     let deleted = 0;
-    for (let batch = 0; batch < maxBatches; batch++) {
-      const { rowCount } = await this.db().query(statement, [cutoff, batchSize]);
-      deleted += rowCount;
-      if (rowCount < batchSize) break;
+    for (const tenant of tenants ?? [null]) {
+      const [statement, params] =
+        tenant === null
+          ? [options.capturedByCdc ? statements.cleanupCaptured : statements.cleanup, [cutoff, batchSize]]
+          : [
+              options.capturedByCdc ? statements.cleanupCapturedTenant : statements.cleanupTenant,
+              [cutoff, batchSize, tenant],
+            ];
+      for (let batch = 0; batch < maxBatches; batch++) {
+        const { rowCount } = await this.db().query(statement, params);
+        deleted += rowCount;
+        if (rowCount < batchSize) break;
+      }
     }
     return deleted;
   }
 
-  /** Counts of every topic's rows, or of one topic's. A full scan: for tools, not hot paths. */
-  async stats(options: { topic?: string } = {}): Promise<OutboxStats> {
+  /**
+   * Counts of every topic's rows, or of one topic's (and of one tenant's). A full scan: for tools,
+   * not hot paths.
+   */
+  async stats(options: { topic?: string; tenant?: string } = {}): Promise<OutboxStats> {
+    if (options.tenant !== undefined) validateTenant(options.tenant);
     const { rows } = await this.db().query(this.statements.stats, [
       new Date(this.clock.now()),
       options.topic ?? null,
+      options.tenant ?? null,
     ]);
     const r = rows[0] ?? {};
     const oldest = toMillis(r.oldest_pending);
@@ -203,18 +240,22 @@ export class Outbox {
     };
   }
 
-  /** One event with its bookkeeping, or null. */
-  async read(id: string): Promise<OutboxRecord | null> {
+  /** One event with its bookkeeping, or null. `tenant` defaults to the outbox's `tenant` option. */
+  async read(id: string, options: { tenant?: string } = {}): Promise<OutboxRecord | null> {
     if (!isUuid(id)) throw new InvalidArgumentError('id must be a UUID');
-    const { rows } = await this.db().query(this.statements.read, [id]);
+    const tenant = options.tenant ?? this.tenant;
+    validateTenant(tenant);
+    const { rows } = await this.db().query(this.statements.read, [tenant, id]);
     return rows[0] ? decodeRecord(rows[0]) : null;
   }
 
-  /** Dead events, oldest first. */
-  async listDead(options: { limit?: number; topic?: string } = {}): Promise<OutboxRecord[]> {
+  /** Dead events, oldest first (of every tenant, or of one). */
+  async listDead(options: { limit?: number; topic?: string; tenant?: string } = {}): Promise<OutboxRecord[]> {
+    if (options.tenant !== undefined) validateTenant(options.tenant);
     const { rows } = await this.db().query(this.statements.listDead, [
       options.limit ?? 100,
       options.topic ?? null,
+      options.tenant ?? null,
     ]);
     return rows.map(decodeRecord);
   }
@@ -229,8 +270,13 @@ export function createOutbox(options: OutboxOptions = {}): Outbox {
   return new Outbox(options);
 }
 
-/** Validates an event and returns its column values: id, topic, key, type, payload, headers. */
-function prepare(event: NewOutboxEvent): [string, string, string, string, string, string] {
+/** Validates an event and returns its column values: tenant, id, topic, key, type, payload, headers. */
+function prepare(
+  event: NewOutboxEvent,
+  tenantByDefault: string,
+): [string, string, string, string, string, string, string] {
+  const tenant = event.tenant ?? tenantByDefault;
+  validateTenant(tenant);
   validateName('topic', event.topic);
   validateName('key', event.key);
   validateName('type', event.type);
@@ -242,13 +288,14 @@ function prepare(event: NewOutboxEvent): [string, string, string, string, string
   for (const [name, value] of Object.entries(headers)) {
     if (typeof value !== 'string') throw new InvalidArgumentError(`header ${name} must be a string`);
   }
-  return [id, event.topic, event.key, event.type, payload, JSON.stringify(headers)];
+  return [tenant, id, event.topic, event.key, event.type, payload, JSON.stringify(headers)];
 }
 
 /** @internal Decodes an event row as the claim statement returns it. */
 export function decodeEvent(row: Record<string, unknown>): OutboxEvent {
   return {
     id: row.id as string,
+    tenant: row.tenant_id as string,
     topic: row.aggregatetype as string,
     key: row.aggregateid as string,
     type: row.type as string,

@@ -1,14 +1,22 @@
 import { createHash } from 'node:crypto';
 import { quoteSchema } from '../migrate/schema-name.js';
 
-/** The outbox's SQL, rendered once per schema. One statement per hot path step. */
+/**
+ * The outbox's SQL, rendered once per schema. One statement per hot path step. Statements about
+ * known events name their tenant (the primary key is (tenant_id, id)); the dispatcher's scans come
+ * in two forms: across every tenant (the default) and pinned to one tenant (`…Tenant`, used by a
+ * dispatcher with the `tenants` option), which is what a database distributed by tenant needs.
+ */
 export interface OutboxStatements {
   /** The LISTEN/NOTIFY channel producers notify at commit and dispatchers listen on. */
   channel: string;
-  /** $1 id, $2 topic, $3 key, $4 type, $5 payload json text, $6 headers json text, $7 now, $8 channel. */
+  /**
+   * $1 tenant, $2 id, $3 topic, $4 key, $5 type, $6 payload json text, $7 headers json text, $8 now,
+   * $9 channel.
+   */
   add: string;
   addWithoutNotify: string;
-  /** $1 JSON array of [id, topic, key, type, payload, headers] rows; $2 now; $3 channel. */
+  /** $1 JSON array of [tenant, id, topic, key, type, payload, headers] rows; $2 now; $3 channel. */
   addMany: string;
   addManyWithoutNotify: string;
   /**
@@ -16,34 +24,58 @@ export interface OutboxStatements {
    * (ms, text). Locks key heads, returns their runs, and sets the transaction's settings.
    */
   claim: string;
+  /** `claim` of one tenant: $5 tenant. */
+  claimTenant: string;
   /**
-   * $1 published ids (JSON array text), $2 now, $3 failures (JSON array of {id, retry_at, error, dead}).
-   * Marks successes published, failures retried or dead, and holds back the failed keys' later events.
+   * $1 published [tenant, id] pairs (JSON array text), $2 now, $3 failures (JSON array of
+   * {tenant_id, id, retry_at, error, dead}). Marks successes published, failures retried or dead,
+   * and holds back the failed keys' later events.
    */
   mark: string;
+  /** `mark` of one tenant's events: $1 published ids (JSON array text), $4 tenant. */
+  markTenant: string;
   /** Like `mark`, but deletes published rows at once (retention 0). */
   markDeleting: string;
-  /** $1 now, $2 id, $3 topic, $4 key, $5 channel. Revives dead events and the events parked behind them. */
+  markDeletingTenant: string;
+  /**
+   * $1 now, $2 id, $3 topic, $4 key, $5 channel. Revives dead events and the events parked behind
+   * them, in every tenant.
+   */
   redrive: string;
+  /** `redrive` in one tenant: $6 tenant. */
+  redriveTenant: string;
   /** $1 cutoff, $2 batch size. Deletes published rows older than the cutoff. */
   cleanup: string;
+  /** `cleanup` of one tenant: $3 tenant. */
+  cleanupTenant: string;
   /** $1 cutoff, $2 batch size. For CDC (Debezium) setups: deletes any row older than the cutoff. */
   cleanupCaptured: string;
-  /** $1 now, $2 topic or null. Counts by state. */
+  cleanupCapturedTenant: string;
+  /** $1 now, $2 topic or null, $3 tenant or null. Counts by state. */
   stats: string;
-  /** $1 id. One event with its bookkeeping. */
+  /** $1 tenant, $2 id. One event with its bookkeeping. */
   read: string;
   /**
    * Names for the hot statements: node-postgres then parses and plans each once per connection
    * (the claim's planning alone is ~1–2 ms of a batch's CPU). The hash ties a name to its text.
    */
-  names: Record<
-    'add' | 'addWithoutNotify' | 'addMany' | 'addManyWithoutNotify' | 'claim' | 'mark' | 'markDeleting',
-    { name: string }
-  >;
-  /** $1 limit, $2 topic or null. Dead events, oldest first. */
+  names: Record<(typeof namedStatements)[number], { name: string }>;
+  /** $1 limit, $2 topic or null, $3 tenant or null. Dead events, oldest first. */
   listDead: string;
 }
+
+const namedStatements = [
+  'add',
+  'addWithoutNotify',
+  'addMany',
+  'addManyWithoutNotify',
+  'claim',
+  'claimTenant',
+  'mark',
+  'markTenant',
+  'markDeleting',
+  'markDeletingTenant',
+] as const;
 
 /**
  * Channel names are identifiers (at most 63 bytes); a long schema name is hashed so the name
@@ -57,21 +89,12 @@ export function outboxChannel(schema: string): string {
 }
 
 // jsonb is read as text and parsed by idem, so every driver yields the same values.
-const eventColumns = `id, aggregatetype, aggregateid, type, payload::text AS payload, headers::text AS headers, created_at, attempts`;
+const eventColumns = `tenant_id, id, aggregatetype, aggregateid, type, payload::text AS payload, headers::text AS headers, created_at, attempts`;
 
 export function renderOutboxStatements(schema: string): OutboxStatements {
   const texts = renderTexts(schema);
-  const named = [
-    'add',
-    'addWithoutNotify',
-    'addMany',
-    'addManyWithoutNotify',
-    'claim',
-    'mark',
-    'markDeleting',
-  ] as const;
   const names = Object.fromEntries(
-    named.map((key) => [
+    namedStatements.map((key) => [
       key,
       { name: `idem_outbox_${key}_${createHash('sha1').update(texts[key]).digest('hex').slice(0, 12)}` },
     ]),
@@ -79,13 +102,43 @@ export function renderOutboxStatements(schema: string): OutboxStatements {
   return { ...texts, names };
 }
 
+/**
+ * How a statement finds rows of one tenant: `tenant` is the parameter of a statement pinned to one
+ * tenant (every block of it repeats the pin, so a distributed planner routes it to one shard), or
+ * null for a statement across tenants, where each lookup follows the tenant of the row it came from.
+ */
+type Pin = string | null;
+
+/** `alias.tenant_id` equals the pinned tenant, or the tenant of the row `outer` it follows. */
+function sameTenant(pin: Pin, alias: string, outer: string): string {
+  return pin === null ? `${alias}.tenant_id = ${outer}.tenant_id` : `${alias}.tenant_id = ${pin}`;
+}
+
+/**
+ * Rows of `alias` whose (tenant_id, id) is one of the pairs in `source` (a relation with tenant_id
+ * and id). The two `= ANY(ARRAY(…))` conditions keep primary-key lookups in a prepared statement's
+ * generic plan (a join would hash-join against a sequential scan of the outbox); the third makes
+ * the match exact when one id exists under two tenants (uuid text is 36 characters, so id ‖ tenant
+ * is unambiguous).
+ */
+function pairs(alias: string, source: string): string {
+  return `${alias}.tenant_id = ANY(ARRAY(SELECT DISTINCT tenant_id FROM ${source}))
+        AND ${alias}.id = ANY(ARRAY(SELECT id FROM ${source}))
+        AND ${alias}.id::text || ${alias}.tenant_id = ANY(ARRAY(SELECT id::text || tenant_id FROM ${source}))`;
+}
+
 function renderTexts(schema: string): Omit<OutboxStatements, 'names'> {
   const s = quoteSchema(schema);
-  const insertColumns = `INSERT INTO ${s}.outbox (id, aggregatetype, aggregateid, type, payload, headers, created_at, available_at)`;
+  const insertColumns = `INSERT INTO ${s}.outbox (tenant_id, id, aggregatetype, aggregateid, type, payload, headers, created_at, available_at)`;
   // Arrays travel as one JSON text parameter: every adapter passes text through unchanged, while
   // some (Drizzle) expand array parameters into lists.
-  const manyRows = `SELECT (u.r->>0)::uuid, u.r->>1, u.r->>2, u.r->>3, u.r->4, u.r->5, $2::timestamptz, $2::timestamptz
+  const manyRows = `SELECT u.r->>0, (u.r->>1)::uuid, u.r->>2, u.r->>3, u.r->>4, u.r->5, u.r->6, $2::timestamptz, $2::timestamptz
     FROM jsonb_array_elements($1::text::jsonb) WITH ORDINALITY AS u(r, ord)`;
+  // Short autocommit deletes of a bounded batch; SKIP LOCKED so cleanup never waits on a
+  // dispatcher and two cleanups never collide. The rows are addressed by ctid: they are locked,
+  // so they cannot move before the DELETE reaches them.
+  const cleanup = (due: string, pin: string) => `DELETE FROM ${s}.outbox WHERE ${pin}ctid = ANY(ARRAY(
+        SELECT ctid FROM ${s}.outbox WHERE ${pin}${due} LIMIT $2 FOR UPDATE SKIP LOCKED))`;
   return {
     channel: outboxChannel(schema),
     // The NOTIFY rides in the INSERT (no extra round trip) and is delivered at COMMIT, so a
@@ -93,39 +146,28 @@ function renderTexts(schema: string): Omit<OutboxStatements, 'names'> {
     // notifications of one transaction into one. `::text::jsonb`: the driver sends text, which
     // stops drivers that JSON-encode jsonb parameters (postgres.js) from encoding it twice.
     add: `${insertColumns}
-      SELECT $1::uuid, $2, $3, $4, $5::text::jsonb, $6::text::jsonb, $7::timestamptz, $7::timestamptz
-      FROM (SELECT pg_notify($8, $2)) AS n`,
+      SELECT $1, $2::uuid, $3, $4, $5, $6::text::jsonb, $7::text::jsonb, $8::timestamptz, $8::timestamptz
+      FROM (SELECT pg_notify($9, $3)) AS n`,
     addWithoutNotify: `${insertColumns}
-      VALUES ($1::uuid, $2, $3, $4, $5::text::jsonb, $6::text::jsonb, $7::timestamptz, $7::timestamptz)`,
+      VALUES ($1, $2::uuid, $3, $4, $5, $6::text::jsonb, $7::text::jsonb, $8::timestamptz, $8::timestamptz)`,
     // ORDER BY ord: identity values (the per-key order) follow the order of the array.
     addMany: `WITH n AS (
-        SELECT count(pg_notify($3, d.t)) FROM (SELECT DISTINCT r->>1 AS t FROM jsonb_array_elements($1::text::jsonb) AS r) AS d
+        SELECT count(pg_notify($3, d.t)) FROM (SELECT DISTINCT r->>2 AS t FROM jsonb_array_elements($1::text::jsonb) AS r) AS d
       )
       ${insertColumns} ${manyRows} CROSS JOIN n ORDER BY u.ord`,
     addManyWithoutNotify: `${insertColumns} ${manyRows} ORDER BY u.ord`,
-    claim: claimStatement(s),
-    mark: markStatement(s, false),
-    markDeleting: markStatement(s, true),
-    redrive: `WITH revived AS (
-        UPDATE ${s}.outbox SET dead_at = NULL, attempts = 0, available_at = $1
-        WHERE dead_at IS NOT NULL AND published_at IS NULL
-          AND ($2::uuid IS NULL OR id = $2) AND ($3::text IS NULL OR aggregatetype = $3)
-          AND ($4::text IS NULL OR aggregateid = $4)
-        RETURNING aggregatetype, aggregateid, seq
-      ), released AS (
-        UPDATE ${s}.outbox o SET available_at = $1 FROM revived r
-        WHERE o.published_at IS NULL AND o.dead_at IS NULL AND o.aggregatetype = r.aggregatetype
-          AND o.aggregateid = r.aggregateid AND o.seq > r.seq AND o.available_at > $1
-        RETURNING 1
-      )
-      SELECT (SELECT count(*) FROM revived)::int AS revived, (SELECT count(*) FROM released)::int AS released,
-        (SELECT count(pg_notify($5, t)) FROM (SELECT DISTINCT aggregatetype AS t FROM revived) AS d) AS notified`,
-    // Short autocommit deletes of a bounded batch; SKIP LOCKED so cleanup never waits on a
-    // dispatcher and two cleanups never collide.
-    cleanup: `DELETE FROM ${s}.outbox WHERE id = ANY(ARRAY(
-        SELECT id FROM ${s}.outbox WHERE published_at < $1 ORDER BY published_at LIMIT $2 FOR UPDATE SKIP LOCKED))`,
-    cleanupCaptured: `DELETE FROM ${s}.outbox WHERE id = ANY(ARRAY(
-        SELECT id FROM ${s}.outbox WHERE created_at < $1 AND dead_at IS NULL LIMIT $2 FOR UPDATE SKIP LOCKED))`,
+    claim: claimStatement(s, null),
+    claimTenant: claimStatement(s, '$5'),
+    mark: markStatement(s, false, null),
+    markTenant: markStatement(s, false, '$4'),
+    markDeleting: markStatement(s, true, null),
+    markDeletingTenant: markStatement(s, true, '$4'),
+    redrive: redriveStatement(s, null),
+    redriveTenant: redriveStatement(s, '$6'),
+    cleanup: cleanup('published_at < $1 ORDER BY published_at', ''),
+    cleanupTenant: cleanup('published_at < $1 ORDER BY published_at', 'tenant_id = $3 AND '),
+    cleanupCaptured: cleanup('created_at < $1 AND dead_at IS NULL', ''),
+    cleanupCapturedTenant: cleanup('created_at < $1 AND dead_at IS NULL', 'tenant_id = $3 AND '),
     stats: `SELECT
         count(*) FILTER (WHERE published_at IS NULL AND dead_at IS NULL)::bigint AS pending,
         count(*) FILTER (WHERE published_at IS NULL AND dead_at IS NULL AND available_at <= $1)::bigint AS due,
@@ -134,11 +176,31 @@ function renderTexts(schema: string): Omit<OutboxStatements, 'names'> {
         count(*) FILTER (WHERE dead_at IS NOT NULL)::bigint AS dead,
         count(*) FILTER (WHERE published_at IS NOT NULL)::bigint AS published,
         min(created_at) FILTER (WHERE published_at IS NULL AND dead_at IS NULL) AS oldest_pending
-      FROM ${s}.outbox WHERE $2::text IS NULL OR aggregatetype = $2`,
-    read: `SELECT ${eventColumns}, seq, available_at, last_error, published_at, dead_at FROM ${s}.outbox WHERE id = $1`,
+      FROM ${s}.outbox WHERE ($2::text IS NULL OR aggregatetype = $2) AND ($3::text IS NULL OR tenant_id = $3)`,
+    read: `SELECT ${eventColumns}, seq, available_at, last_error, published_at, dead_at FROM ${s}.outbox
+      WHERE tenant_id = $1 AND id = $2`,
     listDead: `SELECT ${eventColumns}, seq, available_at, last_error, published_at, dead_at FROM ${s}.outbox
-      WHERE dead_at IS NOT NULL AND ($2::text IS NULL OR aggregatetype = $2) ORDER BY dead_at LIMIT $1`,
+      WHERE dead_at IS NOT NULL AND ($2::text IS NULL OR aggregatetype = $2) AND ($3::text IS NULL OR tenant_id = $3)
+      ORDER BY dead_at LIMIT $1`,
   };
+}
+
+function redriveStatement(s: string, pin: Pin): string {
+  return `WITH revived AS (
+        UPDATE ${s}.outbox SET dead_at = NULL, attempts = 0, available_at = $1
+        WHERE ${pin === null ? '' : `tenant_id = ${pin} AND `}dead_at IS NOT NULL AND published_at IS NULL
+          AND ($2::uuid IS NULL OR id = $2) AND ($3::text IS NULL OR aggregatetype = $3)
+          AND ($4::text IS NULL OR aggregateid = $4)
+        RETURNING tenant_id, aggregatetype, aggregateid, seq
+      ), released AS (
+        UPDATE ${s}.outbox o SET available_at = $1 FROM revived r
+        WHERE ${sameTenant(pin, 'o', 'r')} AND o.published_at IS NULL AND o.dead_at IS NULL
+          AND o.aggregatetype = r.aggregatetype AND o.aggregateid = r.aggregateid AND o.seq > r.seq
+          AND o.available_at > $1
+        RETURNING 1
+      )
+      SELECT (SELECT count(*) FROM revived)::int AS revived, (SELECT count(*) FROM released)::int AS released,
+        (SELECT count(pg_notify($5, t)) FROM (SELECT DISTINCT aggregatetype AS t FROM revived) AS d) AS notified`;
 }
 
 /**
@@ -169,56 +231,66 @@ function renderTexts(schema: string): Omit<OutboxStatements, 'names'> {
  *    keys get one event each without a second probe per key (measured: 22 ms → 12 ms per 500-key
  *    batch).
  */
-function claimStatement(s: string): string {
+function claimStatement(s: string, pin: Pin): string {
+  const candidates = pin === null ? '' : `tenant_id = ${pin} AND `;
+  // Across tenants, the due heads are found by their (tenant, id) pairs; pinned, by their ids.
+  const dueHeads =
+    pin === null
+      ? pairs('o', 'heads WHERE available_at <= $1')
+      : `o.tenant_id = ${pin} AND o.id = ANY(ARRAY(SELECT id FROM heads WHERE available_at <= $1))`;
   return `WITH cfg AS MATERIALIZED (
       SELECT set_config('idle_in_transaction_session_timeout', $4::text, true) AS idle,
         set_config('synchronous_commit', 'off', true) AS sync
     ), cand AS MATERIALIZED (
-      SELECT DISTINCT c.aggregatetype, c.aggregateid FROM (
-        SELECT aggregatetype, aggregateid FROM ${s}.outbox
-        WHERE published_at IS NULL AND available_at <= $1
+      SELECT DISTINCT c.tenant_id, c.aggregatetype, c.aggregateid FROM (
+        SELECT tenant_id, aggregatetype, aggregateid FROM ${s}.outbox
+        WHERE ${candidates}published_at IS NULL AND available_at <= $1
           AND ($3::text IS NULL OR aggregatetype = ANY(ARRAY(SELECT jsonb_array_elements_text($3::text::jsonb))))
         ORDER BY available_at LIMIT $2
         FOR KEY SHARE SKIP LOCKED
       ) AS c
     ), heads AS MATERIALIZED (
       SELECT h.* FROM cand CROSS JOIN LATERAL (
-        SELECT o.id, o.aggregatetype, o.aggregateid, o.seq, o.available_at FROM ${s}.outbox o
-        WHERE o.published_at IS NULL AND o.aggregatetype = cand.aggregatetype AND o.aggregateid = cand.aggregateid
+        SELECT o.tenant_id, o.id, o.aggregatetype, o.aggregateid, o.seq, o.available_at FROM ${s}.outbox o
+        WHERE ${sameTenant(pin, 'o', 'cand')} AND o.published_at IS NULL
+          AND o.aggregatetype = cand.aggregatetype AND o.aggregateid = cand.aggregateid
         ORDER BY o.seq LIMIT 1
       ) AS h
     ), held AS (
       UPDATE ${s}.outbox f SET available_at = x.available_at
       FROM (
-        SELECT x.id, h.available_at FROM heads h CROSS JOIN LATERAL (
-          SELECT x.id FROM ${s}.outbox x
-          WHERE x.published_at IS NULL AND x.aggregatetype = h.aggregatetype AND x.aggregateid = h.aggregateid
+        SELECT x.tenant_id, x.id, h.available_at FROM heads h CROSS JOIN LATERAL (
+          SELECT x.tenant_id, x.id FROM ${s}.outbox x
+          WHERE ${sameTenant(pin, 'x', 'h')} AND x.published_at IS NULL
+            AND x.aggregatetype = h.aggregatetype AND x.aggregateid = h.aggregateid
             AND x.seq > h.seq AND x.available_at < h.available_at
           LIMIT $2 FOR UPDATE SKIP LOCKED
         ) AS x
         WHERE h.available_at > $1
       ) AS x
-      WHERE f.id = x.id
+      WHERE ${sameTenant(pin, 'f', 'x')} AND f.id = x.id
       RETURNING 1
     ), locked AS MATERIALIZED (
-      SELECT o.id, o.aggregatetype, o.aggregateid, o.seq, o.type, o.payload, o.headers, o.created_at, o.attempts
+      SELECT o.tenant_id, o.id, o.aggregatetype, o.aggregateid, o.seq, o.type, o.payload, o.headers,
+        o.created_at, o.attempts
       FROM ${s}.outbox o
-      WHERE o.id = ANY(ARRAY(SELECT id FROM heads WHERE available_at <= $1))
+      WHERE ${dueHeads}
         AND o.published_at IS NULL AND o.available_at <= $1
       FOR UPDATE SKIP LOCKED
     ), runs AS (
       SELECT * FROM locked
       UNION ALL
       SELECT f.* FROM locked l CROSS JOIN LATERAL (
-        SELECT e.id, e.aggregatetype, e.aggregateid, e.seq, e.type, e.payload, e.headers, e.created_at, e.attempts
+        SELECT e.tenant_id, e.id, e.aggregatetype, e.aggregateid, e.seq, e.type, e.payload, e.headers,
+          e.created_at, e.attempts
         FROM ${s}.outbox e
-        WHERE e.published_at IS NULL AND e.aggregatetype = l.aggregatetype AND e.aggregateid = l.aggregateid
-          AND e.seq > l.seq
+        WHERE ${sameTenant(pin, 'e', 'l')} AND e.published_at IS NULL
+          AND e.aggregatetype = l.aggregatetype AND e.aggregateid = l.aggregateid AND e.seq > l.seq
         ORDER BY e.seq LIMIT greatest(0, $2 / nullif((SELECT count(*) FROM locked), 0) - 1)
       ) AS f
     )
-    SELECT held.n AS held, r.id, r.aggregatetype, r.aggregateid, r.type, r.payload::text AS payload,
-      r.headers::text AS headers, r.created_at, r.attempts
+    SELECT held.n AS held, r.tenant_id, r.id, r.aggregatetype, r.aggregateid, r.type,
+      r.payload::text AS payload, r.headers::text AS headers, r.created_at, r.attempts
     FROM (SELECT count(*)::int AS n FROM held) AS held
     CROSS JOIN cfg
     LEFT JOIN LATERAL (SELECT * FROM runs) AS r ON true
@@ -229,30 +301,46 @@ function claimStatement(s: string): string {
  * Settles a batch in one round trip, inside the claiming transaction (so the head locks are held
  * until the marks commit). Failed heads get their attempt, error and retry time (or 'infinity' and
  * `dead_at` when parked); every later pending event of a failed key is held back to the same time.
- * The `id = ANY(ARRAY(…))` conditions keep primary-key lookups in the generic plan of the prepared
- * statement, which otherwise hash-joins against a sequential scan of the outbox.
+ * The `= ANY(ARRAY(…))` conditions keep primary-key lookups in the generic plan of the prepared
+ * statement, which otherwise hash-joins against a sequential scan of the outbox (see `pairs`).
  */
-function markStatement(s: string, deletePublished: boolean): string {
+function markStatement(s: string, deletePublished: boolean, pin: Pin): string {
+  // Across tenants $1 holds [tenant, id] pairs (read once, as `p`); pinned, it holds ids.
+  const publishedRows =
+    pin === null
+      ? pairs('u', 'p')
+      : `u.tenant_id = ${pin} AND u.id = ANY(ARRAY(SELECT jsonb_array_elements_text($1::text::jsonb)::uuid))`;
   const published = deletePublished
-    ? `DELETE FROM ${s}.outbox USING ids WHERE id = ANY(ids.a) RETURNING 1`
-    : `UPDATE ${s}.outbox SET published_at = $2 FROM ids WHERE id = ANY(ids.a) RETURNING 1`;
-  return `WITH ids AS (SELECT ARRAY(SELECT jsonb_array_elements_text($1::text::jsonb)::uuid) AS a),
-    published AS (${published}),
-    f AS (SELECT * FROM jsonb_to_recordset($3::text::jsonb) AS f(id uuid, retry_at timestamptz, error text, dead boolean)),
-    failed AS (
+    ? `DELETE FROM ${s}.outbox u WHERE ${publishedRows} RETURNING 1`
+    : `UPDATE ${s}.outbox u SET published_at = $2 WHERE ${publishedRows} RETURNING 1`;
+  const pairsOfPublished =
+    pin === null
+      ? `p AS (SELECT r->>0 AS tenant_id, (r->>1)::uuid AS id FROM jsonb_array_elements($1::text::jsonb) AS r),
+    `
+      : '';
+  const rowsOf = (source: string) =>
+    pin === null
+      ? `o.tenant_id = ${source}.tenant_id AND o.id = ${source}.id AND ${pairs('o', source)}`
+      : `o.tenant_id = ${pin} AND o.id = ${source}.id AND o.id = ANY(ARRAY(SELECT id FROM ${source}))`;
+  return `WITH ${pairsOfPublished}published AS (${published}),
+    f AS (
+      SELECT * FROM jsonb_to_recordset($3::text::jsonb)
+        AS f(tenant_id text, id uuid, retry_at timestamptz, error text, dead boolean)
+    ), failed AS (
       UPDATE ${s}.outbox o SET attempts = o.attempts + 1, last_error = f.error, available_at = f.retry_at,
         dead_at = CASE WHEN f.dead THEN $2::timestamptz END
-      FROM f WHERE o.id = f.id AND o.id = ANY(ARRAY(SELECT id FROM f))
-      RETURNING o.aggregatetype, o.aggregateid, o.seq, o.available_at
+      FROM f WHERE ${rowsOf('f')}
+      RETURNING o.tenant_id, o.aggregatetype, o.aggregateid, o.seq, o.available_at
     ), later AS (
-      SELECT x.id, failed.available_at FROM failed CROSS JOIN LATERAL (
-        SELECT x.id FROM ${s}.outbox x
-        WHERE x.published_at IS NULL AND x.aggregatetype = failed.aggregatetype AND x.aggregateid = failed.aggregateid
+      SELECT x.tenant_id, x.id, failed.available_at FROM failed CROSS JOIN LATERAL (
+        SELECT x.tenant_id, x.id FROM ${s}.outbox x
+        WHERE ${sameTenant(pin, 'x', 'failed')} AND x.published_at IS NULL
+          AND x.aggregatetype = failed.aggregatetype AND x.aggregateid = failed.aggregateid
           AND x.seq > failed.seq AND x.available_at < failed.available_at
       ) AS x
     ), held AS (
       UPDATE ${s}.outbox o SET available_at = later.available_at FROM later
-      WHERE o.id = later.id AND o.id = ANY(ARRAY(SELECT id FROM later))
+      WHERE ${rowsOf('later')}
       RETURNING 1
     )
     SELECT (SELECT count(*) FROM published)::int AS published, (SELECT count(*) FROM failed)::int AS failed`;

@@ -16,11 +16,17 @@ export interface OutboxEvent<Payload = unknown> {
    * inboxes dedupe on it.
    */
   readonly id: string;
+  /**
+   * The tenant the event belongs to (`''`, the default tenant, unless the producer named one). The
+   * dispatcher sets it on every event; it is optional only so that events built by hand (tests of
+   * a publisher) need not name it, which means the default tenant.
+   */
+  readonly tenant?: string;
   /** Where the event goes: an exchange, a subject, a webhook subscription. Debezium: `aggregatetype`. */
   readonly topic: string;
   /**
-   * The ordering key, usually the aggregate id. Events of one key are published in the order they
-   * were added, never an event before an earlier one of its key. Debezium: `aggregateid`.
+   * The ordering key, usually the aggregate id. Events of one key (and tenant) are published in the
+   * order they were added, never an event before an earlier one of its key. Debezium: `aggregateid`.
    */
   readonly key: string;
   /** The event's type, e.g. `order.created`. */
@@ -94,4 +100,10 @@ export interface NewOutboxEvent<Payload = unknown> {
   headers?: Record<string, string>;
   /** A UUID to use instead of a fresh UUIDv7, e.g. one derived from an operation's key. */
   id?: string;
+  /**
+   * The tenant the event belongs to: its row lives with the tenant's other rows (the primary key is
+   * (tenant, id)), and ordering keys are per tenant. Default: the outbox's `tenant` option (`''`,
+   * the default tenant, unless set).
+   */
+  tenant?: string;
 }

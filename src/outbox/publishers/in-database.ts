@@ -7,7 +7,7 @@ import type { Inbox, InboxContext } from '../../inbox/inbox.js';
 import type { Transaction } from '../../core/sql.js';
 import type { OutboxEvent, Publisher, PublishResult } from '../types.js';
 
-/** A consumer of events: runs in its own transaction with the inbox record of (consumer, event id). */
+/** A consumer of events: runs in its own transaction with the inbox record of (tenant, consumer, event id). */
 export type EventHandler<Client = unknown> = (
   tx: Transaction<Client>,
   event: OutboxEvent,
@@ -70,7 +70,12 @@ export class InDatabasePublisher<Client = unknown> implements Publisher {
       if (subscriber.topics && !subscriber.topics.includes(event.topic)) continue;
       try {
         await this.options.inbox.handle(
-          { consumer: subscriber.consumer, messageId: event.id },
+          // The event's tenant: the inbox record lives beside the tenant's other rows.
+          {
+            consumer: subscriber.consumer,
+            messageId: event.id,
+            ...(event.tenant === undefined ? {} : { tenant: event.tenant }),
+          },
           (tx, context) => subscriber.handler(tx, event, context),
         );
       } catch (error) {
