@@ -7,10 +7,14 @@
 import { systemClock, toMillis, type Clock } from '../core/clock.js';
 import { InvalidArgumentError } from '../core/errors.js';
 import type { Queryable, Sql } from '../core/sql.js';
-import { defaultSchema, quoteSchema } from '../migrate/schema-name.js';
+import { defaultTenant, validateTenant } from '../core/tenant.js';
+import { defaultSchema } from '../migrate/schema-name.js';
+import { receiptStatements } from './statements.js';
 
 /** A `sequence` entity whose later versions waited longer than the gap timeout for a missing one. */
 export interface ParkedEntity {
+  /** The tenant of the receipts that name the entity (`''`: the default tenant). */
+  tenant: string;
   scope: string;
   key: string;
   /** The last version applied (or skipped), `null` when none was. */
@@ -35,6 +39,8 @@ export interface ListParkedOptions {
   scope?: string;
   /** At most this many, oldest parked first. Default 100. */
   limit?: number;
+  /** Only this tenant's entities. Default: every tenant. */
+  tenant?: string;
 }
 
 /** Parked entities, oldest first, with what waits behind each gap. */
@@ -42,22 +48,15 @@ export async function listParkedEntities(
   sql: Queryable,
   options: ListParkedOptions = {},
 ): Promise<ParkedEntity[]> {
-  const s = quoteSchema(options.schema ?? defaultSchema);
-  const { rows } = await sql.query(
-    `SELECT e.scope, e.entity_key, e.version::text AS version, e.missing_version::text AS missing_version,
-        e.parked_at, e.parked_reason, w.waiting, w.lowest::text AS lowest, w.since
-      FROM ${s}.webhook_entity_versions e
-      LEFT JOIN LATERAL (
-        SELECT count(*)::int AS waiting, min(r.entity_version) AS lowest,
-          min(coalesce(r.waiting_since, r.received_at)) AS since
-        FROM ${s}.webhook_receipts r
-        WHERE r.state = 'waiting' AND r.entity_scope = e.scope AND r.entity_key = e.entity_key
-      ) w ON true
-      WHERE e.parked_at IS NOT NULL AND ($1::text IS NULL OR e.scope = $1)
-      ORDER BY e.parked_at LIMIT $2`,
-    [options.scope ?? null, options.limit ?? 100],
-  );
+  if (options.tenant !== undefined) validateTenant(options.tenant);
+  const statements = receiptStatements(options.schema ?? defaultSchema);
+  const { rows } = await sql.query(statements.parked, [
+    options.scope ?? null,
+    options.limit ?? 100,
+    options.tenant ?? null,
+  ]);
   return rows.map((r) => ({
+    tenant: r.tenant_id as string,
     scope: r.scope as string,
     key: r.entity_key as string,
     appliedVersion: (r.version as string | null) ?? null,
@@ -83,6 +82,8 @@ export interface SkipOptions {
   through?: number | bigint | string;
   /** Why: stored with the skip, shown on a late arrival of a skipped version, and logged. */
   reason?: string;
+  /** The entity's tenant (of the receipts that name it). Default `''`, the default tenant. */
+  tenant?: string;
 }
 
 /** What a skip did. */
@@ -107,23 +108,23 @@ export async function skipEntityGap(
   sql: Sql,
   options: SkipOptions & { schema?: string; clock?: Clock },
 ): Promise<SkipResult> {
-  const s = quoteSchema(options.schema ?? defaultSchema);
+  const statements = receiptStatements(options.schema ?? defaultSchema);
+  const tenant = options.tenant ?? defaultTenant;
+  validateTenant(tenant);
   const now = new Date((options.clock ?? systemClock).now());
   if (options.through !== undefined && !/^\d{1,60}$/.test(String(options.through))) {
     throw new InvalidArgumentError('through must be a non-negative integer version');
   }
   return sql.transaction(async (tx) => {
     // An operator may wait for a worker that holds the entity: it commits within one handler.
-    const { rows } = await tx.query(
-      `SELECT ordering, (version + 1)::text AS next, missing_version::text AS missing,
-          (SELECT min(entity_version)::text FROM ${s}.webhook_receipts
-            WHERE state = 'waiting' AND entity_scope = $1 AND entity_key = $2) AS lowest
-        FROM ${s}.webhook_entity_versions WHERE scope = $1 AND entity_key = $2 FOR UPDATE`,
-      [options.scope, options.key],
-    );
+    const { rows } = await tx.query(statements.skipLockEntity, [options.scope, options.key, tenant]);
     const entity = rows[0] as
       { ordering: string; next: string | null; missing: string | null; lowest: string | null } | undefined;
-    if (!entity) throw new InvalidArgumentError(`no webhook entity ${options.scope}/${options.key}`);
+    if (!entity) {
+      throw new InvalidArgumentError(
+        `no webhook entity ${options.scope}/${options.key}${tenant === defaultTenant ? '' : ` of tenant ${tenant}`}`,
+      );
+    }
     if (entity.ordering !== 'sequence') {
       throw new InvalidArgumentError(
         `${options.scope}/${options.key} is ordered by state: it has no gaps to skip`,
@@ -139,24 +140,23 @@ export async function skipEntityGap(
     if (through < from) {
       throw new InvalidArgumentError(`nothing to skip: version ${from} is the next one expected`);
     }
-    await tx.query(
-      `INSERT INTO ${s}.webhook_entity_skips (scope, entity_key, from_version, through_version, skipped_at, reason)
-        VALUES ($1, $2, $3, $4, $5, $6)`,
-      [options.scope, options.key, from.toString(), through.toString(), now, options.reason ?? null],
-    );
-    // Counted as progress (applied_at): a further gap gets its full timeout from now.
-    await tx.query(
-      `UPDATE ${s}.webhook_entity_versions
-        SET version = $3, applied_at = $4, parked_at = NULL, parked_reason = NULL, missing_version = NULL
-        WHERE scope = $1 AND entity_key = $2`,
-      [options.scope, options.key, through.toString(), now],
-    );
-    const woken = await tx.query(
-      `UPDATE ${s}.webhook_receipts SET next_attempt_at = $4
-        WHERE state = 'waiting' AND entity_scope = $1 AND entity_key = $2
-          AND (entity_version <= $3::numeric OR next_attempt_at = 'infinity')`,
-      [options.scope, options.key, (through + 1n).toString(), now],
-    );
+    await tx.query(statements.skipInsert, [
+      options.scope,
+      options.key,
+      from.toString(),
+      through.toString(),
+      now,
+      options.reason ?? null,
+      tenant,
+    ]);
+    await tx.query(statements.skipAdvance, [options.scope, options.key, through.toString(), now, tenant]);
+    const woken = await tx.query(statements.skipWake, [
+      options.scope,
+      options.key,
+      (through + 1n).toString(),
+      now,
+      tenant,
+    ]);
     return { from: from.toString(), through: through.toString(), woken: woken.rowCount };
   });
 }

@@ -1,6 +1,8 @@
 /** What a handler receives: one stored receipt, read-only, with lazy text and JSON views. */
 
 export interface WebhookEvent {
+  /** The tenant of the source that received it (`''`, the default tenant, unless the source names one). */
+  readonly tenant: string;
   /** The receiver's name for the sender. */
   readonly source: string;
   /** The dedupe key within the source. */

@@ -23,6 +23,7 @@
 import { systemClock, toMillis, type Clock } from '../core/clock.js';
 import { InvalidArgumentError } from '../core/errors.js';
 import type { Sql, Transaction } from '../core/sql.js';
+import { validateTenant, validateTenants } from '../core/tenant.js';
 import { defaultSchema } from '../migrate/schema-name.js';
 import { exponentialBackoff, type BackoffOptions } from './backoff.js';
 import {
@@ -160,6 +161,12 @@ export interface WebhookProcessorOptions<Client = unknown> {
   random?: () => number;
   /** Default: warnings and errors to stderr as JSON. */
   logger?: WebhookLogger;
+  /**
+   * Only these tenants' receipts: each claim is one tenant's, pinned to it, taken in turn (workers
+   * per shard of a database distributed by tenant, or per group of tenants). Default: every tenant,
+   * in one scan.
+   */
+  tenants?: readonly string[];
 }
 
 /**
@@ -184,6 +191,8 @@ export type ProcessOutcome =
 
 /** A receipt as stored. */
 export interface WebhookReceipt {
+  /** The tenant of the source that received it (`''`: the default tenant). */
+  tenant: string;
   source: string;
   deliveryId: string;
   eventType: string | null;
@@ -215,9 +224,12 @@ export interface RedriveOptions {
   deliveryIds?: string[];
   /** Which states to redrive. Default `['dead']`; `'unhandled'` once a handler for the type exists. */
   states?: ('dead' | 'unhandled')[];
+  /** Only this tenant's receipts (one statement pinned to it). Default: every tenant. */
+  tenant?: string;
 }
 
 interface ClaimedRow {
+  tenant_id: string;
   source: string;
   delivery_id: string;
   event_type: string | null;
@@ -273,6 +285,9 @@ export class WebhookProcessor<Client = unknown> {
   private readonly random: () => number;
   private readonly delay: (failures: number) => number;
   private readonly logger: WebhookLogger;
+  private readonly tenants: readonly string[] | undefined;
+  /** Where the next claim of a processor scoped to tenants starts, so each gets its turn. */
+  private nextTenant = 0;
   private running = false;
   private loops: Promise<void>[] = [];
   private wake: { promise: Promise<void>; resolve: () => void } = signal();
@@ -291,6 +306,7 @@ export class WebhookProcessor<Client = unknown> {
     this.random = options.random ?? Math.random;
     this.delay = exponentialBackoff(options.backoff ?? {}, this.random);
     this.logger = options.logger ?? consoleLogger;
+    this.tenants = validateTenants(options.tenants);
     for (const [source, byType] of Object.entries(options.handlers)) {
       const resolved = new Map<string, ResolvedHandler<Client>>();
       for (const [type, given] of Object.entries(byType)) {
@@ -322,15 +338,39 @@ export class WebhookProcessor<Client = unknown> {
     current.resolve();
   }
 
-  /** Claims up to `limit` due receipts and processes them concurrently. Returns their outcomes. */
+  /**
+   * Claims up to `limit` due receipts and processes them concurrently. Returns their outcomes.
+   * With `tenants`, claims tenant by tenant (each claim pinned to one) until `limit` is reached,
+   * starting one tenant further each call.
+   */
   async runOnce(limit = this.concurrency): Promise<ProcessOutcome[]> {
+    return Promise.all((await this.claim(limit)).map((row) => this.process(row)));
+  }
+
+  private async claim(limit: number): Promise<ClaimedRow[]> {
     const now = this.clock.now();
-    const { rows } = await this.sql.query<ClaimedRow & Record<string, unknown>>(
-      this.statements.claim,
-      [new Date(now), limit, new Date(now + this.leaseMs)],
-      this.statements.names.claim,
-    );
-    return Promise.all(rows.map((row) => this.process(row)));
+    const params = [new Date(now), limit, new Date(now + this.leaseMs)];
+    if (!this.tenants) {
+      const { rows } = await this.sql.query<ClaimedRow & Record<string, unknown>>(
+        this.statements.claim,
+        params,
+        this.statements.names.claim,
+      );
+      return rows;
+    }
+    const claimed: ClaimedRow[] = [];
+    const start = this.nextTenant++ % this.tenants.length;
+    for (let i = 0; i < this.tenants.length && claimed.length < limit; i++) {
+      const tenant = this.tenants[(start + i) % this.tenants.length]!;
+      params[1] = limit - claimed.length;
+      const { rows } = await this.sql.query<ClaimedRow & Record<string, unknown>>(
+        this.statements.claimTenant,
+        [...params, tenant],
+        this.statements.names.claimTenant,
+      );
+      claimed.push(...rows);
+    }
+    return claimed;
   }
 
   /**
@@ -354,12 +394,12 @@ export class WebhookProcessor<Client = unknown> {
       if (state !== 'dead' && state !== 'unhandled')
         throw new InvalidArgumentError(`cannot redrive ${String(state)} receipts`);
     }
-    const { rowCount } = await this.sql.query(this.statements.redrive, [
-      new Date(this.clock.now()),
-      states,
-      options.source ?? null,
-      options.deliveryIds ?? null,
-    ]);
+    const params = [new Date(this.clock.now()), states, options.source ?? null, options.deliveryIds ?? null];
+    if (options.tenant !== undefined) validateTenant(options.tenant);
+    const { rowCount } =
+      options.tenant === undefined
+        ? await this.sql.query(this.statements.redrive, params)
+        : await this.sql.query(this.statements.redriveTenant, [...params, options.tenant]);
     if (rowCount > 0) {
       this.logger.info?.('webhook receipts redriven', { count: rowCount, source: options.source });
       this.notify();
@@ -367,20 +407,22 @@ export class WebhookProcessor<Client = unknown> {
     return rowCount;
   }
 
-  /** Lists receipts in the given states (default: dead letters), oldest first. */
+  /** Lists receipts in the given states (default: dead letters), oldest first; of one tenant or all. */
   async receipts(
-    options: { states?: WebhookReceipt['state'][]; source?: string; limit?: number } = {},
+    options: { states?: WebhookReceipt['state'][]; source?: string; limit?: number; tenant?: string } = {},
   ): Promise<WebhookReceipt[]> {
+    if (options.tenant !== undefined) validateTenant(options.tenant);
     const { rows } = await this.sql.query(this.statements.list, [
       options.states ?? ['dead'],
       options.source ?? null,
       options.limit ?? 100,
+      options.tenant ?? null,
     ]);
     return rows.map(decodeReceipt);
   }
 
   /** Sequence entities parked on a gap, oldest first. See `listParkedEntities`. */
-  parked(options: { scope?: string; limit?: number } = {}): Promise<ParkedEntity[]> {
+  parked(options: { scope?: string; limit?: number; tenant?: string } = {}): Promise<ParkedEntity[]> {
     return listParkedEntities(this.sql, { schema: this.schema, ...options });
   }
 
@@ -391,6 +433,7 @@ export class WebhookProcessor<Client = unknown> {
   async skip(options: SkipOptions): Promise<SkipResult> {
     const result = await skipEntityGap(this.sql, { schema: this.schema, clock: this.clock, ...options });
     this.logger.warn?.('webhook entity gap skipped by an operator', {
+      tenant: options.tenant,
       scope: options.scope,
       key: options.key,
       from: result.from,
@@ -405,17 +448,25 @@ export class WebhookProcessor<Client = unknown> {
    * Deletes applied, superseded, duplicate and unhandled receipts past their retention, in bounded
    * batches that skip locked rows. Dead and waiting receipts are kept. Entity versions are kept:
    * they stop a very late replay from moving state backwards after its receipt is gone.
+   * `tenants` (default: the processor's, else every tenant) sweeps tenant by tenant, each batch
+   * pinned to one; `maxBatches` counts per tenant.
    */
-  async sweep(options: { batchSize?: number; maxBatches?: number } = {}): Promise<{ deleted: number }> {
+  async sweep(
+    options: { batchSize?: number; maxBatches?: number; tenants?: readonly string[] } = {},
+  ): Promise<{ deleted: number }> {
     const batchSize = options.batchSize ?? 1000;
+    const tenants = validateTenants(options.tenants) ?? this.tenants;
     let deleted = 0;
-    for (let batch = 0; batch < (options.maxBatches ?? 1000); batch++) {
-      const { rowCount } = await this.sql.query(this.statements.sweep, [
-        new Date(this.clock.now()),
-        batchSize,
-      ]);
-      deleted += rowCount;
-      if (rowCount < batchSize) break;
+    for (const tenant of tenants ?? [null]) {
+      for (let batch = 0; batch < (options.maxBatches ?? 1000); batch++) {
+        const now = new Date(this.clock.now());
+        const { rowCount } =
+          tenant === null
+            ? await this.sql.query(this.statements.sweep, [now, batchSize])
+            : await this.sql.query(this.statements.sweepTenant, [now, batchSize, tenant]);
+        deleted += rowCount;
+        if (rowCount < batchSize) break;
+      }
     }
     return { deleted };
   }
@@ -443,6 +494,7 @@ export class WebhookProcessor<Client = unknown> {
   private async process(row: ClaimedRow): Promise<ProcessOutcome> {
     const attempt = row.attempts - row.deferrals;
     const event = createEvent({
+      tenant: row.tenant_id,
       source: row.source,
       deliveryId: row.delivery_id,
       type: row.event_type,
@@ -453,6 +505,7 @@ export class WebhookProcessor<Client = unknown> {
       attempt,
     });
     const fields = {
+      ...(row.tenant_id === '' ? {} : { tenant: row.tenant_id }),
       source: row.source,
       deliveryId: row.delivery_id,
       eventType: row.event_type,
@@ -490,14 +543,14 @@ export class WebhookProcessor<Client = unknown> {
       if (entity) {
         await this.sql.query(
           this.statements.ensureEntity,
-          [entity.scope, entity.key, entity.ordering],
+          [entity.scope, entity.key, entity.ordering, row.tenant_id],
           this.statements.names.ensureEntity,
         );
       }
       const outcome = await this.sql.transaction(async (tx): Promise<ProcessOutcome> => {
         const locked = await tx.query(
           this.statements.lock,
-          [row.source, row.delivery_id, row.attempts],
+          [row.source, row.delivery_id, row.attempts, row.tenant_id],
           this.statements.names.lock,
         );
         if (locked.rowCount === 0) return 'lost';
@@ -513,7 +566,7 @@ export class WebhookProcessor<Client = unknown> {
         const current = (
           await tx.query<LockedEntity & Record<string, unknown>>(
             this.statements.lockEntity,
-            [entity.scope, entity.key, entity.version, handler.firstVersion],
+            [entity.scope, entity.key, entity.version, handler.firstVersion, row.tenant_id],
             this.statements.names.lockEntity,
           )
         ).rows[0];
@@ -542,6 +595,7 @@ export class WebhookProcessor<Client = unknown> {
                 row.delivery_id,
                 new Date(this.clock.now()),
                 wakeThrough,
+                row.tenant_id,
               ],
               this.statements.names.applyVersion,
             )
@@ -565,7 +619,7 @@ export class WebhookProcessor<Client = unknown> {
               reason: string | null;
             }>(
               this.statements.skipCovering,
-              [entity.scope, entity.key, entity.version],
+              [entity.scope, entity.key, entity.version, row.tenant_id],
               this.statements.names.skipCovering,
             )
           ).rows[0];
@@ -619,7 +673,7 @@ export class WebhookProcessor<Client = unknown> {
       const reason = `version ${current.expected} has not arrived; version ${entity.version} (delivery ${row.delivery_id}) waited ${Math.round((now - Math.max(waitingSince, progressedAt)) / 1000)} s for it (gap timeout ${timeoutMs} ms)`;
       await tx.query(
         this.statements.park,
-        [entity.scope, entity.key, new Date(now), reason, current.expected],
+        [entity.scope, entity.key, new Date(now), reason, current.expected, row.tenant_id],
         this.statements.names.park,
       );
       this.logger.error?.('webhook entity parked', {
@@ -653,6 +707,7 @@ export class WebhookProcessor<Client = unknown> {
         entity.key,
         entity.version,
         waitingSince ?? null,
+        row.tenant_id,
       ],
       this.statements.names.wait,
     );
@@ -676,6 +731,7 @@ export class WebhookProcessor<Client = unknown> {
         entity?.scope ?? null,
         entity?.key ?? null,
         entity?.version ?? null,
+        row.tenant_id,
       ],
       this.statements.names.finish,
     );
@@ -700,6 +756,7 @@ export class WebhookProcessor<Client = unknown> {
         entity?.scope ?? null,
         entity?.key ?? null,
         entity?.version ?? null,
+        row.tenant_id,
       ],
       this.statements.names.reject,
     );
@@ -733,6 +790,7 @@ export class WebhookProcessor<Client = unknown> {
         dead ? 'dead' : 'pending',
         new Date(dead ? now : now + this.delay(row.attempts - row.deferrals)),
         message,
+        row.tenant_id,
       ],
       this.statements.names.fail,
     );
@@ -835,6 +893,7 @@ function declaredEntity<Client>(
 function decodeReceipt(row: Record<string, unknown>): WebhookReceipt {
   const headers = row.headers;
   return {
+    tenant: row.tenant_id as string,
     source: row.source as string,
     deliveryId: row.delivery_id as string,
     eventType: (row.event_type as string | null) ?? null,

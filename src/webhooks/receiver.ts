@@ -6,6 +6,7 @@
 import { systemClock, type Clock } from '../core/clock.js';
 import { InvalidArgumentError } from '../core/errors.js';
 import type { Queryable } from '../core/sql.js';
+import { defaultTenant, validateTenant } from '../core/tenant.js';
 import { defaultSchema } from '../migrate/schema-name.js';
 import { isWebhookRequestError, WebhookBodyTooLargeError, type WebhookRequestError } from './errors.js';
 import { pickHeaders } from './headers.js';
@@ -23,6 +24,13 @@ export interface WebhookSourceOptions {
   storeHeaders?: string[];
   /** Body limit of this source in bytes. Default: the receiver's `bodyLimit`. */
   bodyLimit?: number;
+  /**
+   * The tenant this source's deliveries belong to: the receipt, the entities its handlers name and
+   * the dedupe key (tenant, source, delivery id) live with the tenant's other rows. Mount one source
+   * per tenant (`stripe-acme`, `stripe-globex`) when each tenant has its own sender account.
+   * Default `''`, the default tenant.
+   */
+  tenant?: string;
 }
 
 /** Options of `createWebhookReceiver`. */
@@ -49,6 +57,7 @@ export interface WebhookReceiverOptions {
 /** A source with its defaults resolved. */
 export interface ResolvedSource {
   name: string;
+  tenant: string;
   verifier: WebhookVerifier;
   retentionMs: number;
   bodyLimit: number;
@@ -91,9 +100,12 @@ export class WebhookReceiver {
         throw new InvalidArgumentError(`source name must be 1–100 printable ASCII characters`);
       }
       const source: WebhookSourceOptions = 'verify' in given ? { verifier: given } : given;
+      const tenant = source.tenant ?? defaultTenant;
+      validateTenant(tenant);
       const excluded = new Set(source.verifier.signatureHeaders.map((h) => h.toLowerCase()));
       this.sources.set(name, {
         name,
+        tenant,
         verifier: source.verifier,
         retentionMs: positiveInteger('retentionMs', source.retentionMs ?? source.verifier.retentionMs),
         bodyLimit: positiveInteger('bodyLimit', source.bodyLimit ?? bodyLimit),
@@ -161,6 +173,7 @@ export class WebhookReceiver {
           Buffer.from(request.body.buffer, request.body.byteOffset, request.body.byteLength),
           new Date(now),
           new Date(now + source.retentionMs),
+          source.tenant,
         ],
         this.statements.names.insert,
       );

@@ -359,6 +359,7 @@ describe('retries, dead letters and redrive', () => {
       'pending',
       new Date(clock.now()),
       'late',
+      '',
     ]);
     expect(late.rowCount).toBe(0);
     const [row] = await worker.receipts({ states: ['applied'] });

@@ -1,4 +1,7 @@
-/** Subscriber endpoints: add, list, change, rotate secrets, disable, enable, remove. */
+/**
+ * Subscriber endpoints of one tenant: add, list, change, rotate secrets, disable, enable, remove.
+ * `sender.endpoints` are the sender's default tenant's; `sender.endpointsOf(tenant)` another's.
+ */
 import { randomUUID } from 'node:crypto';
 import { toMillis, type Clock } from '../../core/clock.js';
 import { InvalidArgumentError } from '../../core/errors.js';
@@ -8,6 +11,8 @@ import type { SenderStatements } from './statements.js';
 
 /** An endpoint as stored. `secrets` are signing secrets: keep this object out of logs. */
 export interface WebhookEndpoint {
+  /** The tenant whose messages it receives (`''`: the default tenant). */
+  tenant: string;
   id: string;
   url: string;
   secrets: string[];
@@ -36,6 +41,8 @@ export class WebhookEndpoints {
     private readonly sql: Queryable,
     private readonly statements: SenderStatements,
     private readonly clock: Clock,
+    /** The tenant these endpoints belong to. */
+    readonly tenant: string,
   ) {}
 
   async create(endpoint: NewWebhookEndpoint): Promise<WebhookEndpoint> {
@@ -46,17 +53,18 @@ export class WebhookEndpoints {
       endpoint.secrets,
       endpoint.eventTypes ?? null,
       new Date(this.clock.now()),
+      this.tenant,
     ]);
     return decode(rows[0]!);
   }
 
   async get(id: string): Promise<WebhookEndpoint | undefined> {
-    const { rows } = await this.sql.query(this.statements.getEndpoint, [id]);
+    const { rows } = await this.sql.query(this.statements.getEndpoint, [id, this.tenant]);
     return rows[0] ? decode(rows[0]) : undefined;
   }
 
   async list(): Promise<WebhookEndpoint[]> {
-    const { rows } = await this.sql.query(this.statements.listEndpoints);
+    const { rows } = await this.sql.query(this.statements.listEndpoints, [this.tenant]);
     return rows.map(decode);
   }
 
@@ -77,6 +85,7 @@ export class WebhookEndpoints {
       change.secrets ?? null,
       change.eventTypes ?? null,
       change.eventTypes !== undefined,
+      this.tenant,
     ]);
     return rows[0] ? decode(rows[0]) : undefined;
   }
@@ -87,19 +96,24 @@ export class WebhookEndpoints {
       id,
       reason,
       new Date(this.clock.now()),
+      this.tenant,
     ]);
-    await this.sql.query(this.statements.cancelEndpointDeliveries, [id, `endpoint disabled: ${reason}`]);
+    await this.sql.query(this.statements.cancelEndpointDeliveries, [
+      id,
+      `endpoint disabled: ${reason}`,
+      this.tenant,
+    ]);
     return rowCount === 1;
   }
 
   async enable(id: string): Promise<WebhookEndpoint | undefined> {
-    const { rows } = await this.sql.query(this.statements.enableEndpoint, [id]);
+    const { rows } = await this.sql.query(this.statements.enableEndpoint, [id, this.tenant]);
     return rows[0] ? decode(rows[0]) : undefined;
   }
 
   /** Removes the endpoint with its deliveries and their attempts. */
   async remove(id: string): Promise<boolean> {
-    const { rowCount } = await this.sql.query(this.statements.deleteEndpoint, [id]);
+    const { rowCount } = await this.sql.query(this.statements.deleteEndpoint, [id, this.tenant]);
     return rowCount === 1;
   }
 }
@@ -120,6 +134,7 @@ function validate(url: string, secrets: string[]): void {
 
 export function decode(row: Record<string, unknown>): WebhookEndpoint {
   return {
+    tenant: row.tenant_id as string,
     id: row.id as string,
     url: row.url as string,
     secrets: row.secrets as string[],

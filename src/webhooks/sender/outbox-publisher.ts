@@ -42,7 +42,13 @@ export function webhookPublisher(sender: WebhookSender, options: WebhookPublishe
           continue;
         }
         try {
-          await sender.enqueue(sender.sql, { id: event.id, type: event.type, payload: payload(event) });
+          await sender.enqueue(sender.sql, {
+            id: event.id,
+            type: event.type,
+            payload: payload(event),
+            // The event's tenant: delivered to that tenant's endpoints.
+            ...(event.tenant === undefined ? {} : { tenant: event.tenant }),
+          });
           results.push({ id: event.id, ok: true });
         } catch (error) {
           results.push({ id: event.id, ok: false, error });

@@ -16,6 +16,7 @@ import {
 import { systemClock, toMillis, type Clock } from '../../core/clock.js';
 import { InvalidArgumentError } from '../../core/errors.js';
 import type { Queryable, Sql } from '../../core/sql.js';
+import { defaultTenant, validateTenant, validateTenants } from '../../core/tenant.js';
 import { defaultSchema } from '../../migrate/schema-name.js';
 import { consoleLogger, errorMessage, type WebhookLogger } from '../logger.js';
 import { WebhookEndpoints } from './endpoints.js';
@@ -53,6 +54,11 @@ export interface WebhookMessage {
   payload: unknown;
   /** Default `application/json`. */
   contentType?: string;
+  /**
+   * The tenant the message belongs to: it is delivered to that tenant's endpoints only, and its
+   * rows live with the tenant's. Default: the sender's `tenant` option (`''` unless set).
+   */
+  tenant?: string;
 }
 
 /** Options of `createWebhookSender`. */
@@ -91,6 +97,14 @@ export interface WebhookSenderOptions<Client = unknown> {
   userAgent?: string;
   /** Default: warnings and errors to stderr as JSON. */
   logger?: WebhookLogger;
+  /** The tenant of messages that name none, and of `endpoints`. Default `''`, the default tenant. */
+  tenant?: string;
+  /**
+   * Only these tenants' deliveries: each claim is one tenant's, pinned to it, taken in turn
+   * (workers per shard of a database distributed by tenant, or per group of tenants). Default:
+   * every tenant, in one scan.
+   */
+  tenants?: readonly string[];
 }
 
 /** What one claimed delivery came to. */
@@ -98,6 +112,7 @@ export type AttemptOutcome =
   'delivered' | 'retry' | 'failed' | 'gone' | 'circuit-open' | 'cancelled' | 'lost';
 
 export interface AttemptResult {
+  tenant: string;
   messageId: string;
   endpointId: string;
   attempt: number;
@@ -111,6 +126,7 @@ export interface AttemptResult {
 
 /** A delivery as stored. */
 export interface WebhookDelivery {
+  tenant: string;
   messageId: string;
   endpointId: string;
   state: 'pending' | 'delivering' | 'delivered' | 'failed' | 'cancelled';
@@ -123,6 +139,7 @@ export interface WebhookDelivery {
 
 /** One logged HTTP attempt. */
 export interface WebhookDeliveryAttempt {
+  tenant: string;
   messageId: string;
   endpointId: string;
   attempt: number;
@@ -135,6 +152,7 @@ export interface WebhookDeliveryAttempt {
 }
 
 interface ClaimedDelivery {
+  tenant_id: string;
   message_id: string;
   endpoint_id: string;
   attempts: number;
@@ -160,7 +178,10 @@ class UnhealthyAnswer extends Error {
 export class WebhookSender<Client = unknown> {
   readonly schema: string;
   readonly clock: Clock;
+  /** The endpoints of the sender's tenant (its `tenant` option). `endpointsOf` gives another tenant's. */
   readonly endpoints: WebhookEndpoints;
+  /** The tenant of messages that name none, and of `endpoints`. */
+  readonly tenant: string;
   /** @internal */ readonly sql: Sql<Client>;
   private readonly statements: SenderStatements;
   private readonly random: () => number;
@@ -177,6 +198,9 @@ export class WebhookSender<Client = unknown> {
   private readonly fetch: typeof fetch;
   private readonly userAgent: string;
   private readonly logger: WebhookLogger;
+  private readonly tenants: readonly string[] | undefined;
+  /** Where the next claim of a sender scoped to tenants starts, so each gets its turn. */
+  private nextTenant = 0;
   private running = false;
   private loops: Promise<void>[] = [];
   private wake = signal();
@@ -186,7 +210,10 @@ export class WebhookSender<Client = unknown> {
     this.schema = options.schema ?? defaultSchema;
     this.statements = senderStatements(this.schema);
     this.clock = options.clock ?? systemClock;
-    this.endpoints = new WebhookEndpoints(this.sql, this.statements, this.clock);
+    this.tenant = options.tenant ?? defaultTenant;
+    validateTenant(this.tenant);
+    this.tenants = validateTenants(options.tenants);
+    this.endpoints = new WebhookEndpoints(this.sql, this.statements, this.clock, this.tenant);
     this.random = options.random ?? Math.random;
     this.schedule = options.schedule ?? standardRetrySchedule;
     for (const delay of this.schedule) nonNegative('schedule', delay);
@@ -210,6 +237,12 @@ export class WebhookSender<Client = unknown> {
     this.logger = options.logger ?? consoleLogger;
   }
 
+  /** The endpoints of one tenant. */
+  endpointsOf(tenant: string): WebhookEndpoints {
+    validateTenant(tenant);
+    return new WebhookEndpoints(this.sql, this.statements, this.clock, tenant);
+  }
+
   /** Attempts per delivery: the first plus one per scheduled delay. */
   get maxAttempts(): number {
     return this.schedule.length + 1;
@@ -226,6 +259,8 @@ export class WebhookSender<Client = unknown> {
         'a webhook message id must be 1–255 printable ASCII characters without "."',
       );
     }
+    const tenant = message.tenant ?? this.tenant;
+    validateTenant(tenant);
     const { rowCount } = await db.query(
       this.statements.enqueue,
       [
@@ -234,6 +269,7 @@ export class WebhookSender<Client = unknown> {
         encodePayload(message.payload),
         message.contentType ?? 'application/json',
         new Date(this.clock.now()),
+        tenant,
       ],
       this.statements.names.enqueue,
     );
@@ -246,12 +282,20 @@ export class WebhookSender<Client = unknown> {
    */
   async deliver(message: WebhookMessage): Promise<AttemptResult[]> {
     await this.enqueue(this.sql, message);
-    return this.attemptDue({ messageId: message.id, limit: 1000 });
+    return this.attemptDue({ messageId: message.id, tenant: message.tenant ?? this.tenant, limit: 1000 });
   }
 
   /** Claims up to `limit` due deliveries and attempts them concurrently. */
   async runOnce(limit = this.concurrency): Promise<AttemptResult[]> {
-    return this.attemptDue({ limit });
+    if (!this.tenants) return this.attemptDue({ limit });
+    // Scoped to tenants: one pinned claim per tenant until `limit`, starting one further each call.
+    const results: AttemptResult[] = [];
+    const start = this.nextTenant++ % this.tenants.length;
+    for (let i = 0; i < this.tenants.length && results.length < limit; i++) {
+      const tenant = this.tenants[(start + i) % this.tenants.length]!;
+      results.push(...(await this.attemptDue({ tenant, limit: limit - results.length })));
+    }
+    return results;
   }
 
   /** Attempts due deliveries until none is due (bounded by `maxRounds`). */
@@ -287,35 +331,46 @@ export class WebhookSender<Client = unknown> {
     current.resolve();
   }
 
-  /** Puts failed (or cancelled) deliveries of enabled endpoints back to pending with fresh attempts. */
+  /**
+   * Puts failed (or cancelled) deliveries of enabled endpoints back to pending with fresh attempts;
+   * of one tenant (`tenant`, one statement pinned to it) or of every tenant.
+   */
   async redrive(
-    options: { endpointId?: string; messageId?: string; states?: ('failed' | 'cancelled')[] } = {},
+    options: {
+      endpointId?: string;
+      messageId?: string;
+      states?: ('failed' | 'cancelled')[];
+      tenant?: string;
+    } = {},
   ): Promise<number> {
     const states = options.states ?? ['failed'];
     for (const state of states) {
       if (state !== 'failed' && state !== 'cancelled')
         throw new InvalidArgumentError(`cannot redrive ${String(state)} deliveries`);
     }
-    const { rowCount } = await this.sql.query(this.statements.redrive, [
-      new Date(this.clock.now()),
-      states,
-      options.endpointId ?? null,
-      options.messageId ?? null,
-    ]);
+    const params = [new Date(this.clock.now()), states, options.endpointId ?? null, options.messageId ?? null];
+    if (options.tenant !== undefined) validateTenant(options.tenant);
+    const { rowCount } =
+      options.tenant === undefined
+        ? await this.sql.query(this.statements.redrive, params)
+        : await this.sql.query(this.statements.redriveTenant, [...params, options.tenant]);
     if (rowCount > 0) this.notify();
     return rowCount;
   }
 
-  /** Deliveries, optionally of one message or endpoint. */
+  /** Deliveries, optionally of one message, endpoint or tenant. */
   async deliveries(
-    options: { messageId?: string; endpointId?: string; limit?: number } = {},
+    options: { messageId?: string; endpointId?: string; limit?: number; tenant?: string } = {},
   ): Promise<WebhookDelivery[]> {
+    if (options.tenant !== undefined) validateTenant(options.tenant);
     const { rows } = await this.sql.query(this.statements.deliveries, [
       options.messageId ?? null,
       options.endpointId ?? null,
       options.limit ?? 1000,
+      options.tenant ?? null,
     ]);
     return rows.map((r) => ({
+      tenant: r.tenant_id as string,
       messageId: r.message_id as string,
       endpointId: r.endpoint_id as string,
       state: r.state as WebhookDelivery['state'],
@@ -327,10 +382,17 @@ export class WebhookSender<Client = unknown> {
     }));
   }
 
-  /** The logged HTTP attempts of a message, in order. */
-  async attempts(messageId: string, endpointId?: string): Promise<WebhookDeliveryAttempt[]> {
-    const { rows } = await this.sql.query(this.statements.attempts, [messageId, endpointId ?? null]);
+  /** The logged HTTP attempts of a message (of the sender's tenant unless `tenant` is given), in order. */
+  async attempts(
+    messageId: string,
+    endpointId?: string,
+    options: { tenant?: string } = {},
+  ): Promise<WebhookDeliveryAttempt[]> {
+    const tenant = options.tenant ?? this.tenant;
+    validateTenant(tenant);
+    const { rows } = await this.sql.query(this.statements.attempts, [messageId, endpointId ?? null, tenant]);
     return rows.map((r) => ({
+      tenant: r.tenant_id as string,
       messageId: r.message_id as string,
       endpointId: r.endpoint_id as string,
       attempt: Number(r.attempt),
@@ -343,17 +405,32 @@ export class WebhookSender<Client = unknown> {
     }));
   }
 
-  /** Deletes messages older than `olderThanMs` (default 30 days) whose deliveries are all finished. */
+  /**
+   * Deletes messages older than `olderThanMs` (default 30 days) whose deliveries are all finished.
+   * `tenants` (default: the sender's, else every tenant) sweeps tenant by tenant, each batch pinned
+   * to one; `maxBatches` counts per tenant.
+   */
   async sweep(
-    options: { olderThanMs?: number; batchSize?: number; maxBatches?: number } = {},
+    options: {
+      olderThanMs?: number;
+      batchSize?: number;
+      maxBatches?: number;
+      tenants?: readonly string[];
+    } = {},
   ): Promise<{ deleted: number }> {
     const cutoff = new Date(this.clock.now() - (options.olderThanMs ?? 30 * 24 * hour));
     const batchSize = options.batchSize ?? 1000;
+    const tenants = validateTenants(options.tenants) ?? this.tenants;
     let deleted = 0;
-    for (let batch = 0; batch < (options.maxBatches ?? 1000); batch++) {
-      const { rowCount } = await this.sql.query(this.statements.sweep, [cutoff, batchSize]);
-      deleted += rowCount;
-      if (rowCount < batchSize) break;
+    for (const tenant of tenants ?? [null]) {
+      for (let batch = 0; batch < (options.maxBatches ?? 1000); batch++) {
+        const { rowCount } =
+          tenant === null
+            ? await this.sql.query(this.statements.sweep, [cutoff, batchSize])
+            : await this.sql.query(this.statements.sweepTenant, [cutoff, batchSize, tenant]);
+        deleted += rowCount;
+        if (rowCount < batchSize) break;
+      }
     }
     return { deleted };
   }
@@ -372,25 +449,32 @@ export class WebhookSender<Client = unknown> {
     }
   }
 
-  private async attemptDue(options: { messageId?: string; limit: number }): Promise<AttemptResult[]> {
+  private async attemptDue(options: {
+    messageId?: string;
+    tenant?: string;
+    limit: number;
+  }): Promise<AttemptResult[]> {
     const now = this.clock.now();
+    const params = [new Date(now), options.limit, new Date(now + this.leaseMs), options.messageId ?? null];
+    const claim = options.tenant === undefined ? 'claim' : 'claimTenant';
     const { rows } = await this.sql.query<ClaimedDelivery & Record<string, unknown>>(
-      this.statements.claim,
-      [new Date(now), options.limit, new Date(now + this.leaseMs), options.messageId ?? null],
-      this.statements.names.claim,
+      this.statements[claim],
+      options.tenant === undefined ? params : [...params, options.tenant],
+      this.statements.names[claim],
     );
     return Promise.all(rows.map((row) => this.attempt(row)));
   }
 
-  private breakerFor(endpointId: string): CircuitBreakerPolicy | undefined {
+  private breakerFor(tenant: string, endpointId: string): CircuitBreakerPolicy | undefined {
     if (this.breakerOptions === false) return undefined;
-    let breaker = this.breakers.get(endpointId);
+    const key = `${tenant}\u0000${endpointId}`;
+    let breaker = this.breakers.get(key);
     if (!breaker) {
       breaker = circuitBreaker(handleAll, {
         halfOpenAfter: this.breakerOptions.halfOpenAfterMs,
         breaker: new ConsecutiveBreaker(this.breakerOptions.consecutiveFailures),
       });
-      this.breakers.set(endpointId, breaker);
+      this.breakers.set(key, breaker);
     }
     return breaker;
   }
@@ -405,7 +489,12 @@ export class WebhookSender<Client = unknown> {
   }
 
   private async attempt(row: ClaimedDelivery): Promise<AttemptResult> {
-    const base = { messageId: row.message_id, endpointId: row.endpoint_id, attempt: row.attempts };
+    const base = {
+      tenant: row.tenant_id,
+      messageId: row.message_id,
+      endpointId: row.endpoint_id,
+      attempt: row.attempts,
+    };
     const fence = [row.message_id, row.endpoint_id, row.attempts];
     if (!row.enabled) {
       await this.sql.query(this.statements.release, [
@@ -413,6 +502,7 @@ export class WebhookSender<Client = unknown> {
         'cancelled',
         new Date(this.clock.now()),
         'endpoint disabled',
+        row.tenant_id,
       ]);
       return { ...base, outcome: 'cancelled' };
     }
@@ -443,7 +533,7 @@ export class WebhookSender<Client = unknown> {
       ),
     };
 
-    const breaker = this.breakerFor(row.endpoint_id);
+    const breaker = this.breakerFor(row.tenant_id, row.endpoint_id);
     const t0 = performance.now();
     let status: number | undefined;
     let answerHeaders: Headers | undefined;
@@ -467,6 +557,7 @@ export class WebhookSender<Client = unknown> {
           'pending',
           next,
           'circuit open: endpoint failing',
+          row.tenant_id,
         ]);
         return { ...base, outcome: 'circuit-open', nextAttemptAt: next };
       }
@@ -510,13 +601,14 @@ export class WebhookSender<Client = unknown> {
           outcome,
           error,
           retryAfterMs ?? null,
+          row.tenant_id,
         ],
         this.statements.names.recordAttempt,
       );
       const state = outcome === 'retry' ? 'pending' : outcome === 'gone' ? 'cancelled' : outcome;
       await tx.query(
         this.statements.settle,
-        [...fence, state, next, status ?? null, error, new Date(now)],
+        [...fence, state, next, status ?? null, error, new Date(now), row.tenant_id],
         this.statements.names.settle,
       );
       if (outcome === 'gone') {
@@ -524,10 +616,12 @@ export class WebhookSender<Client = unknown> {
           row.endpoint_id,
           'gone: the endpoint answered 410',
           new Date(now),
+          row.tenant_id,
         ]);
         await tx.query(this.statements.cancelEndpointDeliveries, [
           row.endpoint_id,
           'endpoint disabled: it answered 410 Gone',
+          row.tenant_id,
         ]);
       }
     });
@@ -565,6 +659,7 @@ export class WebhookSender<Client = unknown> {
       status,
       error,
       now,
+      row.tenant_id,
     ]);
   }
 
