@@ -5,6 +5,7 @@ import { FencedError, InvalidArgumentError, isFenced, KeyReusedError } from '../
 import { fingerprint } from '../core/fingerprint.js';
 import { validateKey, validateName } from '../core/keys.js';
 import type { Queryable, Sql, Transaction } from '../core/sql.js';
+import { validateTenant, validateTenants } from '../core/tenant.js';
 import { defaultSchema } from '../migrate/schema-name.js';
 import { persistedBackoff } from '../client/backoff.js';
 import { isRetryableFailure } from '../client/classify.js';
@@ -18,6 +19,11 @@ export interface ClaimOptions {
   limit?: number;
   /** Overrides the instance's `leaseMs` for these tasks. */
   leaseMs?: number;
+  /**
+   * Only this tenant's tasks, in one statement pinned to it (a worker scoped to tenants; see
+   * `work`'s `tenants`). Default: every tenant's tasks of the queue.
+   */
+  tenant?: string;
 }
 
 /** Options of `fail`. */
@@ -148,6 +154,7 @@ export class Claims<Client = unknown> {
       };
     });
     const column = <T>(pick: (p: (typeof prepared)[number]) => T) => prepared.map(pick);
+    const tenant = oneTenant(specs.map((spec) => spec.tenant));
     const inserted = await db.query(this.statements.enqueueMany, [
       column((p) => p.spec.tenant),
       column((p) => p.spec.queue),
@@ -163,11 +170,15 @@ export class Claims<Client = unknown> {
     const missing = prepared.filter((p) => !created.has(identity(p.spec.tenant, p.spec.queue, p.spec.key)));
     const existing = new Map<string, Record<string, unknown>>();
     if (missing.length > 0) {
-      const { rows } = await db.query(this.statements.existingMany, [
-        missing.map((p) => p.spec.tenant),
-        missing.map((p) => p.spec.queue),
-        missing.map((p) => p.spec.key),
-      ]);
+      // Tasks of one tenant (the usual batch) are read by a statement pinned to it.
+      const { rows } = await db.query(
+        tenant === null ? this.statements.existingMany : this.statements.existingManyTenant,
+        [
+          tenant === null ? missing.map((p) => p.spec.tenant) : tenant,
+          missing.map((p) => p.spec.queue),
+          missing.map((p) => p.spec.key),
+        ],
+      );
       for (const r of rows) existing.set(identity(r.tenant_id, r.queue, r.dedupe_key), r);
     }
     const handedOut = new Set<string>();
@@ -196,11 +207,14 @@ export class Claims<Client = unknown> {
   async claim<P = unknown>(queue: string, options: ClaimOptions = {}): Promise<ClaimedTask<P>[]> {
     const limit = positiveInteger('limit', options.limit ?? 1);
     const leaseMs = positive('leaseMs', options.leaseMs ?? this.leaseMs);
+    if (options.tenant !== undefined) validateTenant(options.tenant);
     const now = this.clock.now();
+    const params = [queue, new Date(now), limit, new Date(now + leaseMs), this.workerId];
+    const claim = options.tenant === undefined ? 'claim' : 'claimTenant';
     const { rows } = await this.sql.query(
-      this.statements.claim,
-      [queue, new Date(now), limit, new Date(now + leaseMs), this.workerId],
-      this.statements.names.claim,
+      this.statements[claim],
+      options.tenant === undefined ? params : [...params, options.tenant],
+      this.statements.names[claim],
     );
     return rows.map((row) => this.held<P>(row));
   }
@@ -217,7 +231,7 @@ export class Claims<Client = unknown> {
     const leaseUntil = this.clock.now() + positive('leaseMs', options.leaseMs ?? this.leaseMs);
     const { rowCount } = await this.sql.query(
       this.statements.heartbeat,
-      [task.id, task.fence, new Date(leaseUntil)],
+      [task.id, task.fence, new Date(leaseUntil), task.tenant],
       this.statements.names.heartbeat,
     );
     if (rowCount !== 1) throw new FencedError(taskScope(task), task.fence);
@@ -234,7 +248,7 @@ export class Claims<Client = unknown> {
     const leaseUntil = this.clock.now() + this.leaseMs;
     const { rowCount } = await tx.query(
       this.statements.guard,
-      [task.id, task.fence, new Date(leaseUntil)],
+      [task.id, task.fence, new Date(leaseUntil), task.tenant],
       this.statements.names.guard,
     );
     if (rowCount !== 1) throw new FencedError(taskScope(task), task.fence);
@@ -249,7 +263,14 @@ export class Claims<Client = unknown> {
     const now = this.clock.now();
     const { rowCount } = await tx.query(
       this.statements.complete,
-      [task.id, task.fence, JSON.stringify(result ?? null), new Date(now), new Date(now + this.retentionMs)],
+      [
+        task.id,
+        task.fence,
+        JSON.stringify(result ?? null),
+        new Date(now),
+        new Date(now + this.retentionMs),
+        task.tenant,
+      ],
       this.statements.names.complete,
     );
     if (rowCount !== 1) throw new FencedError(taskScope(task), task.fence);
@@ -270,17 +291,22 @@ export class Claims<Client = unknown> {
   ): Promise<{ completed: ClaimedTask[]; refused: ClaimedTask[] }> {
     if (tasks.length === 0) return { completed: [], refused: [] };
     const now = this.clock.now();
+    // Tasks of one tenant (always, for a worker scoped to tenants) by a statement pinned to it.
+    const tenant = oneTenant(tasks.map((t) => t.tenant));
+    const statement = tenant === null ? 'completeMany' : 'completeManyTenant';
     const { rows } = await this.sql.query<{ id: string }>(
-      this.statements.completeMany,
+      this.statements[statement],
       [
         tasks.map((t) => t.id),
         tasks.map((t) => t.fence),
         tasks.map((_, i) => JSON.stringify(results?.[i] ?? null)),
         new Date(now),
         new Date(now + this.retentionMs),
+        tenant ?? tasks.map((t) => t.tenant),
       ],
-      this.statements.names.completeMany,
+      this.statements.names[statement],
     );
+    // Ids are unique across tenants (one sequence), so an id names one task of the batch.
     const accepted = new Set(rows.map((r) => String(r.id)));
     return {
       completed: tasks.filter((t) => accepted.has(t.id)),
@@ -292,6 +318,8 @@ export class Claims<Client = unknown> {
    * Completes `done` (fenced, as `completeMany`) and claims up to `limit` more tasks of `queue`,
    * in one statement: a worker that processes batches back to back pays one round trip and one
    * commit per batch instead of two. Tasks whose fence was raised are returned in `refused`.
+   * With `tenant`, claims that tenant's tasks only, and every task in `done` must be that
+   * tenant's (one statement pinned to it).
    */
   async completeAndClaim<P = unknown>(
     done: readonly ClaimedTask[],
@@ -300,9 +328,17 @@ export class Claims<Client = unknown> {
   ): Promise<{ completed: ClaimedTask[]; refused: ClaimedTask[]; claimed: ClaimedTask<P>[] }> {
     const limit = positiveInteger('limit', options.limit ?? 1);
     const leaseMs = positive('leaseMs', options.leaseMs ?? this.leaseMs);
+    const tenant = options.tenant;
+    if (tenant !== undefined) {
+      validateTenant(tenant);
+      if (done.some((t) => t.tenant !== tenant)) {
+        throw new InvalidArgumentError(`completeAndClaim for tenant ${tenant} got a task of another tenant`);
+      }
+    }
     const now = this.clock.now();
+    const statement = tenant === undefined ? 'completeAndClaim' : 'completeAndClaimTenant';
     const { rows } = await this.sql.query<{ completed: string[]; claimed: string }>(
-      this.statements.completeAndClaim,
+      this.statements[statement],
       [
         done.map((t) => t.id),
         done.map((t) => t.fence),
@@ -313,8 +349,9 @@ export class Claims<Client = unknown> {
         limit,
         new Date(now + leaseMs),
         this.workerId,
+        tenant ?? done.map((t) => t.tenant),
       ],
-      this.statements.names.completeAndClaim,
+      this.statements.names[statement],
     );
     const row = rows[0]!;
     const accepted = new Set(row.completed.map(String));
@@ -345,6 +382,7 @@ export class Claims<Client = unknown> {
         retryable,
         new Date(now),
         new Date(now + this.retentionMs),
+        task.tenant,
       ],
     );
     const row = rows[0];
@@ -358,6 +396,7 @@ export class Claims<Client = unknown> {
       task.id,
       task.fence,
       new Date(this.clock.now()),
+      task.tenant,
     ]);
     return rowCount === 1;
   }
@@ -404,9 +443,16 @@ export class Claims<Client = unknown> {
     }
   }
 
-  /** Reads a task by id, or null. */
-  async get<P = unknown>(id: string): Promise<TaskRecord<P> | null> {
-    const { rows } = await this.sql.query(this.statements.byId, [id]);
+  /**
+   * Reads a task by id, or null. Give its `tenant` for a primary-key lookup; without it the task
+   * is looked for in every tenant (a scan of the key's index: for tools, not hot paths).
+   */
+  async get<P = unknown>(id: string, options: { tenant?: string } = {}): Promise<TaskRecord<P> | null> {
+    if (options.tenant !== undefined) validateTenant(options.tenant);
+    const { rows } =
+      options.tenant === undefined
+        ? await this.sql.query(this.statements.byId, [id])
+        : await this.sql.query(this.statements.byIdTenant, [id, options.tenant]);
     return rows[0] ? decodeTask<P>(rows[0]) : null;
   }
 
@@ -416,33 +462,59 @@ export class Claims<Client = unknown> {
     return rows[0] ? decodeTask<P>(rows[0]) : null;
   }
 
-  /** The dead letters of a queue, oldest first. */
-  async dead<P = unknown>(queue: string, options: { limit?: number } = {}): Promise<TaskRecord<P>[]> {
-    const { rows } = await this.sql.query(this.statements.dead, [queue, options.limit ?? 100]);
+  /** The dead letters of a queue (of every tenant, or of one), oldest first. */
+  async dead<P = unknown>(
+    queue: string,
+    options: { limit?: number; tenant?: string } = {},
+  ): Promise<TaskRecord<P>[]> {
+    if (options.tenant !== undefined) validateTenant(options.tenant);
+    const { rows } = await this.sql.query(this.statements.dead, [
+      queue,
+      options.limit ?? 100,
+      options.tenant ?? null,
+    ]);
     return rows.map((row) => decodeTask<P>(row));
   }
 
-  /** Puts a dead task back on its queue with fresh attempts. Returns null if it is not dead. */
-  async redrive<P = unknown>(id: string, options: { runAt?: number } = {}): Promise<TaskRecord<P> | null> {
-    const { rows } = await this.sql.query(this.statements.redrive, [
-      id,
-      new Date(options.runAt ?? this.clock.now()),
-    ]);
+  /**
+   * Puts a dead task back on its queue with fresh attempts. Returns null if it is not dead. Give
+   * its `tenant` for a primary-key lookup (as for `get`).
+   */
+  async redrive<P = unknown>(
+    id: string,
+    options: { runAt?: number; tenant?: string } = {},
+  ): Promise<TaskRecord<P> | null> {
+    if (options.tenant !== undefined) validateTenant(options.tenant);
+    const params = [id, new Date(options.runAt ?? this.clock.now())];
+    const { rows } =
+      options.tenant === undefined
+        ? await this.sql.query(this.statements.redrive, params)
+        : await this.sql.query(this.statements.redriveTenant, [...params, options.tenant]);
     return rows[0] ? decodeTask<P>(rows[0]) : null;
   }
 
-  /** Deletes finished tasks past their retention, in batches that skip locked rows. */
-  async sweep(options: { batchSize?: number; maxBatches?: number } = {}): Promise<{ deleted: number }> {
+  /**
+   * Deletes finished tasks past their retention, in batches that skip locked rows. `tenants`
+   * sweeps only those tenants' tasks, each batch pinned to one; default every tenant.
+   * `maxBatches` counts per tenant.
+   */
+  async sweep(
+    options: { batchSize?: number; maxBatches?: number; tenants?: readonly string[] } = {},
+  ): Promise<{ deleted: number }> {
     const batchSize = options.batchSize ?? 1000;
+    const tenants = validateTenants(options.tenants);
     let deleted = 0;
-    for (let batch = 0; batch < (options.maxBatches ?? Infinity); batch++) {
-      const { rows } = await this.sql.query<{ deleted: number }>(this.statements.sweep, [
-        new Date(this.clock.now()),
-        batchSize,
-      ]);
-      const count = Number(rows[0]?.deleted ?? 0);
-      deleted += count;
-      if (count < batchSize) break;
+    for (const tenant of tenants ?? [null]) {
+      for (let batch = 0; batch < (options.maxBatches ?? Infinity); batch++) {
+        const now = new Date(this.clock.now());
+        const { rows } =
+          tenant === null
+            ? await this.sql.query<{ deleted: number }>(this.statements.sweep, [now, batchSize])
+            : await this.sql.query<{ deleted: number }>(this.statements.sweepTenant, [now, batchSize, tenant]);
+        const count = Number(rows[0]?.deleted ?? 0);
+        deleted += count;
+        if (count < batchSize) break;
+      }
     }
     return { deleted };
   }
@@ -451,6 +523,11 @@ export class Claims<Client = unknown> {
 /** Creates a `Claims` for one database and schema. See `ClaimsOptions` for the defaults. */
 export function createClaims<Client>(options: ClaimsOptions<Client>): Claims<Client> {
   return new Claims(options);
+}
+
+/** The one tenant all of `tenants` share, or null when they differ. */
+function oneTenant(tenants: readonly string[]): string | null {
+  return tenants.every((t) => t === tenants[0]) ? (tenants[0] ?? null) : null;
 }
 
 function describe(error: unknown): string {

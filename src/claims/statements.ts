@@ -8,6 +8,11 @@ export const taskColumns = `id, tenant_id, queue, dedupe_key, payload, state, vi
 /**
  * Every statement of the claims engine, rendered once per schema. The hot path is two round
  * trips per batch: `claim` (one statement for N tasks) and `complete` / `completeMany`.
+ *
+ * Tasks are keyed by (tenant_id, id). Statements about one task name its tenant; statements about
+ * a batch come in two forms, for tasks of one tenant (`…Tenant`, pinned to it: what a database
+ * distributed by tenant routes to one shard) and across tenants (by (tenant, id) pairs). The claim
+ * is across every tenant of a queue, or pinned to one (`claimTenant`, a worker scoped to tenants).
  */
 export function renderClaimStatements(schema: string) {
   const s = quoteSchema(schema);
@@ -50,18 +55,27 @@ export function renderClaimStatements(schema: string) {
       SELECT task.*, key.fingerprint FROM task JOIN key ON key.task_id = task.id`,
 
     existingMany: `SELECT ${prefixed('t', taskColumns)}, k.fingerprint
-      FROM ${s}.task_keys k JOIN ${s}.tasks t ON t.id = k.task_id
+      FROM ${s}.task_keys k JOIN ${s}.tasks t ON t.tenant_id = k.tenant_id AND t.id = k.task_id
       WHERE (k.tenant_id, k.queue, k.dedupe_key) IN (SELECT * FROM unnest($1::text[], $2::text[], $3::text[]))`,
 
+    /** `existingMany` when every task is of one tenant ($1 tenant, $2 queues, $3 keys). */
+    existingManyTenant: `SELECT ${prefixed('t', taskColumns)}, k.fingerprint
+      FROM ${s}.task_keys k JOIN ${s}.tasks t ON t.tenant_id = $1 AND t.id = k.task_id
+      WHERE k.tenant_id = $1 AND (k.queue, k.dedupe_key) IN (SELECT * FROM unnest($2::text[], $3::text[]))`,
+
     existing: `SELECT ${prefixed('t', taskColumns)}, k.fingerprint
-      FROM ${s}.task_keys k JOIN ${s}.tasks t ON t.id = k.task_id
+      FROM ${s}.task_keys k JOIN ${s}.tasks t ON t.tenant_id = $1 AND t.id = k.task_id
       WHERE k.tenant_id = $1 AND k.queue = $2 AND k.dedupe_key = $3`,
 
     /**
      * Claims up to $3 tasks in one round trip (see `claimCtes`).
      * $1 queue, $2 now, $3 limit, $4 lease end, $5 worker id.
      */
-    claim: `WITH ${claimCtes(s, '$1', '$2', '$3', '$4', '$5', '')}
+    claim: `WITH ${claimCtes(s, '$1', '$2', '$3', '$4', '$5', null, '')}
+      SELECT * FROM updated WHERE state = 'claimed' ORDER BY id`,
+
+    /** `claim` of one tenant's tasks: $6 tenant. */
+    claimTenant: `WITH ${claimCtes(s, '$1', '$2', '$3', '$4', '$5', '$6', '')}
       SELECT * FROM updated WHERE state = 'claimed' ORDER BY id`,
 
     /**
@@ -71,15 +85,10 @@ export function renderClaimStatements(schema: string) {
      * The claim skips the tasks being completed ($1), which the same statement cannot lock twice.
      * Returns one row: the ids accepted, and the claimed tasks as JSON.
      */
-    completeAndClaim: `WITH done AS (
-        UPDATE ${s}.tasks t SET state = 'completed', result = c.result, finished_at = $4, expires_at = $5,
-          locked_by = NULL
-        FROM unnest($1::bigint[], $2::bigint[], $3::text[]) AS c(id, fence, result)
-        WHERE t.id = c.id AND t.fence = c.fence AND t.state = 'claimed'
-        RETURNING t.id
-      ), ${claimCtes(s, '$6', '$4', '$7', '$8', '$9', 'AND NOT (id = ANY($1::bigint[]))')}
-      SELECT (SELECT coalesce(array_agg(id::text), '{}') FROM done) AS completed,
-        (SELECT coalesce(json_agg(u ORDER BY u.id), '[]') FROM updated u WHERE u.state = 'claimed')::text AS claimed`,
+    completeAndClaim: completeAndClaim(s, null),
+
+    /** `completeAndClaim` of one tenant's tasks: $10 tenant (of the tasks done and claimed). */
+    completeAndClaimTenant: completeAndClaim(s, '$10'),
 
     /**
      * Checks the fence and renews the lease. Inside a caller's transaction it also row-locks the
@@ -87,29 +96,42 @@ export function renderClaimStatements(schema: string) {
      * SKIP LOCKED passes it by). No row back means the lease was taken over.
      */
     guard: `UPDATE ${s}.tasks SET visible_at = greatest(visible_at, $3)
-      WHERE id = $1 AND fence = $2 AND state = 'claimed'
+      WHERE tenant_id = $4 AND id = $1 AND fence = $2 AND state = 'claimed'
       RETURNING visible_at`,
 
-    /** Sets the lease end (a heartbeat). */
+    /** Sets the lease end (a heartbeat). $4 tenant. */
     heartbeat: `UPDATE ${s}.tasks SET visible_at = $3
-      WHERE id = $1 AND fence = $2 AND state = 'claimed'`,
+      WHERE tenant_id = $4 AND id = $1 AND fence = $2 AND state = 'claimed'`,
 
-    /** Completes one task; the fence check makes a zombie's completion a no-op ($1 id, $2 fence). */
+    /**
+     * Completes one task; the fence check makes a zombie's completion a no-op ($1 id, $2 fence,
+     * $6 tenant).
+     */
     complete: `UPDATE ${s}.tasks SET state = 'completed', result = $3, finished_at = $4, expires_at = $5,
         locked_by = NULL
-      WHERE id = $1 AND fence = $2 AND state = 'claimed'`,
+      WHERE tenant_id = $6 AND id = $1 AND fence = $2 AND state = 'claimed'`,
 
-    /** Completes a batch in one round trip; returns the ids that were accepted. */
+    /**
+     * Completes a batch in one round trip; returns the ids that were accepted. $6 the tasks'
+     * tenants, one per task.
+     */
     completeMany: `UPDATE ${s}.tasks t SET state = 'completed', result = c.result, finished_at = $4,
         expires_at = $5, locked_by = NULL
+      FROM unnest($1::bigint[], $2::bigint[], $3::text[], $6::text[]) AS c(id, fence, result, tenant_id)
+      WHERE t.tenant_id = c.tenant_id AND t.id = c.id AND t.fence = c.fence AND t.state = 'claimed'
+      RETURNING t.id`,
+
+    /** `completeMany` of one tenant's tasks: $6 tenant. */
+    completeManyTenant: `UPDATE ${s}.tasks t SET state = 'completed', result = c.result, finished_at = $4,
+        expires_at = $5, locked_by = NULL
       FROM unnest($1::bigint[], $2::bigint[], $3::text[]) AS c(id, fence, result)
-      WHERE t.id = c.id AND t.fence = c.fence AND t.state = 'claimed'
+      WHERE t.tenant_id = $6 AND t.id = c.id AND t.fence = c.fence AND t.state = 'claimed'
       RETURNING t.id`,
 
     /**
      * Records a failure: back to ready with a later `visible_at` while attempts remain and the
      * error is retryable, otherwise dead. $1 id, $2 fence, $3 retry at, $4 error, $5 retryable,
-     * $6 now, $7 dead expiry.
+     * $6 now, $7 dead expiry, $8 tenant.
      */
     fail: `UPDATE ${s}.tasks SET
         state = CASE WHEN $5::boolean AND attempts < max_attempts THEN 'ready' ELSE 'dead' END,
@@ -117,20 +139,26 @@ export function renderClaimStatements(schema: string) {
         finished_at = CASE WHEN $5::boolean AND attempts < max_attempts THEN NULL ELSE $6::timestamptz END,
         expires_at = CASE WHEN $5::boolean AND attempts < max_attempts THEN NULL ELSE $7::timestamptz END,
         last_error = $4, locked_by = NULL
-      WHERE id = $1 AND fence = $2 AND state = 'claimed'
+      WHERE tenant_id = $8 AND id = $1 AND fence = $2 AND state = 'claimed'
       RETURNING state, visible_at`,
 
-    /** Gives a task back without counting an attempt (a worker shutting down). */
+    /** Gives a task back without counting an attempt (a worker shutting down). $4 tenant. */
     release: `UPDATE ${s}.tasks SET state = 'ready', visible_at = $3, attempts = greatest(attempts - 1, 0),
         locked_by = NULL
-      WHERE id = $1 AND fence = $2 AND state = 'claimed'`,
+      WHERE tenant_id = $4 AND id = $1 AND fence = $2 AND state = 'claimed'`,
 
+    /** A task by id in any tenant: without the tenant, no primary-key lookup (a scan of its index). */
     byId: `SELECT ${taskColumns} FROM ${s}.tasks WHERE id = $1`,
+    /** A task by its primary key: $1 id, $2 tenant. */
+    byIdTenant: `SELECT ${taskColumns} FROM ${s}.tasks WHERE tenant_id = $2 AND id = $1`,
 
-    byKey: `SELECT ${prefixed('t', taskColumns)} FROM ${s}.task_keys k JOIN ${s}.tasks t ON t.id = k.task_id
+    byKey: `SELECT ${prefixed('t', taskColumns)} FROM ${s}.task_keys k
+        JOIN ${s}.tasks t ON t.tenant_id = $1 AND t.id = k.task_id
       WHERE k.tenant_id = $1 AND k.queue = $2 AND k.dedupe_key = $3`,
 
+    /** $1 queue, $2 limit, $3 tenant or null. */
     dead: `SELECT ${taskColumns} FROM ${s}.tasks WHERE queue = $1 AND state = 'dead'
+        AND ($3::text IS NULL OR tenant_id = $3)
       ORDER BY finished_at, id LIMIT $2`,
 
     /** Puts a dead task back with fresh attempts. The fence is kept: it only ever rises. */
@@ -138,16 +166,16 @@ export function renderClaimStatements(schema: string) {
         expires_at = NULL
       WHERE id = $1 AND state = 'dead'
       RETURNING ${taskColumns}`,
+    /** `redrive` by primary key: $3 tenant. */
+    redriveTenant: `UPDATE ${s}.tasks SET state = 'ready', attempts = 0, visible_at = $2, finished_at = NULL,
+        expires_at = NULL
+      WHERE tenant_id = $3 AND id = $1 AND state = 'dead'
+      RETURNING ${taskColumns}`,
 
     /** Deletes finished tasks past retention with their dedupe keys; returns the tasks deleted. */
-    sweep: `WITH due AS (
-        SELECT id FROM ${s}.tasks WHERE expires_at <= $1 ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED
-      ), gone AS (
-        DELETE FROM ${s}.tasks t USING due WHERE t.id = due.id RETURNING t.id
-      ), keys AS (
-        DELETE FROM ${s}.task_keys k USING gone WHERE k.task_id = gone.id RETURNING 1
-      )
-      SELECT (SELECT count(*) FROM gone)::int AS deleted, (SELECT count(*) FROM keys)::int AS keys`,
+    sweep: sweepStatement(s, null),
+    /** `sweep` of one tenant: $3 tenant. */
+    sweepTenant: sweepStatement(s, '$3'),
   };
   // Named prepared statements (node-postgres): parsed and planned once per connection. Planning
   // the claim statement took 1.07 ms against 0.95 ms of execution (EXPLAIN ANALYZE, 24k tasks),
@@ -179,12 +207,16 @@ function claimCtes(
   limit: string,
   leaseEnd: string,
   worker: string,
+  tenant: string | null,
   extra: string,
 ) {
   const exhausted = `t.state = 'claimed' AND t.attempts >= t.max_attempts`;
+  // Pinned: `tasks_claimable_tenant` (tenant_id, queue, visible_at, id); across tenants:
+  // `tasks_claimable` (queue, visible_at, id).
   return `picked AS (
-        SELECT id FROM ${s}.tasks
-        WHERE queue = ${queue} AND state IN ('ready', 'claimed') AND visible_at <= ${now}::timestamptz ${extra}
+        SELECT tenant_id, id FROM ${s}.tasks
+        WHERE ${tenant === null ? '' : `tenant_id = ${tenant} AND `}queue = ${queue}
+          AND state IN ('ready', 'claimed') AND visible_at <= ${now}::timestamptz ${extra}
         ORDER BY visible_at, id
         LIMIT ${limit}
         FOR UPDATE SKIP LOCKED
@@ -197,9 +229,57 @@ function claimCtes(
           locked_by = ${worker},
           last_error = CASE WHEN t.state = 'claimed' THEN 'lease expired' ELSE t.last_error END,
           finished_at = CASE WHEN ${exhausted} THEN ${now}::timestamptz ELSE NULL END
-        FROM picked WHERE t.id = picked.id
+        FROM picked WHERE ${tenant === null ? 't.tenant_id = picked.tenant_id' : `t.tenant_id = ${tenant}`}
+          AND t.id = picked.id
         RETURNING ${prefixed('t', taskColumns)}
       )`;
+}
+
+/**
+ * Completes a batch (fenced, like `completeMany`) and claims the next one in one statement:
+ * one round trip and one commit per batch instead of two. On this machine commits are bound
+ * by WAL flushes (fdatasync 4.2 ms, pg_test_fsync), so halving them is what moves throughput.
+ * The claim skips the tasks being completed ($1), which the same statement cannot lock twice.
+ * Returns one row: the ids accepted, and the claimed tasks as JSON. Across tenants, $10 holds the
+ * done tasks' tenants (one per task); pinned, $10 is the one tenant of the done and claimed tasks.
+ */
+function completeAndClaim(s: string, tenant: string | null): string {
+  const done =
+    tenant === null
+      ? `FROM unnest($1::bigint[], $2::bigint[], $3::text[], $10::text[]) AS c(id, fence, result, tenant_id)
+        WHERE t.tenant_id = c.tenant_id AND t.id = c.id`
+      : `FROM unnest($1::bigint[], $2::bigint[], $3::text[]) AS c(id, fence, result)
+        WHERE t.tenant_id = ${tenant} AND t.id = c.id`;
+  return `WITH done AS (
+        UPDATE ${s}.tasks t SET state = 'completed', result = c.result, finished_at = $4, expires_at = $5,
+          locked_by = NULL
+        ${done} AND t.fence = c.fence AND t.state = 'claimed'
+        RETURNING t.id
+      ), ${claimCtes(s, '$6', '$4', '$7', '$8', '$9', tenant, 'AND NOT (id = ANY($1::bigint[]))')}
+      SELECT (SELECT coalesce(array_agg(id::text), '{}') FROM done) AS completed,
+        (SELECT coalesce(json_agg(u ORDER BY u.id), '[]') FROM updated u WHERE u.state = 'claimed')::text AS claimed`;
+}
+
+/**
+ * Deletes finished tasks past retention with their dedupe keys (found by their primary key, which
+ * the task row carries); returns the tasks deleted.
+ */
+function sweepStatement(s: string, tenant: string | null): string {
+  return `WITH due AS (
+        SELECT tenant_id, id FROM ${s}.tasks
+        WHERE ${tenant === null ? '' : `tenant_id = ${tenant} AND `}expires_at <= $1
+        ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED
+      ), gone AS (
+        DELETE FROM ${s}.tasks t USING due
+        WHERE ${tenant === null ? 't.tenant_id = due.tenant_id' : `t.tenant_id = ${tenant}`} AND t.id = due.id
+        RETURNING t.tenant_id, t.id, t.queue, t.dedupe_key
+      ), keys AS (
+        DELETE FROM ${s}.task_keys k USING gone
+        WHERE ${tenant === null ? 'k.tenant_id = gone.tenant_id' : `k.tenant_id = ${tenant}`}
+          AND k.queue = gone.queue AND k.dedupe_key = gone.dedupe_key AND k.task_id = gone.id
+        RETURNING 1
+      )
+      SELECT (SELECT count(*) FROM gone)::int AS deleted, (SELECT count(*) FROM keys)::int AS keys`;
 }
 
 function prefixed(alias: string, columns: string): string {

@@ -1,4 +1,5 @@
 import type { Transaction } from '../core/sql.js';
+import { validateTenants } from '../core/tenant.js';
 import { sleepUnlessAborted } from '../client/sleep.js';
 import type { Claims, RunOutcome } from './claims.js';
 import type { ClaimedTask } from './task.js';
@@ -15,6 +16,12 @@ export interface WorkOptions<P, R> {
   onOutcome?: (task: ClaimedTask<P>, outcome: RunOutcome<R>) => void;
   /** Sees database errors of the loop itself; the loop backs off by `pollMs` and goes on. */
   onError?: (error: unknown) => void;
+  /**
+   * Only these tenants' tasks: each claim is one tenant's, pinned to it, taken in turn until the
+   * batch is full (a worker per shard of a database distributed by tenant, or per group of
+   * tenants). Default: every tenant's tasks of the queue, in one claim.
+   */
+  tenants?: readonly string[];
 }
 
 /**
@@ -30,10 +37,23 @@ export async function work<P, R, Client>(
   const batchSize = options.batchSize ?? 10;
   const pollMs = options.pollMs ?? 1000;
   const signal = options.signal;
+  const tenants = validateTenants(options.tenants);
+  let round = 0;
+  const claimBatch = async (): Promise<ClaimedTask<P>[]> => {
+    if (!tenants) return claims.claim<P>(queue, { limit: batchSize });
+    // One tenant after another, starting one further each round so each gets its turn first.
+    const tasks: ClaimedTask<P>[] = [];
+    const start = round++ % tenants.length;
+    for (let i = 0; i < tenants.length && tasks.length < batchSize; i++) {
+      const tenant = tenants[(start + i) % tenants.length]!;
+      tasks.push(...(await claims.claim<P>(queue, { limit: batchSize - tasks.length, tenant })));
+    }
+    return tasks;
+  };
   while (!signal?.aborted) {
     let claimed: number;
     try {
-      const tasks = await claims.claim<P>(queue, { limit: batchSize });
+      const tasks = await claimBatch();
       claimed = tasks.length;
       await Promise.all(
         tasks.map(async (task) => {

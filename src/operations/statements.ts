@@ -95,25 +95,40 @@ export function renderStatements(schema: string) {
      * holds them, and a ctid lookup skips re-finding each row through the primary key (about 4
      * buffer hits per row measured on a 1000-row batch).
      */
-    sweepBodies: `UPDATE ${s}.requests SET result = NULL, body = NULL
-      WHERE ctid = ANY(ARRAY(
-        SELECT ctid FROM ${s}.requests
-        WHERE expires_at <= $1 AND (result IS NOT NULL OR body IS NOT NULL) AND state <> 'pending'
-        LIMIT $2 FOR UPDATE SKIP LOCKED
-      ))`,
-
-    sweepRows: `DELETE FROM ${s}.requests
-      WHERE ctid = ANY(ARRAY(
-        SELECT ctid FROM ${s}.requests
-        WHERE tombstone_until <= $1 AND (state <> 'pending' OR locked_until IS NULL OR locked_until <= $1)
-        LIMIT $2 FOR UPDATE SKIP LOCKED
-      ))`,
+    sweepBodies: sweepBodies(s, ''),
+    sweepRows: sweepRows(s, ''),
+    /** The sweeper's batches in one tenant ($3), for a sweeper scoped to tenants. */
+    sweepBodiesTenant: sweepBodies(s, 'tenant_id = $3 AND '),
+    sweepRowsTenant: sweepRows(s, 'tenant_id = $3 AND '),
   };
   // Each statement gets a prepared-statement name unique to its schema and text.
   const names = Object.fromEntries(
     Object.entries(texts).map(([key, text]) => [key, { name: `idem_${key}_${hash(text)}` }]),
   ) as Record<keyof typeof texts, { name: string }>;
   return { ...texts, names };
+}
+
+/**
+ * The sweeper's batches address rows by ctid: the locked rows cannot move while the statement
+ * holds them, and a ctid lookup skips re-finding each row through the primary key (about 4
+ * buffer hits per row measured on a 1000-row batch). `pin` limits them to one tenant.
+ */
+function sweepBodies(s: string, pin: string): string {
+  return `UPDATE ${s}.requests SET result = NULL, body = NULL
+      WHERE ${pin}ctid = ANY(ARRAY(
+        SELECT ctid FROM ${s}.requests
+        WHERE ${pin}expires_at <= $1 AND (result IS NOT NULL OR body IS NOT NULL) AND state <> 'pending'
+        LIMIT $2 FOR UPDATE SKIP LOCKED
+      ))`;
+}
+
+function sweepRows(s: string, pin: string): string {
+  return `DELETE FROM ${s}.requests
+      WHERE ${pin}ctid = ANY(ARRAY(
+        SELECT ctid FROM ${s}.requests
+        WHERE ${pin}tombstone_until <= $1 AND (state <> 'pending' OR locked_until IS NULL OR locked_until <= $1)
+        LIMIT $2 FOR UPDATE SKIP LOCKED
+      ))`;
 }
 
 function hash(text: string): string {

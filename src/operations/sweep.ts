@@ -1,5 +1,6 @@
 import type { Clock } from '../core/clock.js';
 import type { Queryable } from '../core/sql.js';
+import { validateTenants } from '../core/tenant.js';
 import type { Statements } from './statements.js';
 
 /** Options of a sweep. */
@@ -13,6 +14,11 @@ export interface SweepOptions {
   maxBatches?: number;
   /** Pause between batches, to leave room for live traffic. Default 0 ms. */
   pauseMs?: number;
+  /**
+   * Only these tenants' keys, each batch pinned to one tenant (a sweeper per shard or per cell).
+   * Default: every tenant. `maxBatches` then counts per tenant and phase.
+   */
+  tenants?: readonly string[];
 }
 
 /** What a sweep did. */
@@ -32,16 +38,20 @@ export async function sweep(
 ): Promise<SweepResult> {
   const batchSize = options.batchSize ?? 1000;
   const maxBatches = options.maxBatches ?? Infinity;
+  const tenants = validateTenants(options.tenants);
   const result: SweepResult = { resultsCleared: 0, rowsDeleted: 0 };
-  for (const [statement, field] of [
-    [statements.sweepBodies, 'resultsCleared'],
-    [statements.sweepRows, 'rowsDeleted'],
-  ] as const) {
-    for (let batch = 0; batch < maxBatches; batch++) {
-      const { rowCount } = await db.query(statement, [new Date(clock.now()), batchSize]);
-      result[field] += rowCount;
-      if (rowCount < batchSize) break;
-      if (options.pauseMs) await clock.sleep(options.pauseMs);
+  for (const tenant of tenants ?? [null]) {
+    for (const [statement, field] of [
+      [tenant === null ? statements.sweepBodies : statements.sweepBodiesTenant, 'resultsCleared'],
+      [tenant === null ? statements.sweepRows : statements.sweepRowsTenant, 'rowsDeleted'],
+    ] as const) {
+      for (let batch = 0; batch < maxBatches; batch++) {
+        const params = [new Date(clock.now()), batchSize, ...(tenant === null ? [] : [tenant])];
+        const { rowCount } = await db.query(statement, params);
+        result[field] += rowCount;
+        if (rowCount < batchSize) break;
+        if (options.pauseMs) await clock.sleep(options.pauseMs);
+      }
     }
   }
   return result;

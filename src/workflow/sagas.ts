@@ -3,6 +3,7 @@ import { InProgressError, InvalidArgumentError, KeyReusedError } from '../core/e
 import { fingerprint } from '../core/fingerprint.js';
 import { validateKey, validateName } from '../core/keys.js';
 import type { Sql } from '../core/sql.js';
+import { validateTenants } from '../core/tenant.js';
 import { defaultSchema } from '../migrate/schema-name.js';
 import type { JitterOptions } from '../client/backoff.js';
 import type { SagaDefinition, SagaPoint, SagaRef } from './definition.js';
@@ -130,15 +131,24 @@ export class Sagas<Client = unknown> {
    * bounded batches that skip locked rows. Running, compensating and stuck sagas are never
    * touched. Run it from a scheduler, or with `idem sweep`.
    */
-  async sweep(options: { batchSize?: number; maxBatches?: number } = {}): Promise<{ deleted: number }> {
+  async sweep(
+    options: { batchSize?: number; maxBatches?: number; tenants?: readonly string[] } = {},
+  ): Promise<{ deleted: number }> {
     const batchSize = positive('batchSize', options.batchSize ?? 1000);
     const cutoff = new Date(this.clock.now() - this.retentionMs);
+    // `tenants`: only those tenants' sagas, each batch pinned to one (maxBatches per tenant).
+    const tenants = validateTenants(options.tenants);
     let deleted = 0;
-    for (let batch = 0; batch < (options.maxBatches ?? Infinity); batch++) {
-      const { rows } = await this.sql.query<{ deleted: number }>(this.statements.sweep, [cutoff, batchSize]);
-      const count = Number(rows[0]?.deleted ?? 0);
-      deleted += count;
-      if (count < batchSize) break;
+    for (const tenant of tenants ?? [null]) {
+      for (let batch = 0; batch < (options.maxBatches ?? Infinity); batch++) {
+        const { rows } =
+          tenant === null
+            ? await this.sql.query<{ deleted: number }>(this.statements.sweep, [cutoff, batchSize])
+            : await this.sql.query<{ deleted: number }>(this.statements.sweepTenant, [cutoff, batchSize, tenant]);
+        const count = Number(rows[0]?.deleted ?? 0);
+        deleted += count;
+        if (count < batchSize) break;
+      }
     }
     return { deleted };
   }

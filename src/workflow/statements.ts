@@ -99,22 +99,34 @@ export function renderSagaStatements(schema: string) {
      * Deletes finished sagas past their retention, with their steps (ON DELETE CASCADE), in one
      * bounded batch that skips rows someone holds. Uses the partial index sagas_finished.
      */
-    sweep: `WITH due AS (
-        SELECT tenant_id, saga, saga_key FROM ${s}.sagas
-        WHERE status IN ('completed', 'compensated') AND finished_at <= $1
-        ORDER BY finished_at LIMIT $2 FOR UPDATE SKIP LOCKED
-      ), gone AS (
-        DELETE FROM ${s}.sagas x USING due
-        WHERE x.tenant_id = due.tenant_id AND x.saga = due.saga AND x.saga_key = due.saga_key
-        RETURNING 1
-      )
-      SELECT count(*)::int AS deleted FROM gone`,
+    sweep: sweepStatement(s, ''),
+    /** `sweep` of one tenant ($3), for a sweeper scoped to tenants. */
+    sweepTenant: sweepStatement(s, 'tenant_id = $3 AND '),
 
     /** Unfinished sagas whose holder is gone (recovery). Uses the partial index sagas_unfinished. */
     lapsed: `SELECT tenant_id, saga, saga_key FROM ${s}.sagas
       WHERE status IN ('running', 'compensating') AND (locked_until IS NULL OR locked_until <= $1)
       ORDER BY updated_at LIMIT $2`,
   };
+}
+
+/**
+ * Deletes finished sagas past their retention, with their steps (ON DELETE CASCADE), in one
+ * bounded batch that skips rows someone holds. Uses the partial index sagas_finished. `pin`
+ * limits it to one tenant.
+ */
+function sweepStatement(s: string, pin: string): string {
+  return `WITH due AS (
+        SELECT tenant_id, saga, saga_key FROM ${s}.sagas
+        WHERE ${pin}status IN ('completed', 'compensated') AND finished_at <= $1
+        ORDER BY finished_at LIMIT $2 FOR UPDATE SKIP LOCKED
+      ), gone AS (
+        DELETE FROM ${s}.sagas x USING due
+        WHERE ${pin.replace('tenant_id', 'x.tenant_id')}x.tenant_id = due.tenant_id AND x.saga = due.saga
+          AND x.saga_key = due.saga_key
+        RETURNING 1
+      )
+      SELECT count(*)::int AS deleted FROM gone`;
 }
 
 export type SagaStatements = ReturnType<typeof renderSagaStatements>;
