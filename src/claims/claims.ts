@@ -510,7 +510,11 @@ export class Claims<Client = unknown> {
         const { rows } =
           tenant === null
             ? await this.sql.query<{ deleted: number }>(this.statements.sweep, [now, batchSize])
-            : await this.sql.query<{ deleted: number }>(this.statements.sweepTenant, [now, batchSize, tenant]);
+            : await this.sql.query<{ deleted: number }>(this.statements.sweepTenant, [
+                now,
+                batchSize,
+                tenant,
+              ]);
         const count = Number(rows[0]?.deleted ?? 0);
         deleted += count;
         if (count < batchSize) break;

@@ -23,7 +23,7 @@ export function validateTenant(tenant: unknown): asserts tenant is string {
  */
 export function validateTenants(tenants: readonly string[] | undefined): readonly string[] | undefined {
   if (tenants === undefined) return undefined;
-  if (!Array.isArray(tenants) || tenants.length === 0) {
+  if (!Array.isArray(tenants as unknown) || tenants.length === 0) {
     throw new InvalidArgumentError('tenants must be a non-empty array (leave it out for every tenant)');
   }
   for (const tenant of tenants) validateTenant(tenant);

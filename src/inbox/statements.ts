@@ -41,7 +41,9 @@ function renderTexts(schema: string): Omit<InboxStatements, 'names'> {
   const s = quoteSchema(schema);
   const message = `tenant_id = $1 AND consumer = $2 AND message_id = $3`;
   // Short autocommit deletes that skip rows a consumer holds.
-  const sweep = (tenant: string) => `DELETE FROM ${s}.inbox WHERE ${tenant}(tenant_id, consumer, message_id) IN (
+  const sweep = (
+    tenant: string,
+  ) => `DELETE FROM ${s}.inbox WHERE ${tenant}(tenant_id, consumer, message_id) IN (
         SELECT tenant_id, consumer, message_id FROM ${s}.inbox WHERE ${tenant}expires_at < $1
         LIMIT $2 FOR UPDATE SKIP LOCKED)`;
   return {

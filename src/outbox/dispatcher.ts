@@ -287,7 +287,8 @@ export class OutboxDispatcher {
 
       const settled = await this.publishInWaves(events);
       const at = this.clock.now();
-      const failures: { tenant_id: string; id: string; retry_at: string; error: string; dead: boolean }[] = [];
+      const failures: { tenant_id: string; id: string; retry_at: string; error: string; dead: boolean }[] =
+        [];
       const dead: DeadEvent[] = [];
       for (const { event, failure } of settled.failed) {
         const attempts = event.attempts + 1;
@@ -301,7 +302,13 @@ export class OutboxDispatcher {
           retryAt = new Date(at + delay).toISOString();
           this.nextRetryAt = Math.min(this.nextRetryAt, at + delay);
         }
-        failures.push({ tenant_id: event.tenant ?? '', id: event.id, retry_at: retryAt, error, dead: isDead });
+        failures.push({
+          tenant_id: event.tenant ?? '',
+          id: event.id,
+          retry_at: retryAt,
+          error,
+          dead: isDead,
+        });
       }
       if (settled.published.length > 0 || failures.length > 0) {
         // A batch of one tenant (always, with `tenants`; usually, without) is marked by a statement

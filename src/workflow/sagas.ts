@@ -144,7 +144,11 @@ export class Sagas<Client = unknown> {
         const { rows } =
           tenant === null
             ? await this.sql.query<{ deleted: number }>(this.statements.sweep, [cutoff, batchSize])
-            : await this.sql.query<{ deleted: number }>(this.statements.sweepTenant, [cutoff, batchSize, tenant]);
+            : await this.sql.query<{ deleted: number }>(this.statements.sweepTenant, [
+                cutoff,
+                batchSize,
+                tenant,
+              ]);
         const count = Number(rows[0]?.deleted ?? 0);
         deleted += count;
         if (count < batchSize) break;

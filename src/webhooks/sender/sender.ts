@@ -348,7 +348,12 @@ export class WebhookSender<Client = unknown> {
       if (state !== 'failed' && state !== 'cancelled')
         throw new InvalidArgumentError(`cannot redrive ${String(state)} deliveries`);
     }
-    const params = [new Date(this.clock.now()), states, options.endpointId ?? null, options.messageId ?? null];
+    const params = [
+      new Date(this.clock.now()),
+      states,
+      options.endpointId ?? null,
+      options.messageId ?? null,
+    ];
     if (options.tenant !== undefined) validateTenant(options.tenant);
     const { rowCount } =
       options.tenant === undefined
