@@ -23,10 +23,15 @@ export function validateTenant(tenant: unknown): asserts tenant is string {
  */
 export function validateTenants(tenants: readonly string[] | undefined): readonly string[] | undefined {
   if (tenants === undefined) return undefined;
-  if (!Array.isArray(tenants as unknown) || tenants.length === 0) {
+  if (!isList(tenants) || tenants.length === 0) {
     throw new InvalidArgumentError('tenants must be a non-empty array (leave it out for every tenant)');
   }
   for (const tenant of tenants) validateTenant(tenant);
   if (new Set(tenants).size !== tenants.length) throw new InvalidArgumentError('tenants has duplicates');
   return [...tenants];
+}
+
+/** `Array.isArray` that keeps the element type of a readonly array (callers may pass anything at runtime). */
+function isList(value: unknown): value is readonly string[] {
+  return Array.isArray(value);
 }

@@ -120,7 +120,7 @@ let idemTables: string[];
 beforeAll(async () => {
   db = await createTestSchema();
   s = quoteSchema(db.schema);
-  const texts = (all: Record<string, unknown>) =>
+  const texts = (all: object) =>
     Object.fromEntries(
       Object.entries(all).filter(
         (entry): entry is [string, string] => typeof entry[1] === 'string' && entry[0] !== 'channel',
