@@ -11,12 +11,17 @@
  *    tenant_id, as a distributed planner does), and every INSERT names tenant_id. A new statement
  *    that reads, updates or deletes rows of several tenants fails here until it is pinned or
  *    listed. A listed statement that became pinned fails too, so the list stays true.
- * 3. Everything the request paths and the workers scoped to tenants send, recorded while they run
+ * 3. `idem sql --citus` distributes exactly these tables, referenced tables first, colocated;
+ *    run here against a stand-in `create_distributed_table` that checks each call.
+ * 4. Everything the request paths and the workers scoped to tenants send, recorded while they run
  *    (keyed operations, outbox and dispatcher, inbox, receiver and processor with an order-aware
  *    entity and a gap, sender, claims and its worker, every sweep), is among the pinned
  *    statements: a worker scoped to tenants never falls back to a statement across tenants.
  */
+import { execFile } from 'node:child_process';
 import { createServer } from 'node:http';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { fromPg } from '../../src/adapters/pg.js';
 import { renderClaimStatements } from '../../src/claims/statements.js';
@@ -26,6 +31,8 @@ import { ManualClock } from '../../src/core/clock.js';
 import type { QueryOptions, Row, Sql, Transaction } from '../../src/core/sql.js';
 import { createInbox } from '../../src/inbox/inbox.js';
 import { renderInboxStatements } from '../../src/inbox/statements.js';
+import { citusScript, distributedTables } from '../../src/migrate/citus.js';
+import { migrationScript } from '../../src/migrate/migrate.js';
 import { quoteSchema } from '../../src/migrate/schema-name.js';
 import { createIdem } from '../../src/operations/idem.js';
 import { renderStatements } from '../../src/operations/statements.js';
@@ -340,6 +347,59 @@ describe('a schema distributable on tenant_id', () => {
       expect(verdicts.get(modules[module]![name]!), `${module}.${name}`).toMatchObject({ pinned: true });
     }
     expect(verdicts.get(modules.outbox!.claim!)).toMatchObject({ pinned: false });
+  });
+
+  it('`idem sql --citus` prints the migrations, then distributes every table on tenant_id, colocated', async () => {
+    expect([...distributedTables].sort()).toEqual(idemTables);
+    // Referenced tables first: Citus distributes a table's foreign keys' targets before it.
+    const { rows: foreign } = await db.pool.query<{ table: string; referenced: string }>(
+      `SELECT conrelid::regclass::text AS table, confrelid::regclass::text AS referenced
+        FROM pg_constraint WHERE connamespace = $1::regnamespace AND contype = 'f'`,
+      [db.schema],
+    );
+    const position = (qualified: string) =>
+      distributedTables.indexOf(qualified.split('.').pop()! as (typeof distributedTables)[number]);
+    for (const f of foreign) expect(position(f.referenced), f.table).toBeLessThan(position(f.table));
+
+    // The real command: the plain script, then the distribution.
+    const main = fileURLToPath(new URL('../../src/cli/main.ts', import.meta.url));
+    const { stdout } = await promisify(execFile)(process.execPath, [
+      '--import',
+      'tsx',
+      main,
+      'sql',
+      '--schema',
+      db.schema,
+      '--citus',
+    ]);
+    expect(stdout).toBe(`${migrationScript(db.schema)}\n${citusScript(db.schema)}`);
+
+    // The distribution part against a stand-in that checks each call as Citus would need it:
+    // the table exists, the column is tenant_id, every table but the first is colocated with it.
+    const client = await db.pool.connect();
+    try {
+      await client.query('BEGIN');
+      await client.query(`CREATE TEMP TABLE distributed (relation regclass, colocate_with text)`);
+      await client.query(`CREATE FUNCTION pg_temp.create_distributed_table(
+          relation regclass, column_name text, colocate_with text DEFAULT 'default') RETURNS void
+        LANGUAGE plpgsql AS $$ BEGIN
+          IF column_name <> 'tenant_id' THEN RAISE EXCEPTION 'distributed on %', column_name; END IF;
+          INSERT INTO distributed VALUES (relation, colocate_with);
+        END $$`);
+      const script = citusScript(db.schema).replaceAll(
+        'create_distributed_table(',
+        'pg_temp.create_distributed_table(',
+      );
+      await client.query(script);
+      const { rows } = await client.query<{ relation: string; colocate_with: string }>(
+        `SELECT relation::text, colocate_with FROM distributed`,
+      );
+      expect(rows.map((r) => r.relation.split('.').pop())).toEqual([...distributedTables]);
+      expect(rows.slice(1).every((r) => r.colocate_with === `${s}.requests`)).toBe(true);
+      await client.query('ROLLBACK');
+    } finally {
+      client.release();
+    }
   });
 
   it('request paths and workers scoped to tenants send only statements pinned to one tenant', async () => {
