@@ -117,14 +117,15 @@ function sameTenant(pin: Pin, alias: string, outer: string): string {
 /**
  * Rows of `alias` whose (tenant_id, id) is one of the pairs in `source` (a relation with tenant_id
  * and id). The two `= ANY(ARRAY(…))` conditions keep primary-key lookups in a prepared statement's
- * generic plan (a join would hash-join against a sequential scan of the outbox); the third makes
- * the match exact when one id exists under two tenants (uuid text is 36 characters, so id ‖ tenant
- * is unambiguous).
+ * generic plan (a join alone would hash-join against a sequential scan of the outbox); the IN makes
+ * the match exact when one id exists under two tenants, as a hash semi-join of the few rows found.
+ * (An `id ‖ tenant = ANY(…)` filter instead was a linear search per row: 500-event claims took
+ * 2–5 ms more.)
  */
 function pairs(alias: string, source: string): string {
   return `${alias}.tenant_id = ANY(ARRAY(SELECT DISTINCT tenant_id FROM ${source}))
         AND ${alias}.id = ANY(ARRAY(SELECT id FROM ${source}))
-        AND ${alias}.id::text || ${alias}.tenant_id = ANY(ARRAY(SELECT id::text || tenant_id FROM ${source}))`;
+        AND (${alias}.tenant_id, ${alias}.id) IN (SELECT tenant_id, id FROM ${source})`;
 }
 
 function renderTexts(schema: string): Omit<OutboxStatements, 'names'> {
