@@ -112,7 +112,9 @@ export class Cells<Client = unknown> {
     if (entries.length === 0) throw new InvalidArgumentError('createCells needs at least one cell');
     for (const [name, sql] of entries) {
       if (!cellName.test(name)) {
-        throw new InvalidArgumentError(`cell name ${JSON.stringify(name)} must be 1–100 of A–Z a–z 0–9 _ . -`);
+        throw new InvalidArgumentError(
+          `cell name ${JSON.stringify(name)} must be 1–100 of A–Z a–z 0–9 _ . -`,
+        );
       }
       const common = { sql, schema: options.schema, clock: options.clock };
       this.cells.set(name, {

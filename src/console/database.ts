@@ -48,6 +48,36 @@ export function consoleDatabase(
   };
 }
 
+const cellName = /^[A-Za-z0-9_.-]{1,100}$/;
+
+/**
+ * The console's databases by cell name: those of the `cells` option, or the one of `pool`/`sql`
+ * under the name `''` (a console without cells).
+ */
+export function consoleCells(
+  options: Pick<ConsoleOptions, 'pool' | 'sql' | 'schema' | 'cells'>,
+  clock: Clock,
+  statementTimeoutMs: number,
+): Map<string, ConsoleDatabase> {
+  if (options.cells === undefined) {
+    return new Map([['', consoleDatabase(options, clock, statementTimeoutMs)]]);
+  }
+  if (options.pool !== undefined || options.sql !== undefined) {
+    throw new InvalidArgumentError('give the console `cells`, or `pool`/`sql`, not both');
+  }
+  const entries = Object.entries(options.cells);
+  if (entries.length === 0) throw new InvalidArgumentError('cells needs at least one cell');
+  const cells = new Map<string, ConsoleDatabase>();
+  for (const [name, db] of entries) {
+    if (!cellName.test(name)) {
+      throw new InvalidArgumentError(`cell name ${JSON.stringify(name)} must be 1–100 of A–Z a–z 0–9 _ . -`);
+    }
+    const source = 'transaction' in db ? { sql: db } : { pool: db };
+    cells.set(name, consoleDatabase({ ...source, schema: options.schema }, clock, statementTimeoutMs));
+  }
+  return cells;
+}
+
 /** A timestamp column as ISO text, or null (infinity is null: "not scheduled"). */
 export function iso(value: unknown): string | null {
   if (value === null || value === undefined || value === 'infinity' || value === Infinity) return null;

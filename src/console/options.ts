@@ -8,6 +8,13 @@ export interface ConsoleOptions {
   pool?: PgPoolLike;
   /** Any adapter's `Sql` (used when `pool` is not given). Reads run in read-only transactions. */
   sql?: Sql;
+  /**
+   * Several databases by cell name (one idem per group of tenants, see `createCells` and its
+   * `sqls`), instead of `pool` or `sql`. The page gets a cell selector and every API route takes
+   * `?cell=<name>` (default: the first cell); an unknown cell is a 400. Each cell is read on its own
+   * database only. Default: none (one database).
+   */
+  cells?: Readonly<Record<string, Sql | PgPoolLike>>;
   /** Schema of idem's tables. Default `idem`. Validated like every schema name (`quoteSchema`). */
   schema?: string;
   /**

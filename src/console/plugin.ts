@@ -8,10 +8,10 @@ import { systemClock } from '../core/clock.js';
 import { InvalidArgumentError, isIdemError } from '../core/errors.js';
 import { checkExposure, checkMutation, decideAccess, sessionCookie, sessionValue } from './access.js';
 import { loadAssets } from './assets.js';
-import { consoleDatabase } from './database.js';
-import { createLiveFeed } from './live.js';
+import { consoleCells, type ConsoleDatabase } from './database.js';
+import { createLiveFeed, type LiveFeed } from './live.js';
 import { consoleDefaults, type ConsoleOptions } from './options.js';
-import type { Query } from './params.js';
+import { optionalName, type Query } from './params.js';
 import { listRequests, readRequest } from './views/requests.js';
 import { readInbox } from './views/inbox.js';
 import { readOutbox, redriveOutbox } from './views/outbox.js';
@@ -44,18 +44,36 @@ export async function consolePlugin(app: FastifyInstance, options: ConsoleOption
     throw new InvalidArgumentError('basePath must be a path such as /console');
   }
   const clock = options.clock ?? systemClock;
-  const db = consoleDatabase(
+  // One database per cell (`cells`), or the one of `pool`/`sql` under the name ''. Every route
+  // reads the cell its `?cell=` names (default: the first), and only that cell's database.
+  const cells = consoleCells(
     options,
     clock,
     options.statementTimeoutMs ?? consoleDefaults.statementTimeoutMs,
   );
+  const cellNames = [...cells.keys()];
+  const db = cells.get(cellNames[0]!)!;
+  const cellOf = (request: FastifyRequest): ConsoleDatabase => {
+    const name = optionalName(request.query as Query, 'cell') ?? cellNames[0]!;
+    const cell = cells.get(name);
+    if (!cell) throw new InvalidArgumentError(`no cell ${JSON.stringify(name)}`);
+    return cell;
+  };
   const assets = loadAssets();
-  const live = createLiveFeed(
-    () => readSummary(db),
-    options.liveIntervalMs ?? consoleDefaults.liveIntervalMs,
-  );
+  const lives = new Map<ConsoleDatabase, LiveFeed>();
+  const liveOf = (cell: ConsoleDatabase): LiveFeed => {
+    let live = lives.get(cell);
+    if (!live) {
+      live = createLiveFeed(
+        () => readSummary(cell),
+        options.liveIntervalMs ?? consoleDefaults.liveIntervalMs,
+      );
+      lives.set(cell, live);
+    }
+    return live;
+  };
   app.addHook('preClose', (done) => {
-    live.close();
+    for (const live of lives.values()) live.close();
     done();
   });
 
@@ -138,19 +156,22 @@ export async function consolePlugin(app: FastifyInstance, options: ConsoleOption
   });
 
   const api = `${basePath}/api`;
-  app.get(`${api}/summary`, async () => readSummary(db));
-  app.get(`${api}/requests`, async (request) => listRequests(db, request.query as Query));
+  // The cells this console reads; [] without cells (the page then shows no selector).
+  app.get(`${api}/cells`, async () => ({ cells: cellNames.filter((name) => name !== '') }));
+  app.get(`${api}/summary`, async (request) => readSummary(cellOf(request)));
+  app.get(`${api}/requests`, async (request) => listRequests(cellOf(request), request.query as Query));
   app.get(`${api}/requests/detail`, async (request, reply) => {
-    const detail = await readRequest(db, request.query as Query);
+    const detail = await readRequest(cellOf(request), request.query as Query);
     return detail ?? problem(reply, 404, 'no such request');
   });
-  app.get(`${api}/outbox`, async (request) => readOutbox(db, request.query as Query));
-  app.post(`${api}/outbox/redrive`, async (request) => redriveOutbox(db, request.body));
-  app.get(`${api}/inbox`, async (request) => readInbox(db, request.query as Query));
-  app.get(`${api}/webhooks`, async (request) => readWebhooks(db, request.query as Query));
-  app.get(`${api}/tasks`, async (request) => readTasks(db, request.query as Query));
-  app.get(`${api}/sagas`, async (request) => readSagas(db, request.query as Query));
-  app.get(`${api}/live`, (_request, reply) => {
+  app.get(`${api}/outbox`, async (request) => readOutbox(cellOf(request), request.query as Query));
+  app.post(`${api}/outbox/redrive`, async (request) => redriveOutbox(cellOf(request), request.body));
+  app.get(`${api}/inbox`, async (request) => readInbox(cellOf(request), request.query as Query));
+  app.get(`${api}/webhooks`, async (request) => readWebhooks(cellOf(request), request.query as Query));
+  app.get(`${api}/tasks`, async (request) => readTasks(cellOf(request), request.query as Query));
+  app.get(`${api}/sagas`, async (request) => readSagas(cellOf(request), request.query as Query));
+  app.get(`${api}/live`, (request, reply) => {
+    const live = liveOf(cellOf(request));
     void reply.hijack();
     reply.raw.writeHead(200, {
       ...securityHeaders,

@@ -1,7 +1,7 @@
 /* idem console: a small hash-routed page over the console's JSON API. No framework, no build step.
  * Every value from the database is set with textContent (through `h`): stored bodies, keys and errors
  * are attacker-controlled, and nothing here ever parses them as markup. */
-/* global document, window, location, fetch, URLSearchParams, EventSource, setTimeout, clearTimeout, confirm */
+/* global document, window, location, fetch, URL, URLSearchParams, EventSource, setTimeout, clearTimeout, confirm */
 'use strict';
 
 (() => {
@@ -9,6 +9,10 @@
   const view = document.getElementById('view');
   const counters = document.getElementById('counters');
   const liveBadge = document.getElementById('live');
+  const cellPicker = document.getElementById('cell-picker');
+  const cellSelect = document.getElementById('cell');
+  // The cell (database) every API call reads, kept in the page's address as ?cell=. '' without cells.
+  let cell = new URLSearchParams(location.search).get('cell') || '';
 
   // ---------------------------------------------------------------- DOM helpers
 
@@ -203,6 +207,7 @@
     const query = new URLSearchParams();
     for (const [k, v] of Object.entries(params || {}))
       if (v !== undefined && v !== null && v !== '') query.set(k, v);
+    if (cell) query.set('cell', cell);
     const text = query.toString();
     const response = await fetch(`${base}/api/${path}${text ? `?${text}` : ''}`, {
       headers: { accept: 'application/json' },
@@ -212,13 +217,17 @@
   }
 
   async function post(path, body) {
-    const response = await fetch(`${base}/api/${path}`, {
+    const response = await fetch(`${base}/api/${path}${cellQuery()}`, {
       method: 'POST',
       headers: { 'content-type': 'application/json', 'x-idem-console': '1', accept: 'application/json' },
       credentials: 'same-origin',
       body: JSON.stringify(body),
     });
     return answer(response);
+  }
+
+  function cellQuery() {
+    return cell ? `?cell=${encodeURIComponent(cell)}` : '';
   }
 
   async function answer(response) {
@@ -1183,9 +1192,12 @@
       });
   }
 
+  let liveSource;
   function connectLive() {
+    if (liveSource) liveSource.close();
     if (typeof EventSource !== 'function') return poll();
-    const source = new EventSource(`${base}/api/live`);
+    const source = new EventSource(`${base}/api/live${cellQuery()}`);
+    liveSource = source;
     source.addEventListener('summary', (event) => {
       const s = JSON.parse(event.data);
       showSummary(s);
@@ -1200,7 +1212,27 @@
     };
   }
 
+  /** With cells, a selector: switching reads another database (counters, views, actions). */
+  async function loadCells() {
+    const { cells } = await api('cells').catch(() => ({ cells: [] }));
+    if (cells.length === 0) return;
+    if (!cells.includes(cell)) cell = cells[0];
+    cellSelect.replaceChildren(...cells.map((name) => h('option', { value: name }, name)));
+    cellSelect.value = cell;
+    cellPicker.hidden = false;
+    cellSelect.addEventListener('change', () => {
+      cell = cellSelect.value;
+      const address = new URL(location.href);
+      address.searchParams.set('cell', cell);
+      window.history.replaceState(null, '', address);
+      connectLive();
+      void route();
+    });
+  }
+
   window.addEventListener('hashchange', route);
-  connectLive();
-  void route();
+  void loadCells().then(() => {
+    connectLive();
+    return route();
+  });
 })();
