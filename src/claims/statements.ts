@@ -212,9 +212,10 @@ function claimCtes(
 ) {
   const exhausted = `t.state = 'claimed' AND t.attempts >= t.max_attempts`;
   // Pinned: `tasks_claimable_tenant` (tenant_id, queue, visible_at, id); across tenants:
-  // `tasks_claimable` (queue, visible_at, id).
+  // `tasks_claimable` (queue, visible_at, id). The UPDATE finds the picked rows by ctid: they are
+  // locked, so they cannot move, and a TID lookup skips a probe of the (tenant_id, id) key.
   return `picked AS (
-        SELECT tenant_id, id FROM ${s}.tasks
+        SELECT ctid FROM ${s}.tasks
         WHERE ${tenant === null ? '' : `tenant_id = ${tenant} AND `}queue = ${queue}
           AND state IN ('ready', 'claimed') AND visible_at <= ${now}::timestamptz ${extra}
         ORDER BY visible_at, id
@@ -229,8 +230,7 @@ function claimCtes(
           locked_by = ${worker},
           last_error = CASE WHEN t.state = 'claimed' THEN 'lease expired' ELSE t.last_error END,
           finished_at = CASE WHEN ${exhausted} THEN ${now}::timestamptz ELSE NULL END
-        FROM picked WHERE ${tenant === null ? 't.tenant_id = picked.tenant_id' : `t.tenant_id = ${tenant}`}
-          AND t.id = picked.id
+        WHERE ${tenant === null ? '' : `t.tenant_id = ${tenant} AND `}t.ctid = ANY(ARRAY(SELECT ctid FROM picked))
         RETURNING ${prefixed('t', taskColumns)}
       )`;
 }

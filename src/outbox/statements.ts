@@ -225,8 +225,11 @@ function redriveStatement(s: string, pin: Pin): string {
  *    are pushed to the head's time, so they stop filling the scan while the head waits. Only rows
  *    nobody holds are touched (SKIP LOCKED), so this never waits.
  * 4. `locked`: the due heads, locked with SKIP LOCKED. A head another dispatcher holds is skipped
- *    with its whole key; FOR UPDATE rechecks `published_at IS NULL` on the latest row version, so a
- *    head published a moment ago is never taken.
+ *    with its whole key. Heads are found again by the ctid `heads` read them at: a head changed
+ *    since (published a moment ago, or rescheduled) no longer matches on recheck and its key waits
+ *    for the next batch; one unchanged is locked as read. A TID lookup per head costs less than a
+ *    primary-key probe: with (tenant_id, id) keys, finding them by (tenant, id) pairs made 500-head
+ *    claims 20–30% slower than before tenant keys (3.2 → 4.1 ms, side by side).
  * 5. `runs`: the locked heads (read with their lock, so the latest version) and each key's next
  *    events, at most `batch / keys` per key in all, so a single hot key fills a whole batch and many
  *    keys get one event each without a second probe per key (measured: 22 ms → 12 ms per 500-key
@@ -234,11 +237,6 @@ function redriveStatement(s: string, pin: Pin): string {
  */
 function claimStatement(s: string, pin: Pin): string {
   const candidates = pin === null ? '' : `tenant_id = ${pin} AND `;
-  // Across tenants, the due heads are found by their (tenant, id) pairs; pinned, by their ids.
-  const dueHeads =
-    pin === null
-      ? pairs('o', 'heads WHERE available_at <= $1')
-      : `o.tenant_id = ${pin} AND o.id = ANY(ARRAY(SELECT id FROM heads WHERE available_at <= $1))`;
   return `WITH cfg AS MATERIALIZED (
       SELECT set_config('idle_in_transaction_session_timeout', $4::text, true) AS idle,
         set_config('synchronous_commit', 'off', true) AS sync
@@ -252,7 +250,8 @@ function claimStatement(s: string, pin: Pin): string {
       ) AS c
     ), heads AS MATERIALIZED (
       SELECT h.* FROM cand CROSS JOIN LATERAL (
-        SELECT o.tenant_id, o.id, o.aggregatetype, o.aggregateid, o.seq, o.available_at FROM ${s}.outbox o
+        SELECT o.ctid AS row, o.tenant_id, o.id, o.aggregatetype, o.aggregateid, o.seq, o.available_at
+        FROM ${s}.outbox o
         WHERE ${sameTenant(pin, 'o', 'cand')} AND o.published_at IS NULL
           AND o.aggregatetype = cand.aggregatetype AND o.aggregateid = cand.aggregateid
         ORDER BY o.seq LIMIT 1
@@ -275,7 +274,7 @@ function claimStatement(s: string, pin: Pin): string {
       SELECT o.tenant_id, o.id, o.aggregatetype, o.aggregateid, o.seq, o.type, o.payload, o.headers,
         o.created_at, o.attempts
       FROM ${s}.outbox o
-      WHERE ${dueHeads}
+      WHERE ${candidates.replace('tenant_id', 'o.tenant_id')}o.ctid = ANY(ARRAY(SELECT row FROM heads WHERE available_at <= $1))
         AND o.published_at IS NULL AND o.available_at <= $1
       FOR UPDATE SKIP LOCKED
     ), runs AS (
