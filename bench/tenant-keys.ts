@@ -9,8 +9,11 @@
  * database. "after" runs with the default tenant (what existing users get) and with a named tenant
  * (dispatcher scoped to it). Paths: outbox add (one event per transaction, 8 producers), dispatch
  * (20 000 events over 1 000 keys, no-op publisher), inbox handle (new ids, 8 consumers), claims
- * (10 000 tasks, 8 workers claiming batches of 10 and completing them with completeMany), receipt insert (verified
- * Standard Webhooks deliveries, 8 senders). Prints medians per variant and the ratio to before.
+ * (10 000 tasks, 8 workers claiming batches of 10 and completing them with completeMany), receipt
+ * insert (verified Standard Webhooks deliveries, 8 senders); and outbox add, inbox record and
+ * claims enqueue without commits (2000 in one transaction, rolled back), which isolates the
+ * statements' own cost from the WAL flushes a shared machine makes erratic. Prints medians per
+ * variant and the ratio to before.
  * Not part of `npm run bench`: it needs the older tree.
  */
 import { randomBytes, randomUUID } from 'node:crypto';
@@ -204,6 +207,65 @@ const paths: Record<string, Path> = {
     return result.opsPerSecond;
   },
 };
+
+/**
+ * The same writes without their commits: on a shared machine a commit waits for the WAL flush of
+ * everyone's transactions, and throughput swings several-fold between rounds; the cost of the
+ * statements themselves (the wider keys, the extra index) shows here. 2000 single-row writes in one
+ * transaction, rolled back; in operations per second.
+ */
+const uncommitted =
+  (write: (side: Side, tx: unknown, i: number, run: string) => Promise<unknown>): Path =>
+  async (side) => {
+    const sql = side.api.fromPg(pool);
+    const run = randomBytes(4).toString('hex');
+    const count = 2000;
+    const started = performance.now();
+    await sql
+      .transaction(async (tx: unknown) => {
+        for (let i = 0; i < count; i++) await write(side, tx, i, run);
+        throw rollback;
+      })
+      .catch((error: unknown) => {
+        if (error !== rollback) throw error;
+      });
+    return count / ((performance.now() - started) / 1000);
+  };
+const rollback = new Error('rollback');
+const handles = new Map<Side, Api>();
+const handlesOf = (side: Side): Api => {
+  let h = handles.get(side);
+  if (!h) {
+    const sql = side.api.fromPg(pool);
+    const common = { sql, schema: side.schema };
+    h = {
+      outbox: side.api.createOutbox({ ...common, notify: false }),
+      inbox: side.api.createInbox(common),
+      claims: side.api.createClaims(common),
+    };
+    handles.set(side, h);
+  }
+  return h;
+};
+const tenantOf = (side: Side) => (side.tenant ? { tenant: side.tenant } : {});
+paths['outbox add, uncommitted (ops/s)'] = uncommitted((side, tx, i) =>
+  handlesOf(side).outbox.add(tx, {
+    topic: 'bench',
+    key: `order-${i % 1000}`,
+    type: 'order.updated',
+    payload: { i, amount: 1250 },
+    ...tenantOf(side),
+  }),
+);
+paths['inbox record, uncommitted (ops/s)'] = uncommitted((side, tx, i, run) =>
+  handlesOf(side).inbox.record(tx, { consumer: 'billing', messageId: `${run}-${i}`, ...tenantOf(side) }),
+);
+paths['claims enqueue, uncommitted (ops/s)'] = uncommitted((side, tx, i, run) =>
+  handlesOf(side).claims.enqueue(
+    { tenant: side.tenant ?? 'acme', queue: 'q', key: `${run}-${i}`, payload: { i } },
+    tx,
+  ),
+);
 
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 console.log(

@@ -95,8 +95,8 @@ export interface InboxCounters {
 }
 
 /**
- * Processed-message records for consumers: a handler runs at most once per (consumer, message id),
- * because the record commits in the handler's own transaction.
+ * Processed-message records for consumers: a handler runs at most once per (tenant, consumer,
+ * message id), because the record commits in the handler's own transaction.
  *
  * @example
  * const inbox = createInbox({ sql: fromPg(pool) });
@@ -130,7 +130,7 @@ export class Inbox<Client = unknown> {
   }
 
   /**
-   * Runs `handler` once per (consumer, message id), in a transaction that also records the id.
+   * Runs `handler` once per (tenant, consumer, message id), in a transaction that also records the id.
    * A duplicate returns `{ duplicate: true }` without running it (and counts it); a throw rolls
    * back both the record and the handler's writes, so a redelivery runs it again. Ack the
    * message only after this resolves.

@@ -50,6 +50,11 @@ export interface JetStreamConsumerOptions<Client = unknown> extends ConsumerRetr
   maxMessages?: number;
   /** Errors the consumer survives. Default: console.error. */
   onError?: (error: unknown) => void;
+  /**
+   * The tenant of a message, for its inbox record. Default: the `Idem-Tenant` header (idem's NATS
+   * publisher sets it for events of a named tenant), else the inbox's `tenant`.
+   */
+  tenant?: (message: JetStreamReceivedMessage) => string | undefined;
 }
 
 export class JetStreamConsumer<Client = unknown> {
@@ -135,11 +140,14 @@ export class JetStreamConsumer<Client = unknown> {
       attempt,
       raw,
     };
+    const tenant = this.options.tenant
+      ? this.options.tenant(message)
+      : raw.headers?.get('Idem-Tenant') || undefined;
     let duplicate: boolean;
     const heartbeat = setInterval(() => raw.working(), Math.max(100, this.ackWaitMs / 3));
     try {
       const result = await this.options.inbox.handle(
-        { consumer: this.options.consumer, messageId: id },
+        { consumer: this.options.consumer, messageId: id, ...(tenant === undefined ? {} : { tenant }) },
         (tx, context) => this.options.handler(tx, message, context),
       );
       duplicate = result.duplicate;
@@ -155,6 +163,7 @@ export class JetStreamConsumer<Client = unknown> {
         await this.options.inbox.markDead({
           consumer: this.options.consumer,
           messageId: id,
+          ...(tenant === undefined ? {} : { tenant }),
           attempts: attempt,
           error: reason,
           origin: `${raw.info.stream}/${raw.subject}`,

@@ -53,6 +53,11 @@ export interface RabbitMqConsumerOptions<Client = unknown> extends ConsumerRetry
   deadLetterQueue?: string;
   /** Errors the consumer survives (connection loss, failed acks). Default: console.error. */
   onError?: (error: unknown) => void;
+  /**
+   * The tenant of a delivery, for its inbox record. Default: the `idem-tenant` header (idem's
+   * RabbitMQ publisher sets it for events of a named tenant), else the inbox's `tenant`.
+   */
+  tenant?: (message: AmqpReceivedMessage) => string | undefined;
 }
 
 export interface ConsumerCounters {
@@ -218,10 +223,11 @@ export class RabbitMqConsumer<Client = unknown> {
       redelivered: raw.fields.redelivered,
       raw,
     };
+    const tenant = this.options.tenant ? this.options.tenant(message) : headerTenant(headers['idem-tenant']);
     let duplicate: boolean;
     try {
       const result = await this.options.inbox.handle(
-        { consumer: this.options.consumer, messageId: id },
+        { consumer: this.options.consumer, messageId: id, ...(tenant === undefined ? {} : { tenant }) },
         (tx, context) => this.options.handler(tx, message, context),
       );
       duplicate = result.duplicate;
@@ -229,7 +235,7 @@ export class RabbitMqConsumer<Client = unknown> {
       if (this.retry.retryable(error) && attempt < this.retry.maxAttempts) {
         await this.redeliverLater(channel, raw, attempt, error);
       } else {
-        await this.deadLetter(channel, raw, attempt, error, id);
+        await this.deadLetter(channel, raw, attempt, error, id, tenant);
       }
       return;
     }
@@ -260,6 +266,7 @@ export class RabbitMqConsumer<Client = unknown> {
     attempt: number,
     error: unknown,
     id: string | null,
+    tenant?: string,
   ): Promise<void> {
     const reason = describeError(error, 1000);
     await publishConfirmed(channel, this.deadLetterQueue, raw, {
@@ -273,6 +280,7 @@ export class RabbitMqConsumer<Client = unknown> {
       await this.options.inbox.markDead({
         consumer: this.options.consumer,
         messageId: id,
+        ...(tenant === undefined ? {} : { tenant }),
         attempts: attempt,
         error: reason,
         origin: this.options.queue,
@@ -343,6 +351,13 @@ function publishConfirmed(
 
 function asError(error: unknown): Error {
   return error instanceof Error ? error : new Error(`RabbitMQ refused the publish: ${JSON.stringify(error)}`);
+}
+
+/** The tenant header as text (amqplib may hand it over as a Buffer), or undefined. */
+function headerTenant(value: unknown): string | undefined {
+  if (typeof value === 'string') return value;
+  if (Buffer.isBuffer(value)) return value.toString('utf8');
+  return undefined;
 }
 
 function stringHeaders(headers: Record<string, unknown> | undefined): Record<string, string> {

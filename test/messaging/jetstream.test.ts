@@ -147,6 +147,41 @@ describe.skipIf(!natsUrl)('NATS JetStream', () => {
     expect((await outbox.read(lost!))?.deadAt).not.toBeNull();
   });
 
+  it('an event of a named tenant reaches the consumer’s inbox under that tenant', async () => {
+    const { stream, topic } = await newStream('tenants');
+    const ids: Record<string, string> = {};
+    await sql.transaction(async (tx) => {
+      for (const tenant of ['acme', 'globex']) {
+        ids[tenant] = await outbox.add(tx, {
+          tenant,
+          topic,
+          key: 'k',
+          type: 'test.event',
+          payload: { tenant },
+        });
+      }
+      ids[''] = await outbox.add(tx, { topic, key: 'k', type: 'test.event', payload: {} });
+    });
+    expect(await dispatch(topic)).toBe(3);
+    const seen: string[] = [];
+    await consumer(stream, 'tenant-ledger', {
+      handler: async (tx, message, context) => {
+        seen.push(String(context.tenant));
+        await tx.query(`INSERT INTO "${db.schema}".effects (message_id) VALUES ($1)`, [message.id]);
+      },
+    });
+    await waitFor(
+      async () => (await effectsPerMessage(Object.values(ids))).every((n) => n === 1),
+      'all three',
+    );
+    expect(seen.sort()).toEqual(['', 'acme', 'globex']);
+    for (const [tenant, id] of Object.entries(ids)) {
+      expect(await inbox.read({ tenant, consumer: 'tenant-ledger', messageId: id })).toMatchObject({
+        tenant,
+      });
+    }
+  });
+
   it('consumer: acks after commit; the consumer has nothing pending afterwards', async () => {
     const { stream, topic } = await newStream('consume');
     const ids = await addEvents(topic, 10, ['a', 'b']);

@@ -166,6 +166,43 @@ describe.skipIf(!amqpUrl)('RabbitMQ', () => {
     expect((await channel.checkQueue(queue)).messageCount).toBe(2);
   });
 
+  it('an event of a named tenant reaches the consumer’s inbox under that tenant, even with another tenant’s id', async () => {
+    const queue = await newQueue('tenants');
+    const id = '0190f5b4-7c1e-7000-8000-00000000a11d';
+    await sql.transaction(async (tx) => {
+      for (const tenant of ['acme', 'globex']) {
+        await outbox.add(tx, {
+          tenant,
+          id,
+          topic: 'tenants',
+          key: 'k',
+          type: 'test.event',
+          payload: { tenant },
+        });
+      }
+    });
+    const publisher = publisherTo(queue);
+    expect(
+      (await createDispatcher({ sql, publisher, schema: db.schema, topics: ['tenants'] }).drain()).published,
+    ).toBe(2);
+    const seen: string[] = [];
+    await consumer(queue, 'tenant-ledger', {
+      handler: async (tx, message, context) => {
+        seen.push(`${context.tenant}:${String(message.headers['idem-tenant'])}`);
+        await tx.query(`INSERT INTO "${db.schema}".effects (message_id) VALUES ($1)`, [message.id]);
+      },
+    });
+    await waitFor(async () => (await effectCount(id)) === 2, 'both tenants’ events');
+    expect(seen.sort()).toEqual(['acme:acme', 'globex:globex']);
+    for (const tenant of ['acme', 'globex']) {
+      expect(await inbox.read({ tenant, consumer: 'tenant-ledger', messageId: id })).toMatchObject({
+        tenant,
+        state: 'processed',
+      });
+    }
+    expect(await inbox.read({ consumer: 'tenant-ledger', messageId: id })).toBeNull();
+  });
+
   it('consumer: acks after commit; a duplicate delivery is acked without a second effect', async () => {
     const queue = await newQueue('dedupe');
     const ids = await addEvents(queue, 5);

@@ -64,6 +64,8 @@ export class NatsPublisher implements Publisher {
         h.set('Idem-Topic', event.topic);
         h.set('Idem-Key', event.key);
         h.set('Idem-Type', event.type);
+        // Only for a named tenant: events of the default tenant keep the headers they had.
+        if (event.tenant) h.set('Idem-Tenant', event.tenant);
         return js.publish(subject(event), encode(event), {
           msgID: event.id,
           headers: h,

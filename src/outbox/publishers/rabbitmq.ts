@@ -136,7 +136,13 @@ export class RabbitMqPublisher implements Publisher {
             persistent: this.options.persistent ?? true,
             mandatory: this.options.mandatory ?? true,
             timestamp: Math.floor(event.createdAt.getTime() / 1000),
-            headers: { ...event.headers, 'idem-topic': event.topic, 'idem-key': event.key },
+            headers: {
+              ...event.headers,
+              'idem-topic': event.topic,
+              'idem-key': event.key,
+              // Only for a named tenant: events of the default tenant keep the bytes they had.
+              ...(event.tenant ? { 'idem-tenant': event.tenant } : {}),
+            },
           },
           (error: unknown) => {
             if (error) {
