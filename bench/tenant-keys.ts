@@ -1,5 +1,5 @@
 /**
- * `npx tsx bench/tenant-keys.ts --before <dir>`: the hot paths before and after migration 0008
+ * `npx tsx bench/tenant-keys.ts --before <dir> [--rounds 5] [--seconds 3] [--only dispatch]`: the hot paths before and after migration 0008
  * (tenant_id leading every primary key), side by side in one run, in alternating rounds.
  *
  * `<dir>` is a checkout of the code before the change, with its own migrations, e.g.
@@ -29,6 +29,8 @@ const { values } = parseArgs({
     before: { type: 'string' },
     rounds: { type: 'string', default: '5' },
     seconds: { type: 'string', default: '3' },
+    /** Only the paths whose name contains this text, e.g. `--only dispatch`. */
+    only: { type: 'string' },
   },
 });
 if (!values.before) throw new Error('--before <dir>: a checkout of the code before migration 0008');
@@ -276,7 +278,7 @@ console.log(
     .map((l) => l.toFixed(1))
     .join(' ')}`,
 );
-for (const [name, path] of Object.entries(paths)) {
+for (const [name, path] of Object.entries(paths).filter(([name]) => name.includes(values.only ?? ''))) {
   const samples = sides.map(() => [] as number[]);
   for (let r = 0; r < rounds; r++) {
     // Alternate the order too, so a drift in the machine's load does not favour one side.

@@ -274,7 +274,10 @@ export class OutboxDispatcher {
         this.statements.names[claim],
       );
       const held = Number(rows[0]?.held ?? 0);
-      const events = rows.filter((row) => row.id !== null && row.id !== undefined).map(decodeEvent);
+      const claimed = rows.filter((row) => row.id !== null && row.id !== undefined);
+      const events = claimed.map(decodeEvent);
+      // Where the claim read each event: the mark finds published events by it (see markStatement).
+      const rowOf = new Map(claimed.map((row) => [row.id as string, row.row as string]));
       const result: BatchResult = {
         claimed: events.length,
         published: 0,
@@ -312,7 +315,7 @@ export class OutboxDispatcher {
       }
       if (settled.published.length > 0 || failures.length > 0) {
         // A batch of one tenant (always, with `tenants`; usually, without) is marked by a statement
-        // pinned to it; a batch across tenants by (tenant, id) pairs.
+        // pinned to it.
         const first = events[0]!.tenant ?? '';
         const only = events.every((e) => (e.tenant ?? '') === first) ? first : null;
         const deleting = this.retentionMs === 0;
@@ -324,10 +327,7 @@ export class OutboxDispatcher {
             : deleting
               ? 'markDeletingTenant'
               : 'markTenant';
-        const published =
-          only === null
-            ? settled.published.map((e) => [e.tenant ?? '', e.id])
-            : settled.published.map((e) => e.id);
+        const published = settled.published.map((e) => rowOf.get(e.id));
         await tx.query(
           this.statements[mark],
           [
