@@ -2,6 +2,7 @@
 import pg from 'pg';
 import { fromPg } from '../adapters/pg.js';
 import type { Sql } from '../core/sql.js';
+import { booleanSetting } from '../demo/config.js';
 import { startEmbeddedPostgres } from '../embedded/embedded-postgres.js';
 
 export interface CliDatabase {
@@ -31,7 +32,8 @@ export async function openDatabase(
   return {
     url,
     pool,
-    sql: fromPg(pool),
+    // IDEM_PREPARE=false behind a pooler that does not keep prepared statements (docs/deployment.md).
+    sql: fromPg(pool, { prepare: booleanSetting('IDEM_PREPARE', process.env.IDEM_PREPARE, true) }),
     embedded: stopEmbedded !== undefined,
     async close() {
       await pool.end();

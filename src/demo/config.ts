@@ -1,3 +1,5 @@
+import { InvalidArgumentError } from '../core/errors.js';
+
 /** The demo's settings, from the environment. Every one has a default that works on a fresh machine. */
 export interface DemoConfig {
   /** `PORT`, default 3000. */
@@ -10,8 +12,20 @@ export interface DemoConfig {
   providerUrl: string | undefined;
   /** `PROVIDER_WEBHOOK_SECRET`: the Standard Webhooks secret shared with the provider. */
   webhookSecret: string;
-  /** `DATABASE_URL`: unset starts an embedded PostgreSQL under .idem/postgres. */
+  /** `DATABASE_URL`: unset starts an embedded PostgreSQL under .idem/postgres. May be a pooler's URL. */
   databaseUrl: string | undefined;
+  /**
+   * `DATABASE_DIRECT_URL`: a direct connection to PostgreSQL (not through a transaction-mode
+   * pooler) for the outbox dispatcher's LISTEN. Default: `DATABASE_URL`. Behind PgBouncer in
+   * transaction mode LISTEN receives nothing; see docs/deployment.md.
+   */
+  directUrl: string | undefined;
+  /**
+   * `IDEM_PREPARE` (true/false), default true: idem's statements as named prepared statements.
+   * Set false when `DATABASE_URL` is a pooler that does not keep them (PgBouncer in transaction
+   * mode before 1.21); see docs/deployment.md.
+   */
+  prepare: boolean;
   /** `AMQP_URL` switches the event transport to RabbitMQ. */
   amqpUrl: string | undefined;
   /** `NATS_URL` switches the event transport to NATS JetStream (when AMQP_URL is unset). */
@@ -38,10 +52,24 @@ export function readConfig(env: NodeJS.ProcessEnv = process.env): DemoConfig {
     providerUrl: env.PROVIDER_URL || undefined,
     webhookSecret: env.PROVIDER_WEBHOOK_SECRET || demoWebhookSecret,
     databaseUrl: env.DATABASE_URL || undefined,
+    directUrl: env.DATABASE_DIRECT_URL || undefined,
+    prepare: booleanSetting('IDEM_PREPARE', env.IDEM_PREPARE, true),
     amqpUrl: env.AMQP_URL || undefined,
     natsUrl: env.NATS_URL || undefined,
     schema: env.IDEM_SCHEMA || 'idem',
     consoleToken: env.CONSOLE_TOKEN || undefined,
     leaseMs: Number(env.LEASE_MS ?? 5000),
   };
+}
+
+/**
+ * Reads a true/false setting: true/false, on/off, yes/no, 1/0 (any case); unset or empty is the
+ * default. Anything else is refused, so a typo never silently keeps the default.
+ */
+export function booleanSetting(name: string, value: string | undefined, fallback: boolean): boolean {
+  if (value === undefined || value.trim() === '') return fallback;
+  const normalized = value.trim().toLowerCase();
+  if (['true', 'on', 'yes', '1'].includes(normalized)) return true;
+  if (['false', 'off', 'no', '0'].includes(normalized)) return false;
+  throw new InvalidArgumentError(`${name} must be true or false, not ${JSON.stringify(value)}`);
 }

@@ -1,0 +1,208 @@
+/**
+ * Poolers: what named prepared statements buy on a direct connection (the reason `prepare` exists),
+ * what a transaction-mode PgBouncer costs, and commit → publish latency through PgBouncer with the
+ * dispatcher's LISTEN on a direct URL. PgBouncer is started by this module (test/support/pgbouncer);
+ * without it only the direct figures are measured.
+ */
+import { randomBytes } from 'node:crypto';
+import { setTimeout as sleep } from 'node:timers/promises';
+import pg from 'pg';
+import { fromPg } from '../src/adapters/pg.js';
+import type { Sql } from '../src/core/sql.js';
+import { migrate } from '../src/migrate/migrate.js';
+import { createIdem, type Idem } from '../src/operations/idem.js';
+import { createDispatcher } from '../src/outbox/dispatcher.js';
+import { createOutbox } from '../src/outbox/outbox.js';
+import type { OutboxEvent, Publisher, PublishResult } from '../src/outbox/types.js';
+import { findPgBouncer, startPgBouncer, type PgBouncer } from '../test/support/pgbouncer.js';
+import { closedLoop, percentiles, round, sideBySide, type LoadResult } from './lib/measure.js';
+import type { BenchContext, BenchFigure, BenchSection } from './lib/types.js';
+
+export default async function poolerBench(ctx: BenchContext): Promise<BenchSection> {
+  const schema = `idem_bench_pool_${randomBytes(3).toString('hex')}`;
+  const seconds = ctx.quick ? 3 : 8;
+  const rounds = ctx.quick ? 1 : 3;
+  const concurrency = 32;
+  const figures: BenchFigure[] = [];
+  const notes: string[] = [];
+  const run = `r${randomBytes(3).toString('hex')}`;
+
+  const direct = new pg.Pool({ connectionString: ctx.databaseUrl, max: concurrency + 2 });
+  const prepared = fromPg(direct, { prepare: true });
+  const unprepared = fromPg(direct, { prepare: false });
+  await migrate(prepared, { schema });
+  const insertItem = `INSERT INTO "${schema}".items (tenant, amount) VALUES ($1, $2) RETURNING id`;
+  await direct.query(
+    `CREATE TABLE "${schema}".items (id bigserial PRIMARY KEY, tenant text NOT NULL, amount int NOT NULL)`,
+  );
+
+  const firstExecutions = (idem: Idem, label: string) => () =>
+    closedLoop(concurrency, seconds * 1000, (w, i) =>
+      idem.run(
+        { tenant: 'acme', operation: 'create-item', key: `${run}-${label}-${w}-${i}`, request: { amount: 1 } },
+        async (tx) => (await tx.query(insertItem, ['acme', 1])).rows[0],
+      ),
+    );
+  const replayKeys = 1000;
+  const replays = (idem: Idem) => () =>
+    closedLoop(concurrency, seconds * 1000, (_w, i) =>
+      idem.run(
+        {
+          tenant: 'acme',
+          operation: 'create-item',
+          key: `${run}-replay-${i % replayKeys}`,
+          request: { amount: 1 },
+        },
+        async () => {
+          throw new Error('a replay must not run the handler');
+        },
+      ),
+    );
+  const compare = (name: string, value: LoadResult, base: LoadResult, baseName: string) => {
+    figures.push({
+      name,
+      value: round(value.opsPerSecond, 0),
+      unit: 'ops/s',
+      baseline: { name: baseName, value: round(base.opsPerSecond, 0) },
+      ratio: round(value.opsPerSecond / base.opsPerSecond),
+      higherIsBetter: true,
+    });
+    ctx.log(
+      `  ${name}: ${round(value.opsPerSecond, 0)} vs ${round(base.opsPerSecond, 0)} ops/s (${round(value.opsPerSecond / base.opsPerSecond)}×), p99 ${round(value.p99Ms)} vs ${round(base.p99Ms)} ms`,
+    );
+  };
+
+  // 1. Named prepared statements on a direct connection, side by side in alternating rounds.
+  const idemPrepared = createIdem({ sql: prepared, schema });
+  const idemUnprepared = createIdem({ sql: unprepared, schema });
+  for (let k = 0; k < replayKeys; k++) {
+    await idemPrepared.run(
+      { tenant: 'acme', operation: 'create-item', key: `${run}-replay-${k}`, request: { amount: 1 } },
+      async (tx) => (await tx.query(insertItem, ['acme', 1])).rows[0],
+    );
+  }
+  ctx.log(`pooler: named statements on a direct connection, first executions, c=${concurrency}`);
+  const [firstOff, firstOn] = await sideBySide(
+    rounds,
+    firstExecutions(idemUnprepared, 'off'),
+    firstExecutions(idemPrepared, 'on'),
+  );
+  compare(`first execution, prepare on, c=${concurrency}`, firstOn, firstOff, 'prepare off');
+  ctx.log(`pooler: named statements on a direct connection, replays, c=${concurrency}`);
+  const [replayOff, replayOn] = await sideBySide(rounds, replays(idemUnprepared), replays(idemPrepared));
+  compare(`replay, prepare on, c=${concurrency}`, replayOn, replayOff, 'prepare off');
+
+  const binary = findPgBouncer();
+  let bouncer: PgBouncer | undefined;
+  if (!binary) {
+    notes.push('pgbouncer is not installed: the figures through PgBouncer were not measured.');
+  } else {
+    bouncer = await startPgBouncer(binary, { targetUrl: ctx.databaseUrl, poolSize: 20 });
+    const pooled = new pg.Pool({ connectionString: bouncer.url, max: concurrency + 2 });
+    try {
+      const idemPooled = createIdem({ sql: fromPg(pooled, { prepare: false }), schema });
+      // 2. What the pooler costs: the same first executions, through PgBouncer vs direct (both
+      // without named statements, the only way PgBouncer 1.18 in transaction mode runs them).
+      ctx.log(`pooler: first executions through PgBouncer (transaction mode) vs direct, c=${concurrency}`);
+      const [viaDirect, viaPooler] = await sideBySide(
+        rounds,
+        firstExecutions(idemUnprepared, 'direct'),
+        firstExecutions(idemPooled, 'pooled'),
+      );
+      compare(
+        `first execution through PgBouncer, c=${concurrency}`,
+        viaPooler,
+        viaDirect,
+        'direct, prepare off',
+      );
+      // 3. Commit → publish through the pooler, the dispatcher woken by LISTEN on a direct URL.
+      const latency = await commitToPublish(ctx, schema, fromPg(pooled, { prepare: false }), bouncer);
+      figures.push(
+        {
+          name: 'commit → publish p50 through PgBouncer (LISTEN direct), 200 events/s',
+          value: round(latency.p50Ms, 1),
+          unit: 'ms',
+          higherIsBetter: false,
+        },
+        {
+          name: 'commit → publish p99 through PgBouncer (LISTEN direct), 200 events/s',
+          value: round(latency.p99Ms, 1),
+          unit: 'ms',
+          higherIsBetter: false,
+          target: { max: 50, description: '≤ 50 ms' },
+          holds: latency.p99Ms <= 50,
+        },
+      );
+    } finally {
+      await pooled.end();
+      await bouncer.stop();
+    }
+  }
+  await direct.query(`DROP SCHEMA "${schema}" CASCADE`);
+  await direct.end();
+  notes.push(
+    `Named statements: idem.run on the pg adapter, ${concurrency} workers, one INSERT per handler, prepare on and off on the same pool, ${rounds} alternating round(s) of ${seconds} s each (median kept); the machine is shared, so only the side-by-side ratio means anything.`,
+  );
+  return { name: 'Poolers', figures, notes };
+}
+
+/**
+ * Producers commit one event per transaction through PgBouncer at a fixed rate; a dispatcher whose
+ * batches also run through PgBouncer is woken by LISTEN on a direct connection.
+ */
+async function commitToPublish(
+  ctx: BenchContext,
+  schema: string,
+  sql: Sql,
+  bouncer: PgBouncer,
+): Promise<{ p50Ms: number; p99Ms: number }> {
+  const rate = 200;
+  const latencySeconds = ctx.quick ? 4 : 10;
+  ctx.log(`pooler: commit → publish through PgBouncer at ${rate} events/s for ${latencySeconds} s`);
+  const committedAt = new Map<string, number>();
+  const publishedAt = new Map<string, number>();
+  const recorder: Publisher = {
+    publish: async (batch: readonly OutboxEvent[]) => {
+      const now = performance.now();
+      for (const e of batch) if (!publishedAt.has(e.id)) publishedAt.set(e.id, now);
+      return batch.map((e): PublishResult => ({ id: e.id, ok: true }));
+    },
+  };
+  const outbox = createOutbox({ sql, schema });
+  const dispatcherPool = new pg.Pool({ connectionString: bouncer.url, max: 2 });
+  const dispatcher = createDispatcher({
+    sql: fromPg(dispatcherPool, { prepare: false }),
+    publisher: recorder,
+    schema,
+    topics: ['latency'],
+    listen: ctx.databaseUrl,
+  });
+  await dispatcher.start();
+  try {
+    await sleep(100);
+    const total = rate * latencySeconds;
+    const producing: Promise<void>[] = [];
+    const started = performance.now();
+    for (let i = 0; i < total; i++) {
+      const wait = started + (i * 1000) / rate - performance.now();
+      if (wait > 0) await sleep(wait);
+      producing.push(
+        sql
+          .transaction((tx) =>
+            outbox.add(tx, { topic: 'latency', key: `order-${i % 100}`, type: 'order.updated', payload: { i } }),
+          )
+          .then((id) => void committedAt.set(id, performance.now())),
+      );
+    }
+    await Promise.all(producing);
+    const deadline = performance.now() + 30_000;
+    while (publishedAt.size < total && performance.now() < deadline) await sleep(10);
+  } finally {
+    await dispatcher.stop();
+    await dispatcherPool.end();
+  }
+  const latencies = [...committedAt].map(([id, at]) => Math.max(0, (publishedAt.get(id) ?? Infinity) - at));
+  const result = percentiles(latencies);
+  ctx.log(`  p50 ${round(result.p50Ms, 1)} ms, p99 ${round(result.p99Ms, 1)} ms over ${latencies.length} events`);
+  return result;
+}
