@@ -7,7 +7,9 @@
 import { randomBytes } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import pg from 'pg';
+import postgres from 'postgres';
 import { fromPg } from '../src/adapters/pg.js';
+import { fromPostgresJs } from '../src/adapters/postgres.js';
 import type { Sql } from '../src/core/sql.js';
 import { migrate } from '../src/migrate/migrate.js';
 import { createIdem, type Idem } from '../src/operations/idem.js';
@@ -39,7 +41,12 @@ export default async function poolerBench(ctx: BenchContext): Promise<BenchSecti
   const firstExecutions = (idem: Idem, label: string) => () =>
     closedLoop(concurrency, seconds * 1000, (w, i) =>
       idem.run(
-        { tenant: 'acme', operation: 'create-item', key: `${run}-${label}-${w}-${i}`, request: { amount: 1 } },
+        {
+          tenant: 'acme',
+          operation: 'create-item',
+          key: `${run}-${label}-${w}-${i}`,
+          request: { amount: 1 },
+        },
         async (tx) => (await tx.query(insertItem, ['acme', 1])).rows[0],
       ),
     );
@@ -92,6 +99,30 @@ export default async function poolerBench(ctx: BenchContext): Promise<BenchSecti
   const [replayOff, replayOn] = await sideBySide(rounds, replays(idemUnprepared), replays(idemPrepared));
   compare(`replay, prepare on, c=${concurrency}`, replayOn, replayOff, 'prepare off');
 
+  // The same on postgres.js, whose unprepared statements with parameters cost an extra round trip
+  // (it describes them first).
+  const pgjs = postgres(ctx.databaseUrl, { max: concurrency + 2, onnotice: () => undefined });
+  try {
+    const pgjsOn = createIdem({ sql: fromPostgresJs(pgjs, { prepare: true }), schema });
+    const pgjsOff = createIdem({ sql: fromPostgresJs(pgjs, { prepare: false }), schema });
+    ctx.log(`pooler: named statements on postgres.js, first executions and replays, c=${concurrency}`);
+    const [jsFirstOff, jsFirstOn] = await sideBySide(
+      rounds,
+      firstExecutions(pgjsOff, 'js-off'),
+      firstExecutions(pgjsOn, 'js-on'),
+    );
+    compare(
+      `postgres.js first execution, prepare on, c=${concurrency}`,
+      jsFirstOn,
+      jsFirstOff,
+      'prepare off',
+    );
+    const [jsReplayOff, jsReplayOn] = await sideBySide(rounds, replays(pgjsOff), replays(pgjsOn));
+    compare(`postgres.js replay, prepare on, c=${concurrency}`, jsReplayOn, jsReplayOff, 'prepare off');
+  } finally {
+    await pgjs.end();
+  }
+
   const binary = findPgBouncer();
   let bouncer: PgBouncer | undefined;
   if (!binary) {
@@ -141,7 +172,9 @@ export default async function poolerBench(ctx: BenchContext): Promise<BenchSecti
   await direct.query(`DROP SCHEMA "${schema}" CASCADE`);
   await direct.end();
   notes.push(
-    `Named statements: idem.run on the pg adapter, ${concurrency} workers, one INSERT per handler, prepare on and off on the same pool, ${rounds} alternating round(s) of ${seconds} s each (median kept); the machine is shared, so only the side-by-side ratio means anything.`,
+    `Named statements: idem.run, ${concurrency} workers, one INSERT per handler, prepare on and off on the same pool, ${rounds} alternating round(s) of ${seconds} s each (median kept); the machine is shared, so only the side-by-side ratio means anything. What they save is the server's planning of the claim (a CTE with set_config) and of the replay read on every call; postgres.js without them also describes each statement in an extra round trip.`,
+    'Through PgBouncer 1.18 in transaction mode named statements cannot be used at all (each transaction may land on another server connection): the pooler figure is with prepare off on both sides, so it is the cost of the extra hop alone.',
+    `Commit → publish: one transaction per event through PgBouncer at a fixed rate, the dispatcher's batches through PgBouncer too and its LISTEN on a direct connection (poll backstop 1 s), from the producer's COMMIT returning to the publisher being called.`,
   );
   return { name: 'Poolers', figures, notes };
 }
@@ -189,7 +222,12 @@ async function commitToPublish(
       producing.push(
         sql
           .transaction((tx) =>
-            outbox.add(tx, { topic: 'latency', key: `order-${i % 100}`, type: 'order.updated', payload: { i } }),
+            outbox.add(tx, {
+              topic: 'latency',
+              key: `order-${i % 100}`,
+              type: 'order.updated',
+              payload: { i },
+            }),
           )
           .then((id) => void committedAt.set(id, performance.now())),
       );
@@ -203,6 +241,8 @@ async function commitToPublish(
   }
   const latencies = [...committedAt].map(([id, at]) => Math.max(0, (publishedAt.get(id) ?? Infinity) - at));
   const result = percentiles(latencies);
-  ctx.log(`  p50 ${round(result.p50Ms, 1)} ms, p99 ${round(result.p99Ms, 1)} ms over ${latencies.length} events`);
+  ctx.log(
+    `  p50 ${round(result.p50Ms, 1)} ms, p99 ${round(result.p99Ms, 1)} ms over ${latencies.length} events`,
+  );
   return result;
 }

@@ -45,17 +45,19 @@ async function run<R extends Row>(
   options: QueryOptions | undefined,
   prepare: boolean,
 ): Promise<QueryResult<R>> {
-  const named = prepare && options?.name !== undefined;
+  const name = prepare ? options?.name : undefined;
   // Without parameters the simple protocol is used, so a migration file can hold several statements.
   const pending =
     params && params.length > 0
-      ? db.unsafe(text, params as unknown[], { prepare: named })
+      ? db.unsafe(text, params as unknown[], { prepare: name !== undefined })
       : db.unsafe(text).simple();
   let result;
   try {
     result = await pending;
   } catch (error) {
-    if (named && isPreparedStatementMismatch(error)) throw new PreparedStatementsUnsupportedError(options!.name!, error);
+    if (name !== undefined && isPreparedStatementMismatch(error)) {
+      throw new PreparedStatementsUnsupportedError(name, error);
+    }
     throw error;
   }
   const rows = Array.isArray(result) ? (result as R[]) : [];

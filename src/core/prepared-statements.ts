@@ -14,6 +14,7 @@ const mismatchMessage = /prepared statement\b.*\b(does not exist|did not exist|a
 /** Whether `error` says a named prepared statement is missing on, or already on, the server connection. */
 export function isPreparedStatementMismatch(error: unknown): boolean {
   const state = sqlStateOf(error);
-  if (state === SqlState.duplicatePreparedStatement || state === SqlState.invalidSqlStatementName) return true;
+  if (state === SqlState.duplicatePreparedStatement || state === SqlState.invalidSqlStatementName)
+    return true;
   return error instanceof Error && mismatchMessage.test(error.message);
 }

@@ -181,23 +181,21 @@ export async function startDemo(overrides: DemoOverrides = {}): Promise<DemoHand
         let status = error.statusCode && error.statusCode < 500 ? error.statusCode : 500;
         // A transient failure (a pooler error, a lost connection, the provider down): the payment's
         // recorded steps stay and its lease is released, so a retry with the same key resumes it.
-        if (status === 500 && isRetryable(error)) {
-          status = 503;
-          reply.header('retry-after', '1');
-        }
+        if (status === 500 && isRetryable(error)) status = 503;
         if (status >= 500) console.error('demo:', error);
+        if (status === 503) reply.header('retry-after', '1');
+        const [type, title] =
+          status === 400
+            ? ['invalid-request', 'Invalid request']
+            : status === 503
+              ? ['unavailable', 'Try again with the same key']
+              : ['error', 'Request failed'];
         return reply
           .code(status)
           .type('application/problem+json')
           .send({
-            type:
-              status === 400
-                ? 'urn:idem-demo:invalid-request'
-                : status === 503
-                  ? 'urn:idem-demo:unavailable'
-                  : 'urn:idem-demo:error',
-            title:
-              status === 400 ? 'Invalid request' : status === 503 ? 'Try again with the same key' : 'Request failed',
+            type: `urn:idem-demo:${type}`,
+            title,
             status,
             ...(status === 400 ? { detail: error.message } : {}),
           });

@@ -12,6 +12,7 @@ import { fromPg } from '../../src/adapters/pg.js';
 import { isIdemError } from '../../src/core/errors.js';
 import { migrate } from '../../src/migrate/migrate.js';
 import { createDispatcher, type OutboxDispatcher } from '../../src/outbox/dispatcher.js';
+import { NotificationListener } from '../../src/outbox/listener.js';
 import { createOutbox } from '../../src/outbox/outbox.js';
 import type { OutboxEvent, Publisher, PublishResult } from '../../src/outbox/types.js';
 import { percentiles } from '../../bench/lib/measure.js';
@@ -88,7 +89,12 @@ describe.skipIf(!binary)('the dispatcher’s LISTEN behind PgBouncer in transact
     expect((error as Error).message).toMatch(/direct connection for LISTEN/);
     expect(dispatcher.wakeups).toMatch(/^(deaf|connecting)$/);
     // Events still go out, by the fallback poll, well before the one-minute poll interval.
-    const id = await outbox().add(fromPg(pool, { prepare: false }), { topic: 'deaf', key: 'k', type: 'thing.happened', payload: {} });
+    const id = await outbox().add(fromPg(pool, { prepare: false }), {
+      topic: 'deaf',
+      key: 'k',
+      type: 'thing.happened',
+      payload: {},
+    });
     await until(
       async () => publisher.publishedAt.has(id),
       (published) => published,
@@ -138,5 +144,60 @@ describe.skipIf(!binary)('the dispatcher’s LISTEN behind PgBouncer in transact
     expect(errors).toEqual([]);
     expect(dispatcher.wakeups).toBe('listening');
     await dispatcher.stop();
+  });
+});
+
+describe('the listener’s self-test', () => {
+  it('reports a deaf listener, replaces its connection, and reports hearing again once notifications arrive', async () => {
+    const channel = `idem_selftest_${randomBytes(4).toString('hex')}`;
+    const notifier = new pg.Pool({ connectionString: databaseUrl(), max: 1 });
+    let deliver = false;
+    let connections = 0;
+    const events: string[] = [];
+    const listener = new NotificationListener({
+      source: () => {
+        connections++;
+        return new pg.Client({ connectionString: databaseUrl() });
+      },
+      channel,
+      onNotification: () => undefined,
+      onConnected: () => events.push('connected'),
+      onError: (error) => events.push(`error: ${(error as Error).message}`),
+      reconnectDelayMs: () => 10,
+      // While `deliver` is false the notification is lost on the way, as a pooler loses it.
+      sendSelfTest: async (payload) => {
+        if (deliver) await notifier.query('SELECT pg_notify($1, $2)', [channel, payload]);
+      },
+      selfTestIntervalMs: 200,
+      selfTestTimeoutMs: 150,
+      onDeaf: (error) => events.push(`deaf: ${error.code}`),
+      onHearing: () => events.push('hearing'),
+    });
+    try {
+      await listener.start();
+      await until(
+        async () => listener.deaf,
+        (deaf) => deaf,
+        5000,
+      );
+      expect(events.slice(0, 2)).toEqual(['connected', 'deaf: IDEM_LISTEN_DEAF']);
+      // A possibly broken connection is replaced, and tested again at the interval, not at once.
+      await until(
+        async () => connections,
+        (n) => n >= 2,
+        5000,
+      );
+      deliver = true;
+      await until(
+        async () => listener.deaf,
+        (deaf) => !deaf,
+        5000,
+      );
+      expect(events).toContain('hearing');
+      expect(events.filter((e) => e.startsWith('error'))).toEqual([]);
+    } finally {
+      await listener.stop();
+      await notifier.end();
+    }
   });
 });

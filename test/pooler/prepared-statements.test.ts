@@ -47,9 +47,10 @@ describe.skipIf(!binary)('named prepared statements behind PgBouncer in transact
   const effects = async (prefix: string) =>
     Number(
       (
-        await direct.query<{ n: string }>(`SELECT count(*) AS n FROM "${schema}".effects WHERE intent LIKE $1`, [
-          `${prefix}%`,
-        ])
+        await direct.query<{ n: string }>(
+          `SELECT count(*) AS n FROM "${schema}".effects WHERE intent LIKE $1`,
+          [`${prefix}%`],
+        )
       ).rows[0]!.n,
     );
 
@@ -181,7 +182,12 @@ describe('a step cut by a prepared-statement refusal', () => {
     await sql.transaction((tx) => outbox.add(tx, { topic: 'warm', key: 'k', type: 'warm', payload: {} }));
     const charges = new Map<string, number>(); // a provider that dedupes on the derived key
     let pullTheRug = true;
-    const spec = { tenant: 'acme', operation: 'pay', key: `pay-${randomBytes(3).toString('hex')}`, request: {} };
+    const spec = {
+      tenant: 'acme',
+      operation: 'pay',
+      key: `pay-${randomBytes(3).toString('hex')}`,
+      request: {},
+    };
     const pay = () =>
       idem.steps(spec, async (op) => {
         const payment = await op.step('record-payment', async (tx) => {
@@ -230,9 +236,13 @@ describe('a step cut by a prepared-statement refusal', () => {
     const retried = await pay();
     expect(retried).toMatchObject({ value: 'paid', replayed: false });
     expect([...charges.values()]).toEqual([1]);
-    const events = await pool.query(`SELECT count(*)::int AS n FROM "${schema}".outbox WHERE aggregatetype = 'payments'`);
+    const events = await pool.query(
+      `SELECT count(*)::int AS n FROM "${schema}".outbox WHERE aggregatetype = 'payments'`,
+    );
     expect(events.rows).toEqual([{ n: 1 }]);
-    expect((await pool.query(`SELECT status FROM "${schema}".payments`)).rows).toEqual([{ status: 'succeeded' }]);
+    expect((await pool.query(`SELECT status FROM "${schema}".payments`)).rows).toEqual([
+      { status: 'succeeded' },
+    ]);
     expect(await pay()).toMatchObject({ value: 'paid', replayed: true });
   });
 });

@@ -58,8 +58,7 @@ export function findPgBouncer(): string | undefined {
 export function requirePgBouncer(): string | undefined {
   const binary = findPgBouncer();
   if (binary) return binary;
-  const message =
-    'pgbouncer is not installed (apt-get install pgbouncer, or set PGBOUNCER to its path)';
+  const message = 'pgbouncer is not installed (apt-get install pgbouncer, or set PGBOUNCER to its path)';
   if (process.env.CI) throw new Error(`CI must have ${message}: the pooler tests may not be skipped`);
   console.warn(`\n[idem tests] ${message}: SKIPPING the tests that run through PgBouncer\n`);
   return undefined;
@@ -100,8 +99,8 @@ export async function startPgBouncer(binary: string, options: PgBouncerOptions):
     const args = process.getuid?.() === 0 ? ['-u', unprivilegedUser(), configFile] : [configFile];
     const child = spawn(binary, args, { stdio: ['ignore', 'ignore', 'pipe'] });
     let log = '';
-    child.stderr!.setEncoding('utf8');
-    child.stderr!.on('data', (chunk: string) => (log += chunk));
+    child.stderr.setEncoding('utf8');
+    child.stderr.on('data', (chunk: string) => (log += chunk));
     const kill = () => child.kill('SIGKILL');
     process.once('exit', kill);
     try {
