@@ -90,8 +90,8 @@ export async function startPgBouncer(binary: string, options: PgBouncerOptions):
       `pool_mode = ${options.poolMode ?? 'transaction'}`,
       `default_pool_size = ${options.poolSize ?? 10}`,
       'max_client_conn = 1000',
-      // node-postgres sends no extra startup parameters; postgres.js and others send this one.
-      'ignore_startup_parameters = extra_float_digits,options',
+      // node-postgres sends no extra startup parameters; postgres.js sends this one.
+      'ignore_startup_parameters = extra_float_digits',
       '',
     ].join('\n');
     const configFile = path.join(dir, 'pgbouncer.ini');
