@@ -16,6 +16,8 @@ export interface CliDatabase {
 export async function openDatabase(
   options: { allowEmbedded?: boolean; poolSize?: number } = {},
 ): Promise<CliDatabase> {
+  // IDEM_PREPARE=false behind a pooler that does not keep prepared statements (docs/deployment.md).
+  const prepare = booleanSetting('IDEM_PREPARE', process.env.IDEM_PREPARE, true);
   let url = process.env.DATABASE_URL;
   let stopEmbedded: (() => Promise<void>) | undefined;
   if (!url) {
@@ -32,8 +34,7 @@ export async function openDatabase(
   return {
     url,
     pool,
-    // IDEM_PREPARE=false behind a pooler that does not keep prepared statements (docs/deployment.md).
-    sql: fromPg(pool, { prepare: booleanSetting('IDEM_PREPARE', process.env.IDEM_PREPARE, true) }),
+    sql: fromPg(pool, { prepare }),
     embedded: stopEmbedded !== undefined,
     async close() {
       await pool.end();
