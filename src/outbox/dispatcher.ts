@@ -41,8 +41,8 @@ export interface DispatcherOptions {
   listen?: ListenSource;
   /**
    * How often the listener tests itself: it notifies its channel through `sql`, as producers do,
-   * and checks the notification arrives; also at every (re)connection. 0 disables the periodic
-   * test. Default 30000 ms (one `pg_notify` each time).
+   * and checks the notification arrives; also at every (re)connection. 0 disables the self-test
+   * altogether. Default 30000 ms (one `pg_notify` each time).
    */
   listenSelfTestIntervalMs?: number;
   /**
