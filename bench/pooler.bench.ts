@@ -23,7 +23,8 @@ import type { BenchContext, BenchFigure, BenchSection } from './lib/types.js';
 
 export default async function poolerBench(ctx: BenchContext): Promise<BenchSection> {
   const schema = `idem_bench_pool_${randomBytes(3).toString('hex')}`;
-  const seconds = ctx.quick ? 3 : 8;
+  // Quick mode keeps the suite under 3 minutes: pg's figures and the latency through the pooler only.
+  const seconds = ctx.quick ? 2 : 8;
   const rounds = ctx.quick ? 1 : 3;
   const concurrency = 32;
   const figures: BenchFigure[] = [];
@@ -102,26 +103,28 @@ export default async function poolerBench(ctx: BenchContext): Promise<BenchSecti
 
   // The same on postgres.js, whose unprepared statements with parameters cost an extra round trip
   // (it describes them first).
-  const pgjs = postgres(ctx.databaseUrl, { max: concurrency + 2, onnotice: () => undefined });
-  try {
-    const pgjsOn = createIdem({ sql: fromPostgresJs(pgjs, { prepare: true }), schema });
-    const pgjsOff = createIdem({ sql: fromPostgresJs(pgjs, { prepare: false }), schema });
-    ctx.log(`pooler: named statements on postgres.js, first executions and replays, c=${concurrency}`);
-    const [jsFirstOff, jsFirstOn] = await sideBySide(
-      rounds,
-      firstExecutions(pgjsOff, 'js-off'),
-      firstExecutions(pgjsOn, 'js-on'),
-    );
-    compare(
-      `postgres.js first execution, prepare on, c=${concurrency}`,
-      jsFirstOn,
-      jsFirstOff,
-      'prepare off',
-    );
-    const [jsReplayOff, jsReplayOn] = await sideBySide(rounds, replays(pgjsOff), replays(pgjsOn));
-    compare(`postgres.js replay, prepare on, c=${concurrency}`, jsReplayOn, jsReplayOff, 'prepare off');
-  } finally {
-    await pgjs.end();
+  if (!ctx.quick) {
+    const pgjs = postgres(ctx.databaseUrl, { max: concurrency + 2, onnotice: () => undefined });
+    try {
+      const pgjsOn = createIdem({ sql: fromPostgresJs(pgjs, { prepare: true }), schema });
+      const pgjsOff = createIdem({ sql: fromPostgresJs(pgjs, { prepare: false }), schema });
+      ctx.log(`pooler: named statements on postgres.js, first executions and replays, c=${concurrency}`);
+      const [jsFirstOff, jsFirstOn] = await sideBySide(
+        rounds,
+        firstExecutions(pgjsOff, 'js-off'),
+        firstExecutions(pgjsOn, 'js-on'),
+      );
+      compare(
+        `postgres.js first execution, prepare on, c=${concurrency}`,
+        jsFirstOn,
+        jsFirstOff,
+        'prepare off',
+      );
+      const [jsReplayOff, jsReplayOn] = await sideBySide(rounds, replays(pgjsOff), replays(pgjsOn));
+      compare(`postgres.js replay, prepare on, c=${concurrency}`, jsReplayOn, jsReplayOff, 'prepare off');
+    } finally {
+      await pgjs.end();
+    }
   }
 
   const binary = findPgBouncer();
@@ -135,21 +138,27 @@ export default async function poolerBench(ctx: BenchContext): Promise<BenchSecti
       const idemPooled = createIdem({ sql: fromPg(pooled, { prepare: false }), schema });
       // 2. What the pooler costs: the same first executions, through PgBouncer vs direct (both
       // without named statements, the only way PgBouncer 1.18 in transaction mode runs them).
-      ctx.log(`pooler: first executions through PgBouncer (transaction mode) vs direct, c=${concurrency}`);
-      const [viaDirect, viaPooler] = await sideBySide(
-        rounds,
-        firstExecutions(idemUnprepared, 'direct'),
-        firstExecutions(idemPooled, 'pooled'),
-      );
-      compare(
-        `first execution through PgBouncer, c=${concurrency}`,
-        viaPooler,
-        viaDirect,
-        'direct, prepare off',
-      );
+      if (!ctx.quick) {
+        ctx.log(`pooler: first executions through PgBouncer (transaction mode) vs direct, c=${concurrency}`);
+        const [viaDirect, viaPooler] = await sideBySide(
+          rounds,
+          firstExecutions(idemUnprepared, 'direct'),
+          firstExecutions(idemPooled, 'pooled'),
+        );
+        compare(
+          `first execution through PgBouncer, c=${concurrency}`,
+          viaPooler,
+          viaDirect,
+          'direct, prepare off',
+        );
+      }
       // 3. Commit → publish through the pooler, the dispatcher woken by LISTEN on a direct URL,
       // beside the same run with everything direct (the messaging section's path at this rate).
-      const viaDirectLatency = await commitToPublish(ctx, schema, unprepared, ctx.databaseUrl, 'direct');
+      const viaDirectLatency = ctx.quick
+        ? undefined
+        : await commitToPublish(ctx, schema, unprepared, ctx.databaseUrl, 'direct');
+      const baseline = (value: number | undefined) =>
+        value === undefined ? {} : { baseline: { name: 'all direct', value: round(value, 1) } };
       const viaPoolerLatency = await commitToPublish(
         ctx,
         schema,
@@ -162,14 +171,14 @@ export default async function poolerBench(ctx: BenchContext): Promise<BenchSecti
           name: 'commit → publish p50 through PgBouncer (LISTEN direct), 200 events/s',
           value: round(viaPoolerLatency.p50Ms, 1),
           unit: 'ms',
-          baseline: { name: 'all direct', value: round(viaDirectLatency.p50Ms, 1) },
+          ...baseline(viaDirectLatency?.p50Ms),
           higherIsBetter: false,
         },
         {
           name: 'commit → publish p99 through PgBouncer (LISTEN direct), 200 events/s',
           value: round(viaPoolerLatency.p99Ms, 1),
           unit: 'ms',
-          baseline: { name: 'all direct', value: round(viaDirectLatency.p99Ms, 1) },
+          ...baseline(viaDirectLatency?.p99Ms),
           higherIsBetter: false,
           target: { max: 50, description: '≤ 50 ms' },
           holds: viaPoolerLatency.p99Ms <= 50,
@@ -189,6 +198,7 @@ export default async function poolerBench(ctx: BenchContext): Promise<BenchSecti
       .join(' / ')} (1 / 5 / 15 min) on ${os.cpus().length} cores shared with other work.`,
     `Named statements: idem.run, ${concurrency} workers, one INSERT per handler, prepare on and off on the same pool, ${rounds} alternating round(s) of ${seconds} s each (median kept); the machine is shared, so only the side-by-side ratio means anything. What they save is the server's planning of the claim (a CTE with set_config) and of the replay read on every call; postgres.js without them also describes each statement in an extra round trip.`,
     'Through PgBouncer 1.18 in transaction mode named statements cannot be used at all (each transaction may land on another server connection): the pooler figure is with prepare off on both sides, so it is the cost of the extra hop alone. PgBouncer also caps the server connections (20 here, against 34 direct): on a saturated machine fewer busy backends can make the pooled side the faster one (measured 0.92× at load 0.4, 1.54× at load 12).',
+    ...(ctx.quick ? ['Quick mode: pg only, no PgBouncer throughput, no all-direct latency baseline.'] : []),
     `Commit → publish: one transaction per event through PgBouncer at a fixed rate, the dispatcher's batches through PgBouncer too and its LISTEN on a direct connection (poll backstop 1 s), from the producer's COMMIT returning to the publisher being called.`,
   );
   return { name: 'Poolers', figures, notes };
@@ -206,7 +216,7 @@ async function commitToPublish(
   label: string,
 ): Promise<{ p50Ms: number; p99Ms: number }> {
   const rate = 200;
-  const latencySeconds = ctx.quick ? 4 : 10;
+  const latencySeconds = ctx.quick ? 3 : 10;
   const topic = `latency-${label.replace(/\W/g, '')}`;
   ctx.log(`pooler: commit → publish, ${label}, at ${rate} events/s for ${latencySeconds} s`);
   const committedAt = new Map<string, number>();

@@ -33,9 +33,10 @@ export interface PgClientLike {
 export interface PgAdapterOptions {
   /**
    * Send idem's own statements as named prepared statements, parsed and planned once per
-   * connection. Default true: on a direct connection it measured 1.49× the throughput of first
-   * executions and 1.41× of replays (`idem.run`, 32 workers, bench/pooler.bench.ts), because the
-   * claim and the replay read cost more to plan than to run.
+   * connection. Default true: on a direct connection it measured 1.20–1.49× the throughput of
+   * first executions and 1.30–1.60× of replays (`idem.run`, 32 workers, side by side in
+   * bench/pooler.bench.ts, three runs), because the claim and the replay read are planned anew on
+   * every unnamed call.
    *
    * Set it to false behind a pooler that does not keep prepared statements across transactions:
    * PgBouncer in transaction mode before 1.21, or 1.21+ with `max_prepared_statements = 0`, and
