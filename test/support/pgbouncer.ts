@@ -30,15 +30,20 @@ export interface PgBouncer {
   stop(): Promise<void>;
 }
 
-/** Where `pgbouncer` is, or undefined. `PGBOUNCER` overrides; Debian installs it in /usr/sbin. */
+/**
+ * Where `pgbouncer` is, or undefined. `PGBOUNCER` names the binary (and only it is tried); otherwise
+ * PATH, then /usr/sbin where Debian installs it.
+ */
 export function findPgBouncer(): string | undefined {
-  const candidates = [
-    process.env.PGBOUNCER,
-    ...(process.env.PATH ?? '').split(path.delimiter).map((dir) => dir && path.join(dir, 'pgbouncer')),
-    '/usr/sbin/pgbouncer',
-    '/usr/local/sbin/pgbouncer',
-    '/usr/local/bin/pgbouncer',
-  ];
+  const candidates =
+    process.env.PGBOUNCER !== undefined
+      ? [process.env.PGBOUNCER]
+      : [
+          ...(process.env.PATH ?? '').split(path.delimiter).map((dir) => dir && path.join(dir, 'pgbouncer')),
+          '/usr/sbin/pgbouncer',
+          '/usr/local/sbin/pgbouncer',
+          '/usr/local/bin/pgbouncer',
+        ];
   for (const candidate of candidates) {
     if (!candidate) continue;
     try {
@@ -58,9 +63,9 @@ export function findPgBouncer(): string | undefined {
 export function requirePgBouncer(): string | undefined {
   const binary = findPgBouncer();
   if (binary) return binary;
-  const message = 'pgbouncer is not installed (apt-get install pgbouncer, or set PGBOUNCER to its path)';
-  if (process.env.CI) throw new Error(`CI must have ${message}: the pooler tests may not be skipped`);
-  console.warn(`\n[idem tests] ${message}: SKIPPING the tests that run through PgBouncer\n`);
+  const hint = 'install it (apt-get install pgbouncer) or set PGBOUNCER to its path';
+  if (process.env.CI) throw new Error(`CI needs pgbouncer, which is not installed: ${hint}`);
+  console.warn(`\n[idem tests] pgbouncer is not installed: SKIPPING the tests through PgBouncer (${hint})\n`);
   return undefined;
 }
 
