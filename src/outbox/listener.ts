@@ -74,8 +74,8 @@ export class NotificationListener {
   private timer: NodeJS.Timeout | undefined;
   private connecting: Promise<void> | undefined;
   private selfTestTimer: NodeJS.Timeout | undefined;
-  /** The payload of the self-test in flight, and its deadline timer. */
-  private pendingTest: { payload: string; timer: NodeJS.Timeout } | undefined;
+  /** The payload of the self-test in flight, and its deadline timer once the NOTIFY committed. */
+  private pendingTest: { payload: string; timer?: NodeJS.Timeout } | undefined;
   private deafNow = false;
   /** Ends the current connection and schedules a reconnect, once. */
   private dropConnection: (() => void) | undefined;
@@ -179,21 +179,23 @@ export class NotificationListener {
   private async selfTest(): Promise<void> {
     if (this.stopped || !this.client || this.pendingTest) return;
     const payload = `${selfTestPrefix}${randomUUID()}`;
-    const timeoutMs = this.options.selfTestTimeoutMs ?? 5000;
-    const timer = setTimeout(() => this.selfTestTimedOut(payload, timeoutMs), timeoutMs);
-    timer.unref();
-    this.pendingTest = { payload, timer };
+    const test: { payload: string; timer?: NodeJS.Timeout } = { payload };
+    this.pendingTest = test;
     try {
       await this.options.sendSelfTest!(payload);
     } catch (error) {
       // The application's database is unreachable: nothing is learned about the listener.
-      if (this.pendingTest?.payload === payload) {
-        clearTimeout(timer);
-        this.pendingTest = undefined;
-      }
+      if (this.pendingTest === test) this.pendingTest = undefined;
       this.options.onError(error);
       this.scheduleSelfTest(this.selfTestIntervalMs);
+      return;
     }
+    // The notification is delivered at the NOTIFY's commit, so the bound starts now: a slow
+    // database delays the send, not the listener's verdict. It may already have arrived.
+    if (this.pendingTest !== test) return;
+    const timeoutMs = this.options.selfTestTimeoutMs ?? 5000;
+    test.timer = setTimeout(() => this.selfTestTimedOut(payload, timeoutMs), timeoutMs);
+    test.timer.unref();
   }
 
   private selfTestArrived(payload: string): void {
