@@ -110,10 +110,11 @@ export function returnsRows(sql: string): boolean {
     else if (token === ')') depth--;
     else if (token === ';') {
       if (depth === 0 && t < tokens.length - 1) return false;
+    } else if (first === undefined) {
+      first = token.toUpperCase(); // the command, even in parentheses: `(SELECT 1) UNION (SELECT 2)`
     } else if (depth === 0) {
       const word = token.toUpperCase();
-      if (first === undefined) first = word;
-      else if (first === 'WITH' && main === undefined && mainCommands.has(word)) main = word;
+      if (first === 'WITH' && main === undefined && mainCommands.has(word)) main = word;
       if (word === 'RETURNING') returning = true;
     }
   }
