@@ -37,6 +37,8 @@ export interface TypeORMEntityManagerLike {
 
 /** The subset of a TypeORM `DataSource` idem uses. */
 export interface TypeORMDataSourceLike<Manager extends TypeORMEntityManagerLike> {
+  /** Not used; it tells TypeScript the manager type (`transaction` is overloaded). */
+  readonly manager: Manager;
   createQueryRunner(): TypeORMQueryRunnerLike;
   transaction<T>(fn: (manager: Manager) => Promise<T>): Promise<T>;
 }

@@ -1,0 +1,54 @@
+// examples/nestjs-prisma/orders.controller.ts
+// A repository written against @nestjs-cls/transactional's TransactionHost, as with any of its
+// adapters, and a controller whose routes follow the Idempotency-Key contract.
+import { Body, Controller, HttpException, Inject, Injectable, Post } from '@nestjs/common';
+import { TransactionHost } from '@nestjs-cls/transactional';
+import type { Transaction } from 'idem';
+import { IdemTransaction, Idempotent, type TransactionalAdapterIdem } from 'idem/nestjs';
+import type { Prisma } from '../prisma/generated/index.js';
+import type { PrismaService } from './prisma.service.js';
+
+type IdemPrisma = TransactionalAdapterIdem<PrismaService, Prisma.TransactionClient>;
+
+export interface CreateOrder {
+  amount: number;
+  note?: string;
+}
+
+@Injectable()
+export class OrdersRepository {
+  constructor(@Inject(TransactionHost) private readonly txHost: TransactionHost<IdemPrisma>) {}
+
+  /** Inside an @Idempotent() route, `txHost.tx` is the transaction the key was claimed in. */
+  create(tenant: string, order: CreateOrder) {
+    return this.txHost.tx.order.create({ data: { tenant, amount: order.amount, note: order.note ?? null } });
+  }
+}
+
+@Controller('orders')
+export class OrdersController {
+  constructor(@Inject(OrdersRepository) private readonly orders: OrdersRepository) {}
+
+  /** The order row, the key and the stored 201 commit together; a retry gets the same bytes. */
+  @Post()
+  @Idempotent()
+  async create(@Body() body: CreateOrder) {
+    if (!(body.amount > 0)) throw new HttpException({ error: 'amount must be positive' }, 422);
+    const order = await this.orders.create('acme', body);
+    if (order.amount > 10_000) {
+      // A business refusal answered by Nest's exception filter: stored and replayed like a success.
+      throw new HttpException({ error: 'over_limit', orderId: order.id }, 402);
+    }
+    return order;
+  }
+
+  /** The same, with idem's transaction as a parameter: `tx.client` is Prisma's transaction client. */
+  @Post('direct')
+  @Idempotent()
+  async createDirect(
+    @Body() body: CreateOrder,
+    @IdemTransaction() tx: Transaction<Prisma.TransactionClient>,
+  ) {
+    return tx.client.order.create({ data: { tenant: 'acme', amount: body.amount, note: body.note ?? null } });
+  }
+}
