@@ -9,6 +9,7 @@
  * committed, and only then sent. Answers the engine gives without the handler (a replay, 409, 422,
  * a 400 for the key) replace whatever Nest writes for the request.
  */
+import type { ServerResponse } from 'node:http';
 import type { CallHandler, ExecutionContext, NestInterceptor } from '@nestjs/common';
 import { Inject, Injectable } from '@nestjs/common';
 import { Reflector } from '@nestjs/core';
@@ -104,7 +105,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
             (value) => settled({ value }),
             (error: unknown) => settled({ error }),
           );
-          return capture.done;
+          return untilSentOrAbandoned(capture, rawResponseOf(response), handled);
         }),
       );
       const first = await Promise.race([handlerStarted, answer]);
@@ -165,6 +166,43 @@ export class IdempotencyInterceptor implements NestInterceptor {
 Injectable()(IdempotencyInterceptor);
 Inject(IDEM_MODULE_OPTIONS)(IdempotencyInterceptor, undefined, 0);
 Inject(Reflector)(IdempotencyInterceptor, undefined, 1);
+
+/**
+ * How long a response may stay unwritten once the handler has settled and the client is gone.
+ * Nest sends nothing at all to a client that left while a method's Observable was running; without
+ * a bound, the key's transaction would stay open. A write that is coming takes microseconds.
+ */
+const abandonAfterMs = 1000;
+
+class ClientGoneError extends Error {
+  constructor() {
+    super(`the client left and Nest sent no response within ${abandonAfterMs} ms; nothing was stored`);
+  }
+}
+
+/** The captured response, or a rejection (a rollback) once the client left and nothing will be written. */
+function untilSentOrAbandoned(
+  capture: NodeResponseCapture,
+  response: ServerResponse,
+  handled: Promise<unknown>,
+): Promise<CapturedResponse> {
+  let timer: NodeJS.Timeout | undefined;
+  let onClose: (() => void) | undefined;
+  const abandoned = new Promise<never>((_, reject) => {
+    const start = () => {
+      timer = setTimeout(() => reject(new ClientGoneError()), abandonAfterMs);
+      timer.unref();
+    };
+    void handled.then(() => {
+      if (response.destroyed) start();
+      else response.once('close', (onClose = start));
+    });
+  });
+  return Promise.race([capture.done, abandoned]).finally(() => {
+    clearTimeout(timer);
+    if (onClose) response.off('close', onClose);
+  });
+}
 
 /** After the commit: the handler's response as it was made, or the engine's problem in its place. */
 function settle(capture: NodeResponseCapture, answer: Answer): void {

@@ -16,7 +16,7 @@ import { fromTypeORMTransaction } from '../../src/adapters/typeorm.js';
 import { prepareAdapter, type AdapterFactory, type AdapterUnderTest } from '../support/adapters.js';
 import { databaseUrl } from '../support/database.js';
 import { ormEntities } from '../support/orm-entities.js';
-import { knexFactory, prismaFactory, typeormFactory } from '../support/orm-adapters.js';
+import { knexFactory, mikroOrmFactory, prismaFactory, typeormFactory } from '../support/orm-adapters.js';
 
 /** One ORM: its factory and the business writes made through its own API. */
 interface Orm<Client> {
@@ -401,5 +401,52 @@ describe('TypeORM specifics', () => {
     } finally {
       await adapter.close();
     }
+  });
+});
+
+describe('MikroORM through idem/knex', () => {
+  const schema = `idem_mikro_${randomBytes(3).toString('hex')}`;
+  let adapter: Awaited<ReturnType<typeof mikroOrmFactory.create>>;
+  let idem: Idem;
+  const count = async (intent: string) =>
+    Number(
+      (
+        await adapter.sql.query<{ n: number }>(
+          `SELECT count(*)::int AS n FROM "${schema}".effects WHERE intent = $1`,
+          [intent],
+        )
+      ).rows[0]!.n,
+    );
+
+  beforeAll(async () => {
+    adapter = (await prepareAdapter(mikroOrmFactory, schema)) as typeof adapter;
+    idem = createIdem({ sql: adapter.sql, schema });
+  });
+  afterAll(() => adapter?.close());
+
+  it("idem.run's transaction is joined by em.transactional({ ctx }): the flush commits or rolls back with the key", async () => {
+    const { Effect } = ormEntities.mikroOrm;
+    const write = (tx: Transaction, intent: string) =>
+      adapter.root.em.fork().transactional(
+        async (em) => {
+          em.create(Effect, { tenant: 'acme', intent, payload: null });
+          await em.flush();
+        },
+        { ctx: tx.client },
+      );
+    const failed = `mikro-${randomBytes(4).toString('hex')}`;
+    await expect(
+      idem.run({ tenant: 'acme', operation: 'mikro', key: failed }, async (tx) => {
+        await write(tx, failed);
+        throw new Error('after the flush');
+      }),
+    ).rejects.toThrow();
+    expect(await count(failed)).toBe(0);
+
+    const key = `mikro-${randomBytes(4).toString('hex')}`;
+    const spec = { tenant: 'acme', operation: 'mikro', key };
+    await idem.run(spec, async (tx) => write(tx, key));
+    expect((await idem.run(spec, async (tx) => write(tx, key))).replayed).toBe(true);
+    expect(await count(key)).toBe(1);
   });
 });

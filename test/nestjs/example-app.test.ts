@@ -58,6 +58,15 @@ describe.each([false, true])('examples/nestjs-prisma (fastify: %s)', (fastify) =
     }
   });
 
+  it('a body its pipe refuses gets 400 and stores nothing: the corrected request reuses the key', async () => {
+    const key = `example-${randomBytes(4).toString('hex')}`;
+    const note = `fixed-${key}`;
+    expect((await send('/orders', { key, body: { amount: -5, note } })).status).toBe(400);
+    const fixed = await send('/orders', { key, body: { amount: 5, note } });
+    expect(fixed).toMatchObject({ status: 201, replayed: false });
+    expect(await orders(note)).toBe(1);
+  });
+
   it('stores the 402 its exception filter answers, with its order', async () => {
     const key = `example-${randomBytes(4).toString('hex')}`;
     const note = `over-${key}`;

@@ -29,6 +29,7 @@ import { NestFactory } from '@nestjs/core';
 import { FastifyAdapter } from '@nestjs/platform-fastify';
 import { ClsPluginTransactional, Transactional, TransactionHost } from '@nestjs-cls/transactional';
 import { ClsModule } from 'nestjs-cls';
+import { map, timer } from 'rxjs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { fromPrisma } from '../../src/adapters/prisma.js';
 import type { Transaction } from '../../src/core/sql.js';
@@ -104,6 +105,8 @@ class TeapotFilter implements ExceptionFilter {
 
 type Body = { intent: string; amount?: number; fail?: string };
 const failedOnce = new Set<string>();
+/** Errors idem answered 500/503 for, through `onError`. */
+const reported: unknown[] = [];
 
 @Controller()
 class OrdersController {
@@ -167,6 +170,14 @@ class OrdersController {
     return { first, second, resumed: idem.resumed };
   }
 
+  /** Answers with an Observable that completes 300 ms after the write. */
+  @Post('observable')
+  @Idempotent()
+  async observable(@Body() body: Body) {
+    const id = await this.effects.add(body.intent);
+    return timer(300).pipe(map(() => ({ id })));
+  }
+
   /** Not idempotent: @Transactional opens its own transaction through idem's Sql. */
   @Post('plain')
   async plain(@Body() body: Body) {
@@ -201,6 +212,7 @@ function appModule(prisma: PrismaClient, schema: string) {
           idem: createIdem({ sql: fromPrisma(p), schema }),
           tenant: (req) => req.headers['x-tenant'] as string | undefined,
           transactionHost: txHost,
+          onError: (error: unknown) => reported.push(error),
         }),
       }),
     ],
@@ -327,6 +339,21 @@ describe.each(['express', 'fastify'] as const)('NestJS + Prisma on %s', (platfor
     expect(corrected.status).toBe(201);
     expect(corrected.replayed).toBe(false);
     expect(await rows(k)).toBe(1);
+  });
+
+  it('an Observable answer the client left before: Nest sends nothing, so idem rolls back after 1 s', async () => {
+    const k = key();
+    const abort = new AbortController();
+    const gone = send('/observable', { key: k, body: { intent: k }, signal: abort.signal });
+    setTimeout(() => abort.abort(), 100);
+    await expect(gone).rejects.toThrow();
+    await new Promise((resolve) => setTimeout(resolve, 1600));
+    expect(await rows(k)).toBe(0);
+    expect(reported.some((e) => String((e as Error).message).includes('the client left'))).toBe(true);
+    const retry = await send('/observable', { key: k, body: { intent: k } });
+    expect(retry).toMatchObject({ status: 201, replayed: false });
+    expect(await rows(k)).toBe(1);
+    expect((await send('/observable', { key: k, body: { intent: k } })).bytes.equals(retry.bytes)).toBe(true);
   });
 
   it('steps mode: each step writes through the TransactionHost in its own transaction', async () => {
