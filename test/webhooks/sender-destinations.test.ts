@@ -233,10 +233,10 @@ describe('deliveries', () => {
     const permissive = sender({ allowedDestinations: ['10.0.0.0/8'] });
     await permissive.endpoints.create({ url: 'http://10.1.2.3/hooks', secrets: [standardSecret] });
     const s = sender({
-      fetch: (async () => {
+      fetch: async () => {
         calls++;
         return new Response(null, { status: 204 });
-      }) as typeof fetch,
+      },
     });
     expect((await s.deliver(message()))[0]!.outcome).toBe('failed');
     expect(calls).toBe(0);

@@ -159,7 +159,7 @@ export class DestinationPolicy {
    */
   constructor(
     allow: readonly string[] = [],
-    private readonly resolve: LookupFunction = dnsLookup as unknown as LookupFunction,
+    private readonly resolve: LookupFunction = dnsLookup,
   ) {
     for (const entry of allow) {
       const value = entry.trim().toLowerCase();
@@ -227,7 +227,7 @@ export class DestinationPolicy {
       if (error) return callback(error, []);
       for (const { address } of addresses) {
         const refused = this.refusal(hostname, address);
-        if (refused) return callback(refused as NodeJS.ErrnoException, []);
+        if (refused) return callback(refused, []);
       }
       if ((asked as LookupAllOptions).all) return callback(null, addresses);
       const first = addresses[0];
