@@ -160,12 +160,8 @@ export async function startDemo(overrides: DemoOverrides = {}): Promise<DemoHand
       logger: overrides.quiet === false,
       bodyLimit: 64 * 1024,
       ajv: strictAjv,
-      // A path that is not valid percent-encoding (`/v1/payments/%ZZ`): a problem like every 400.
-      frameworkErrors: (_error, _request, reply) =>
-        void (reply as FastifyReply)
-          .code(400)
-          .type('application/problem+json')
-          .send(invalidRequest([{ name: 'url', in: 'path', reason: 'is not valid percent-encoding' }])),
+      // Refusals of the router, before any route: problems like every other refusal.
+      frameworkErrors: (error, _request, reply) => void routerRefusal(error, reply as FastifyReply),
     });
     app.decorate('pg', pool);
     cleanups.push(() => app.close());
@@ -245,6 +241,20 @@ export async function startDemo(overrides: DemoOverrides = {}): Promise<DemoHand
     await close();
     throw error;
   }
+}
+
+/** The router's refusals: a path that is not valid percent-encoding, a path segment over 100 characters. */
+function routerRefusal(error: FastifyError, reply: FastifyReply): FastifyReply {
+  const problem = reply.code(400).type('application/problem+json');
+  if (error.code === 'FST_ERR_MAX_PARAM_LENGTH') {
+    return problem
+      .code(414)
+      .send({
+        ...invalidRequest([{ name: 'url', in: 'path', reason: 'has a segment over 100 characters' }]),
+        status: 414,
+      });
+  }
+  return problem.send(invalidRequest([{ name: 'url', in: 'path', reason: 'is not valid percent-encoding' }]));
 }
 
 /**
