@@ -253,12 +253,10 @@ export async function startDemo(overrides: DemoOverrides = {}): Promise<DemoHand
 function routerRefusal(error: FastifyError, reply: FastifyReply): FastifyReply {
   const problem = reply.code(400).type('application/problem+json');
   if (error.code === 'FST_ERR_MAX_PARAM_LENGTH') {
-    return problem
-      .code(414)
-      .send({
-        ...invalidRequest([{ name: 'url', in: 'path', reason: 'has a segment over 100 characters' }]),
-        status: 414,
-      });
+    return problem.code(414).send({
+      ...invalidRequest([{ name: 'url', in: 'path', reason: 'has a segment over 100 characters' }]),
+      status: 414,
+    });
   }
   return problem.send(invalidRequest([{ name: 'url', in: 'path', reason: 'is not valid percent-encoding' }]));
 }
