@@ -8,6 +8,7 @@
  * // beyond loopback a token is required on every route:
  * await app.register(consolePlugin, { pool, host: '0.0.0.0', token: process.env.CONSOLE_TOKEN });
  */
+import { fromPg } from '../adapters/pg.js';
 import type { DemoOverrides } from '../demo/server.js';
 import { consoleDefaults } from './options.js';
 import { consolePlugin } from './plugin.js';
@@ -35,6 +36,8 @@ export function demoConsole(): NonNullable<DemoOverrides['plugins']>[number] {
     const pool = new pg.Pool({ connectionString: databaseUrl, max: consoleDefaults.maxConcurrentReads });
     pool.on('error', (error) => console.error(`console: database connection lost: ${error.message}`));
     app.addHook('onClose', async () => pool.end());
-    await app.register(consolePlugin, { pool, schema, host: config.host, token: config.consoleToken });
+    // The demo's IDEM_PREPARE holds for the console's reads too (docs/deployment.md).
+    const sql = fromPg(pool, { prepare: config.prepare });
+    await app.register(consolePlugin, { sql, schema, host: config.host, token: config.consoleToken });
   };
 }
