@@ -42,7 +42,10 @@ export interface EmbeddedDatabase {
   pid: number;
   /** Where its data lives. */
   dataDir: string;
-  /** Stops the server (a fast shutdown: open sessions are ended) and, unless persistent, deletes its data. */
+  /**
+   * Stops the server and, unless persistent, deletes its data. It waits up to 3 s for open
+   * sessions to end (close your pools first), then ends them (a fast shutdown).
+   */
   stop(): Promise<void>;
 }
 
@@ -148,7 +151,7 @@ async function stopLeftOver(dataDir: string, notice: (line: string) => void): Pr
   notice(
     `stopping the PostgreSQL server that an earlier run left running in ${dataDir} (pid ${pid}, port ${lines[3] ?? '?'})`,
   );
-  await stopServer(pid);
+  await stopServer(pid, { smartMs: 0 }); // nobody of ours is connected: a fast shutdown
 }
 
 async function initialise(binaries: Binaries, dataDir: string, user: ServerUser | undefined): Promise<void> {
@@ -224,14 +227,21 @@ async function startServer(
   }
 }
 
-/** A fast shutdown (SIGINT), then an immediate one (SIGQUIT) and SIGKILL if it takes too long. */
-async function stopServer(pid: number): Promise<void> {
+/**
+ * Stops the server at `pid`. A smart shutdown first (SIGTERM: it waits for the sessions to end),
+ * because a pool's `end()` resolves before its connections' goodbyes reach the server, and a fast
+ * shutdown would answer those with "terminating connection" errors; then a fast one (SIGINT: open
+ * sessions are ended) for sessions still open, then an immediate one (SIGQUIT), then SIGKILL.
+ */
+async function stopServer(pid: number, { smartMs = 3_000 } = {}): Promise<void> {
   for (const [sig, waitMs] of [
+    ['SIGTERM', smartMs],
     ['SIGINT', 15_000],
     ['SIGQUIT', 5_000],
     ['SIGKILL', 5_000],
   ] as const) {
     if (!isAlive(pid)) return;
+    if (waitMs === 0) continue;
     signal(pid, sig);
     const deadline = Date.now() + waitMs;
     while (isAlive(pid) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 25));
