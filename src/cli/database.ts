@@ -28,8 +28,8 @@ export async function openDatabase(
         'DATABASE_URL is not set: set it to your PostgreSQL (postgres://user:password@host:5432/database)',
       );
     }
-    console.error('DATABASE_URL is not set: starting an embedded PostgreSQL (data under .idem/postgres)');
     const embedded = await startEmbeddedPostgres();
+    console.error('DATABASE_URL is not set: using an embedded PostgreSQL (data under .idem/postgres)');
     url = embedded.url;
     stopEmbedded = () => embedded.stop();
   }
