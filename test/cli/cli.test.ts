@@ -157,7 +157,11 @@ describe('database problems: one line naming the setting and the fix, exit 1', (
   });
 
   it('names a missing optional package with its install command', async () => {
-    const error = await import('an-optional-package-nobody-installed' as string).catch((e: unknown) => e);
+    const name: string = 'an-optional-package-nobody-installed';
+    const error: unknown = await import(name).then(
+      () => undefined,
+      (e: unknown) => e,
+    );
     expect(describeError(error, 'console')).toBe(
       'idem console needs the package an-optional-package-nobody-installed, which is not installed: npm install an-optional-package-nobody-installed',
     );
