@@ -79,14 +79,16 @@ export async function startEmbeddedPostgres(options: EmbeddedOptions = {}): Prom
     const dataDir = dataFolder(dir, user, notice);
     owner.update({ dataDir });
     await stopLeftOver(dataDir, notice);
-    if (!persistent) rmSync(dataDir, { recursive: true, force: true });
+    // Without PG_VERSION there is no database here, only what an interrupted initialisation left.
+    const fresh = !persistent || !existsSync(join(dataDir, 'PG_VERSION'));
+    if (fresh) rmSync(dataDir, { recursive: true, force: true });
     if (user) {
       // PostgreSQL wants its data folder owned by the user it runs as, and private to it.
       mkdirSync(dataDir, { recursive: true, mode: 0o700 });
       chownSync(dataDir, user.uid, user.gid);
       chmodSync(dataDir, 0o700);
     }
-    if (!existsSync(join(dataDir, 'PG_VERSION'))) await initialise(binaries, dataDir, user);
+    if (fresh) await initialise(binaries, dataDir, user);
     const { port, pid } = await startServer(binaries, dataDir, user, options);
     owner.update({ serverPid: pid, port });
 
