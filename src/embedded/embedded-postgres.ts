@@ -43,10 +43,11 @@ export interface EmbeddedDatabase {
   /** Where its data lives. */
   dataDir: string;
   /**
-   * Stops the server and, unless persistent, deletes its data. It waits up to 3 s for open
-   * sessions to end (close your pools first), then ends them (a fast shutdown).
+   * Stops the server and, unless persistent, deletes its data. It waits up to `waitForSessionsMs`
+   * (default 3000) for open sessions to end — close your pools first — then ends them (a fast
+   * shutdown: each session gets 57P01). `waitForSessionsMs: 0` is a fast shutdown at once.
    */
-  stop(): Promise<void>;
+  stop(options?: { waitForSessionsMs?: number }): Promise<void>;
 }
 
 export interface EmbeddedOptions {
@@ -104,10 +105,10 @@ export async function startEmbeddedPostgres(options: EmbeddedOptions = {}): Prom
       port,
       pid,
       dataDir,
-      stop: () =>
+      stop: ({ waitForSessionsMs = 3_000 } = {}) =>
         (stopping ??= (async () => {
           process.off('exit', onExit);
-          await stopServer(pid);
+          await stopServer(pid, { smartMs: waitForSessionsMs });
           if (!persistent) rmSync(dataDir, { recursive: true, force: true });
           owner.release();
         })()),
