@@ -1,4 +1,7 @@
 /** The demo's settings, from the environment. Every one has a default that works on a fresh machine. */
+import { isLoopback } from '../console/access.js';
+import { InvalidArgumentError } from '../core/errors.js';
+
 export interface DemoConfig {
   /** `PORT`, default 3000. */
   port: number;
@@ -8,7 +11,10 @@ export interface DemoConfig {
   providerPort: number;
   /** `PROVIDER_URL`: use a provider running elsewhere instead of starting one. */
   providerUrl: string | undefined;
-  /** `PROVIDER_WEBHOOK_SECRET`: the Standard Webhooks secret shared with the provider. */
+  /**
+   * `PROVIDER_WEBHOOK_SECRET`: the Standard Webhooks secret shared with the provider. Default: the
+   * demo secret printed in the README, accepted on a loopback `HOST` only (see `checkWebhookSecret`).
+   */
   webhookSecret: string;
   /** `DATABASE_URL`: unset starts an embedded PostgreSQL under .idem/postgres. */
   databaseUrl: string | undefined;
@@ -44,4 +50,19 @@ export function readConfig(env: NodeJS.ProcessEnv = process.env): DemoConfig {
     consoleToken: env.CONSOLE_TOKEN || undefined,
     leaseMs: Number(env.LEASE_MS ?? 5000),
   };
+}
+
+/**
+ * Refuses to start on a non-loopback `HOST` with the README's webhook secret: anyone who read the
+ * README could then sign refunds the demo would apply. On loopback it is kept (only this machine
+ * can reach the receiver), and the demo says which secret it uses.
+ */
+export function checkWebhookSecret(config: Pick<DemoConfig, 'host' | 'webhookSecret'>): void {
+  if (config.webhookSecret === demoWebhookSecret && !isLoopback(config.host)) {
+    throw new InvalidArgumentError(
+      `HOST=${config.host} is not a loopback address and PROVIDER_WEBHOOK_SECRET is unset: the demo ` +
+        `will not accept webhooks signed with the secret printed in the README from other machines. ` +
+        `Set PROVIDER_WEBHOOK_SECRET (e.g. whsec_ followed by 32 random bytes in base64), or bind HOST=127.0.0.1.`,
+    );
+  }
 }

@@ -24,7 +24,7 @@ import { createWebhookReceiver } from '../webhooks/receiver.js';
 import { fastifyWebhooks } from '../webhooks/fastify.js';
 import { standardWebhooksVerifier } from '../webhooks/verify/standard-webhooks.js';
 import { tenantFromAuthorization } from './auth.js';
-import { readConfig, type DemoConfig } from './config.js';
+import { checkWebhookSecret, demoWebhookSecret, readConfig, type DemoConfig } from './config.js';
 import { registerPayments } from './payments.js';
 import { startProvider, type FakeCardProvider } from './provider.js';
 import { countingWebhookLogger } from './metrics.js';
@@ -59,6 +59,10 @@ export interface DemoOverrides extends Partial<DemoConfig> {
 
 export async function startDemo(overrides: DemoOverrides = {}): Promise<DemoHandle> {
   const config: DemoConfig = { ...readConfig(), ...overrides };
+  checkWebhookSecret(config);
+  if (config.webhookSecret === demoWebhookSecret) {
+    console.log('PROVIDER_WEBHOOK_SECRET is not set: webhooks use the README’s demo secret (loopback only)');
+  }
   const cleanups: (() => Promise<unknown>)[] = [];
   const close = async () => {
     for (const cleanup of cleanups.reverse())
