@@ -2,6 +2,7 @@
 import pg from 'pg';
 import { fromPg } from '../adapters/pg.js';
 import type { Sql } from '../core/sql.js';
+import { booleanSetting } from '../demo/config.js';
 import { startEmbeddedPostgres } from '../embedded/embedded-postgres.js';
 import { migrations } from '../migrate/migrate.js';
 import { quoteSchema } from '../migrate/schema-name.js';
@@ -18,6 +19,8 @@ export interface CliDatabase {
 export async function openDatabase(
   options: { allowEmbedded?: boolean; poolSize?: number } = {},
 ): Promise<CliDatabase> {
+  // IDEM_PREPARE=false behind a pooler that does not keep prepared statements (docs/deployment.md).
+  const prepare = booleanSetting('IDEM_PREPARE', process.env.IDEM_PREPARE, true);
   let url = process.env.DATABASE_URL;
   let stopEmbedded: (() => Promise<void>) | undefined;
   if (url) {
@@ -52,7 +55,7 @@ export async function openDatabase(
     await close();
     throw error;
   }
-  return { url, pool, sql: fromPg(pool), embedded: stopEmbedded !== undefined, close };
+  return { url, pool, sql: fromPg(pool, { prepare }), embedded: stopEmbedded !== undefined, close };
 }
 
 /** Refuses a DATABASE_URL that is not a PostgreSQL connection string, before anything connects. */

@@ -13,7 +13,7 @@ import type pg from 'pg';
 import type { Idem, Queryable, Sql } from 'idem';
 import type { ClaimedTask, Claims } from 'idem/claims';
 import type { Inbox } from 'idem/inbox';
-import type { Outbox } from 'idem/outbox';
+import type { Outbox, Publisher } from 'idem/outbox';
 import type { Sagas } from 'idem/workflow';
 
 declare global {
@@ -21,6 +21,9 @@ declare global {
   const sql: Sql;
   const pool: pg.Pool;
   const dispatcherPool: pg.Pool;
+  /** A pool whose URL is a pooler such as PgBouncer. */
+  const pooledPool: pg.Pool;
+  const publisher: Publisher;
   const app: Express;
   const outbox: Outbox;
   const inbox: Inbox;
