@@ -16,7 +16,14 @@ export async function setup(project: TestProject): Promise<void> {
     console.warn(
       '[idem tests] DATABASE_URL is not set: starting an embedded PostgreSQL under .idem/test-postgres',
     );
-    embedded = await startEmbeddedPostgres({ dir: '.idem/test-postgres', persistent: false });
+    try {
+      embedded = await startEmbeddedPostgres({ dir: '.idem/test-postgres', persistent: false });
+    } catch (error) {
+      // One line, as `npm start` says it (a second `npm test` in the same folder, say), not a
+      // stack trace from the runner; nothing has started yet.
+      console.error(`[idem tests] ${(error as Error).message}`);
+      process.exit(1);
+    }
     url = embedded.url;
   }
   project.provide('databaseUrl', url);
