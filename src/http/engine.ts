@@ -5,6 +5,7 @@ import {
   isInvalidKey,
   isKeyReused,
   isOperationFailed,
+  isStepFailed,
 } from '../core/errors.js';
 import { isRetryable } from '../core/retryable.js';
 import type { OperationSpec } from '../operations/options.js';
@@ -303,6 +304,13 @@ export class HttpIdempotency<Req, Client = unknown> {
       });
     }
     if (isInvalidKey(error)) return answer('key-malformed', (error as Error).message);
+    if (isStepFailed(error)) {
+      if (!error.replayed) this.onError(error);
+      return answer(
+        'step-failed',
+        'this request failed for good after part of it had taken effect; it is stored as failed and will not run again with this key',
+      );
+    }
     this.onError(error);
     if (state.captured) {
       return answer(

@@ -45,7 +45,7 @@ export function renderStatements(schema: string) {
     /** Reuses a key whose tombstone has passed: it is new again. */
     reclaimForgotten: `UPDATE ${s}.requests SET
         fingerprint = $4, state = 'pending', fence = fence + 1, locked_until = $5, recovery_point = NULL,
-        result = NULL, body = NULL, resource_type = NULL, resource_id = NULL,
+        result = NULL, body = NULL, resource_type = NULL, resource_id = NULL, error = NULL, error_step = NULL,
         created_at = $6, completed_at = NULL, expires_at = $7, tombstone_until = $8
       WHERE ${pk} AND tombstone_until <= $6
       RETURNING fence`,
@@ -85,10 +85,48 @@ export function renderStatements(schema: string) {
         completed_at = $10, expires_at = $11, tombstone_until = $12, locked_until = NULL
       WHERE ${pk} AND state = 'pending' AND fence = $4`,
 
-    readSteps: `SELECT step, result FROM ${s}.steps WHERE ${pk}`,
+    /** The recorded steps; a call that started and has no result yet is not one. */
+    readSteps: `SELECT step, result FROM ${s}.steps WHERE ${pk} AND result IS NOT NULL`,
 
+    /** Records a local step's result, in the step's transaction. */
     recordStep: `INSERT INTO ${s}.steps (tenant_id, operation, idempotency_key, step, result, fence, completed_at)
       VALUES ($1, $2, $3, $4, $5, $6, $7)`,
+
+    /**
+     * Marks a call as started, committed before it runs: from here on an external effect may
+     * exist. A retry that repeats the call finds the row and keeps the first start time.
+     */
+    startCall: `INSERT INTO ${s}.steps (tenant_id, operation, idempotency_key, step, kind, fence, started_at)
+      VALUES ($1, $2, $3, $4, 'call', $5, $6)
+      ON CONFLICT DO NOTHING`,
+
+    /** Records a call's result after it returned (the row exists unless it was written by hand). */
+    recordCall: `INSERT INTO ${s}.steps
+        (tenant_id, operation, idempotency_key, step, kind, result, fence, started_at, completed_at)
+      VALUES ($1, $2, $3, $4, 'call', $5, $6, $7, $7)
+      ON CONFLICT (tenant_id, operation, idempotency_key, step)
+      DO UPDATE SET result = EXCLUDED.result, fence = EXCLUDED.fence, completed_at = EXCLUDED.completed_at`,
+
+    /**
+     * Frees the key of a multi-step operation that failed for good before it committed anything:
+     * no step recorded and no call started (checked here, in the same statement). A retry runs
+     * afresh, as after a failed single-transaction operation.
+     */
+    releaseKey: `DELETE FROM ${s}.requests r
+      WHERE r.tenant_id = $1 AND r.operation = $2 AND r.idempotency_key = $3
+        AND r.state = 'pending' AND r.fence = $4
+        AND NOT EXISTS (SELECT 1 FROM ${s}.steps st
+          WHERE st.tenant_id = $1 AND st.operation = $2 AND st.idempotency_key = $3)`,
+
+    /**
+     * Ends a multi-step operation that failed for good after it had committed a step or started a
+     * call: state 'failed' with the error and the step, replayed to every retry until its
+     * tombstone passes. Retention counts from now, as for `completeLate`.
+     */
+    failLate: `UPDATE ${s}.requests SET
+        state = 'failed', error = $5, error_step = $6, completed_at = $7, expires_at = $8,
+        tombstone_until = $9, locked_until = NULL
+      WHERE ${pk} AND state = 'pending' AND fence = $4`,
 
     /**
      * The sweeper's batches address rows by ctid: the locked rows cannot move while the statement

@@ -164,6 +164,7 @@ function withStepKeys<Client>(op: MultiStepOperation<Client>): MultiStepOperatio
       return op.resumed;
     },
     step: (name, fn) => op.step(name, (tx, step) => withIdempotencyKey(step.key, () => fn(tx, step))),
+    call: (name, fn) => op.call(name, (call) => withIdempotencyKey(call.key, () => fn(call))),
     deriveKey: (name) => op.deriveKey(name),
     heartbeat: () => op.heartbeat(),
   };
