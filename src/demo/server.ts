@@ -72,7 +72,7 @@ export async function startDemo(overrides: DemoOverrides = {}): Promise<DemoHand
       cleanups.push(() => embedded.stop());
       databaseUrl = embedded.url;
     }
-    const pool = new pg.Pool({ connectionString: databaseUrl, max: 20 });
+    const pool = new pg.Pool({ connectionString: databaseUrl, max: config.poolSize });
     pool.on('error', (error) => console.error(`database connection lost: ${error.message}`));
     cleanups.push(() => pool.end());
     const sql = fromPg(pool);
@@ -102,6 +102,7 @@ export async function startDemo(overrides: DemoOverrides = {}): Promise<DemoHand
       provider = await startProvider({
         port: config.providerPort,
         webhookSecret: config.webhookSecret,
+        latencyMs: config.providerLatencyMs,
         // Read when a webhook is sent: the app's port is known only once it listens.
         webhookUrl: () => `http://127.0.0.1:${appPort}/webhooks/provider`,
       });

@@ -143,26 +143,23 @@ export class MultiStepRun<T, Client> implements MultiStepOperation<Client> {
     const { statements, clock } = this.idem;
     const { value, json } = await this.failingAt(name, () =>
       runCallStep(this.runner, this.lease, {
-        startPoint: `call:${name}`,
-        point: name,
         key: this.deriveKey(name),
-        start: async (tx) => {
-          await tx.query(statements.startCall, [
-            ...this.scopeParams(),
-            name,
-            this.fence,
-            new Date(clock.now()),
-          ]);
+        begin: async (sql) => {
+          const { rows } = await sql.query<{ held: number }>(
+            statements.startCall,
+            [...this.renewParams(`call:${name}`), name, new Date(clock.now())],
+            statements.names.startCall,
+          );
+          return Number(rows[0]?.held) === 1;
         },
         call: fn,
-        record: async (tx, _value, text) => {
-          await tx.query(statements.recordCall, [
-            ...this.scopeParams(),
-            name,
-            text,
-            this.fence,
-            new Date(clock.now()),
-          ]);
+        record: async (sql, _value, text) => {
+          const { rows } = await sql.query<{ held: number }>(
+            statements.recordCall,
+            [...this.renewParams(name), text, new Date(clock.now())],
+            statements.names.recordCall,
+          );
+          if (Number(rows[0]?.held) !== 1) throw this.lease.lost();
         },
       }),
     );

@@ -93,19 +93,40 @@ export function renderStatements(schema: string) {
       VALUES ($1, $2, $3, $4, $5, $6, $7)`,
 
     /**
-     * Marks a call as started, committed before it runs: from here on an external effect may
-     * exist. A retry that repeats the call finds the row and keeps the first start time.
+     * Before a call, in one statement on its own: checks the fence, renews the lease, moves the
+     * recovery point to `call:<name>` ($6) and marks the call as started ($7 the step, $8 the
+     * time), committed before the call runs: from here on an external effect may exist. A retry
+     * that repeats the call finds the row and keeps the first start time. `held` 0: fenced.
+     * One statement instead of a transaction of two: 1 round trip instead of 4, while a burst of
+     * calls starts at once (40 calls on a pool of 8: see test/operations/calls-hold-nothing.test.ts).
      */
-    startCall: `INSERT INTO ${s}.steps (tenant_id, operation, idempotency_key, step, kind, fence, started_at)
-      VALUES ($1, $2, $3, $4, 'call', $5, $6)
-      ON CONFLICT DO NOTHING`,
+    startCall: `WITH held AS (
+        UPDATE ${s}.requests SET locked_until = $5, recovery_point = $6
+        WHERE ${pk} AND state = 'pending' AND fence = $4
+        RETURNING 1
+      ), started AS (
+        INSERT INTO ${s}.steps (tenant_id, operation, idempotency_key, step, kind, fence, started_at)
+        SELECT $1, $2, $3, $7, 'call', $4, $8 FROM held
+        ON CONFLICT DO NOTHING
+      )
+      SELECT count(*)::int AS held FROM held`,
 
-    /** Records a call's result after it returned (the row exists unless it was written by hand). */
-    recordCall: `INSERT INTO ${s}.steps
-        (tenant_id, operation, idempotency_key, step, kind, result, fence, started_at, completed_at)
-      VALUES ($1, $2, $3, $4, 'call', $5, $6, $7, $7)
-      ON CONFLICT (tenant_id, operation, idempotency_key, step)
-      DO UPDATE SET result = EXCLUDED.result, fence = EXCLUDED.fence, completed_at = EXCLUDED.completed_at`,
+    /**
+     * After a call, in one statement: checks the fence, renews the lease, moves the recovery
+     * point to the step ($6) and records the call's result ($7). `held` 0: fenced, nothing written.
+     */
+    recordCall: `WITH held AS (
+        UPDATE ${s}.requests SET locked_until = $5, recovery_point = $6
+        WHERE ${pk} AND state = 'pending' AND fence = $4
+        RETURNING 1
+      ), recorded AS (
+        INSERT INTO ${s}.steps
+          (tenant_id, operation, idempotency_key, step, kind, result, fence, started_at, completed_at)
+        SELECT $1, $2, $3, $6, 'call', $7, $4, $8, $8 FROM held
+        ON CONFLICT (tenant_id, operation, idempotency_key, step)
+        DO UPDATE SET result = EXCLUDED.result, fence = EXCLUDED.fence, completed_at = EXCLUDED.completed_at
+      )
+      SELECT count(*)::int AS held FROM held`,
 
     /**
      * Frees the key of a multi-step operation that failed for good before it committed anything:

@@ -55,18 +55,25 @@ export interface LocalStep<R, Client> {
   record(tx: Transaction<Client>, json: string): Promise<void>;
 }
 
-/** A call to the outside world between two short transactions. */
+/**
+ * A call to the outside world, with a committed write before it and one after it, and no
+ * transaction open while it runs.
+ */
 export interface CallStep<R, Client> {
-  /** The recovery point while the call runs (`call:<name>`): committed before the call starts. */
-  startPoint: string;
-  /** The recovery point stored with the result. */
-  point: string;
   key: string;
-  /** Records that the call started, committed with the first fence check, before the call. */
-  start?(tx: Transaction<Client>): Promise<void>;
+  /**
+   * Before the call, committed: checks the fence, renews the lease and records that the call
+   * started (from then on an external effect may exist). Resolves false when the fence was
+   * raised. Default: `lease.renew()`. One statement on its own where it can be: it runs while
+   * every call of a burst starts at once.
+   */
+  begin?(sql: Sql<Client>): Promise<boolean>;
   call(context: CallContext): Promise<R>;
-  /** Records the result (and any local writes that go with it), after the second fence check. */
-  record(tx: Transaction<Client>, value: R, json: string): Promise<void>;
+  /**
+   * After the call, committed: checks the fence and records the result (with any local writes
+   * that go with it, see `inHeldTransaction`). Throws `FencedError` when the fence was raised.
+   */
+  record(sql: Sql<Client>, value: R, json: string): Promise<void>;
 }
 
 /** A step's value and its recorded JSON text. */
@@ -93,17 +100,16 @@ export function runLocalStep<R, Client>(
 
 /**
  * Runs a call with no transaction held while it runs. Throws `FencedError` when the lease was
- * lost during the call (the call's own error, if any, is then moot: the new holder repeats it).
+ * lost before or during the call (the call's own error, if any, is then moot: the new holder
+ * repeats it).
  */
 export async function runCallStep<R, Client>(
   runner: StepRunner<Client>,
   lease: FencedLease,
   step: CallStep<R, Client>,
 ): Promise<StepResult<R>> {
-  await runner.sql.transaction(async (tx) => {
-    await lease.hold(tx, step.startPoint);
-    await step.start?.(tx);
-  });
+  const held = step.begin ? await step.begin(runner.sql) : await lease.renew();
+  if (!held) throw lease.lost();
   const lost = new AbortController();
   const heartbeat = startHeartbeat(lease, runner.clock, runner.heartbeatMs, () => lost.abort(lease.lost()));
   let value: R;
@@ -117,11 +123,24 @@ export async function runCallStep<R, Client>(
   }
   if (lost.signal.aborted) throw lease.lost();
   const json = toJson(value);
-  await runner.sql.transaction(async (tx) => {
-    await lease.hold(tx, step.point);
-    await step.record(tx, value, json);
-  });
+  await step.record(runner.sql, value, json);
   return { value, json };
+}
+
+/**
+ * A short transaction that first holds the lease (fence check, renewal, row lock, recovery
+ * point), then runs `fn`: for a call's record that carries local writes.
+ */
+export function inHeldTransaction<T, Client>(
+  runner: StepRunner<Client>,
+  lease: FencedLease,
+  point: string,
+  fn: (tx: Transaction<Client>) => Promise<T>,
+): Promise<T> {
+  return runner.sql.transaction(async (tx) => {
+    await lease.hold(tx, point);
+    return fn(tx);
+  });
 }
 
 /** The default heartbeat: a third of the lease, so two beats may fail before it lapses. */

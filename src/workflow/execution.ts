@@ -3,7 +3,13 @@ import { deriveKey } from '../core/keys.js';
 import type { Queryable, Transaction } from '../core/sql.js';
 import { DecorrelatedJitter } from '../client/backoff.js';
 import { isRetryableFailure } from '../client/classify.js';
-import { describeFailure, runCallStep, runLocalStep, type StepResult } from '../steps/engine.js';
+import {
+  describeFailure,
+  inHeldTransaction,
+  runCallStep,
+  runLocalStep,
+  type StepResult,
+} from '../steps/engine.js';
 import type { FencedLease } from '../steps/lease.js';
 import type { SagaDefinition, SagaPoint, SagaRef, SagaStep } from './definition.js';
 import { SagaFailedError, SagaStuckError } from './errors.js';
@@ -232,8 +238,6 @@ export class SagaExecution<I, O, Client> {
       });
     }
     return runCallStep(runner, this.lease, {
-      startPoint: step,
-      point: step,
       key,
       call: async ({ signal }) => {
         await this.point({ at: points.before, position, step });
@@ -241,10 +245,11 @@ export class SagaExecution<I, O, Client> {
         await this.point({ at: points.after, position, step });
         return value;
       },
-      record: async (tx, response, json) => {
-        await body.record?.({ ...context, tx, response });
-        await write(tx, json);
-      },
+      record: (_sql, response, json) =>
+        inHeldTransaction(runner, this.lease, step, async (tx) => {
+          await body.record?.({ ...context, tx, response });
+          await write(tx, json);
+        }),
     });
   }
 

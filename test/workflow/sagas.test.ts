@@ -1,6 +1,7 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { fromPg } from '../../src/adapters/pg.js';
 import { assertOk, createClient } from '../../src/client/index.js';
+import { currentIdempotencyKey } from '../../src/core/key-context.js';
 import { isFenced, isInProgress, isKeyReused } from '../../src/core/errors.js';
 import type { Queryable } from '../../src/core/sql.js';
 import {
@@ -47,40 +48,41 @@ describe('sagas', () => {
     await db.close();
   });
 
-  /** Calls the provider with the current step's key (picked up by the client) and books a local row. */
-  async function effect(tx: Queryable, sagaKey: string, kind: string, key: string): Promise<string> {
-    const res = await assertOk(
-      await http.fetch(`${provider.url}/effects/${kind}`, { method: 'POST', body: sagaKey }),
-    );
-    await tx.query(`INSERT INTO "${db.schema}".ledger (saga_key, entry, step_key) VALUES ($1, $2, $3)`, [
-      sagaKey,
-      kind,
-      key,
-    ]);
-    return ((await res.json()) as { id: string }).id;
+  /**
+   * A step body that calls the provider with no transaction open (the client sends the step's key
+   * by itself), then books a local row, with the key it was given, in the transaction that records
+   * the result. `fail` throws after the provider's effect, like a timeout after the work was done.
+   */
+  function callEffect(kind: string, fail?: (input: TripInput) => boolean) {
+    return {
+      call: async ({ input, key }: { input: TripInput; key: string }) => {
+        const res = await assertOk(
+          await http.fetch(`${provider.url}/effects/${kind}`, { method: 'POST', body: input.trip }),
+        );
+        const id = ((await res.json()) as { id: string }).id;
+        expect(currentIdempotencyKey()).toBe(key);
+        if (fail?.(input)) throw new TypeError(`${kind} booked but no seat confirmed`);
+        return id;
+      },
+      record: async ({ tx, input, key }: { tx: Queryable; input: TripInput; key: string }) => {
+        await tx.query(`INSERT INTO "${db.schema}".ledger (saga_key, entry, step_key) VALUES ($1, $2, $3)`, [
+          input.trip,
+          kind,
+          key,
+        ]);
+      },
+    };
   }
 
   const trip = defineSaga<TripInput, { hotel: unknown; charge: unknown; flight: unknown }>({
     name: 'trip',
     steps: [
-      step({
-        name: 'hotel',
-        action: ({ tx, input, key }) => effect(tx, input.trip, 'hotel', key),
-        compensate: ({ tx, input, key }) => effect(tx, input.trip, 'hotel-cancel', key),
-      }),
-      step({
-        name: 'charge',
-        action: ({ tx, input, key }) => effect(tx, input.trip, 'charge', key),
-        compensate: ({ tx, input, key }) => effect(tx, input.trip, 'refund', key),
-      }),
+      step({ name: 'hotel', action: callEffect('hotel'), compensate: callEffect('hotel-cancel') }),
+      step({ name: 'charge', action: callEffect('charge'), compensate: callEffect('refund') }),
       step({
         name: 'flight',
-        action: async ({ tx, input, key }) => {
-          const id = await effect(tx, input.trip, 'flight', key);
-          if (input.flightFails) throw new TypeError('flight booked but no seat confirmed');
-          return id;
-        },
-        compensate: ({ tx, input, key }) => effect(tx, input.trip, 'flight-cancel', key),
+        action: callEffect('flight', (input) => input.flightFails),
+        compensate: callEffect('flight-cancel'),
       }),
     ],
     result: (results) => ({ hotel: results.hotel, charge: results.charge, flight: results.flight }),
@@ -171,7 +173,7 @@ describe('sagas', () => {
     };
     const error = await sagas.run(trip, spec).catch((e: unknown) => e);
     expect(isSagaFailed(error)).toBe(true);
-    expect((error as Error).message).toContain('no seat confirmed');
+    expect((error as Error).message).toContain('flight booked but no seat confirmed');
     expect(((error as Error).cause as Error).name).toBe('TypeError');
     expectCompensatedOnce(spec.input.trip);
     // The flight action's local row rolled back with its failure; every compensation's row committed.
