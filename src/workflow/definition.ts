@@ -34,7 +34,7 @@ export interface ActionContext<I, Client = unknown> extends StepContext<I> {
    * The step's transaction. It holds the saga's fence (a takeover waits for it) and commits with
    * the step's recorded result, so local writes made through it happen exactly once. It stays
    * open (a pooled connection and a row lock) while the action runs: keep the action to database
-   * work, and write a call to the outside world as `{ call }`.
+   * work, and write a call to the outside world as the step's `call`.
    */
   tx: Transaction<Client>;
 }
@@ -55,24 +55,6 @@ export interface ActionRecordContext<I, R, Client = unknown> extends ActionConte
   response: R;
 }
 
-/**
- * An action that calls the outside world: `call` runs with no transaction and no pooled
- * connection held (a short transaction checks the fence before it, a heartbeat keeps the lease
- * while it runs); then one short transaction checks the fence again, runs `record` (optional
- * local writes that go with the answer) and records the step's result, all committed together.
- */
-export interface CallAction<I, R, Client = unknown> {
-  call(context: ActionCallContext<I>): Promise<R>;
-  record?(context: ActionRecordContext<I, R, Client>): Promise<unknown>;
-}
-
-/**
- * What a step does: a function is a local action (it gets `tx`, and runs inside the step's
- * transaction); `{ call, record? }` calls the outside world outside any transaction.
- */
-export type SagaAction<I, R, Client = unknown> =
-  ((context: ActionContext<I, Client>) => Promise<R>) | CallAction<I, R, Client>;
-
 /** What every compensation knows about the action it undoes. */
 export interface CompensationFacts<R> {
   /** The action's key: look the effect up by it when `actionCompleted` is false. */
@@ -92,43 +74,85 @@ export interface CompensationFacts<R> {
 export interface CompensationContext<I, R, Client = unknown>
   extends ActionContext<I, Client>, CompensationFacts<R> {}
 
-/** What a compensation's `call` gets: no transaction. */
+/** What `compensateCall` gets: no transaction. */
 export interface CompensationCallContext<I, R> extends ActionCallContext<I>, CompensationFacts<R> {}
 
-/** What a compensation's `record` gets: the step's transaction and the call's answer. */
+/** What `recordCompensation` gets: the step's transaction and the compensation call's answer. */
 export interface CompensationRecordContext<I, R, Client = unknown> extends CompensationContext<I, R, Client> {
-  /** What the compensation's `call` returned (also its recorded result). */
+  /** What `compensateCall` returned (also the compensation's recorded result). */
   response: unknown;
 }
 
-/** A compensation that calls the outside world, run like a `CallAction`. */
-export interface CallCompensation<I, R, Client = unknown> {
-  call(context: CompensationCallContext<I, R>): Promise<unknown>;
-  record?(context: CompensationRecordContext<I, R, Client>): Promise<unknown>;
+/** A step whose action is local: `action` runs inside the step's transaction. */
+export interface LocalAction<I, R, Client = unknown> {
+  /**
+   * Runs inside the step's short transaction (`tx`), which commits with the recorded result.
+   * Keep it to database work: anything that leaves the database belongs in `call`.
+   */
+  action(context: ActionContext<I, Client>): Promise<R>;
+  call?: never;
+  record?: never;
 }
 
-/** How a step is undone: a function runs in the step's transaction; `{ call, record? }` calls out. */
-export type SagaCompensation<I, R, Client = unknown> =
-  ((context: CompensationContext<I, R, Client>) => Promise<unknown>) | CallCompensation<I, R, Client>;
+/**
+ * A step whose action calls the outside world: `call` runs with no transaction and no pooled
+ * connection held (the fence is checked before it, a heartbeat keeps the lease while it runs);
+ * then one short transaction checks the fence again, runs `record` (optional local writes that
+ * go with the answer) and records the step's result, all committed together.
+ */
+export interface CallAction<I, R, Client = unknown> {
+  call(context: ActionCallContext<I>): Promise<R>;
+  record?(context: ActionRecordContext<I, R, Client>): Promise<unknown>;
+  action?: never;
+}
 
-/** One step: an action and, usually, how to undo it. */
-export interface SagaStep<I = unknown, R = unknown, Client = unknown> {
+/** How a step is undone locally: `compensate` runs inside the step's transaction. */
+export interface LocalCompensation<I, R, Client = unknown> {
+  /**
+   * Undoes the action inside a short transaction (`tx`). Persisted (its key and the step) before
+   * the action runs, run at most once to completion, in reverse order, when a later step fails.
+   * Omit it (and `compensateCall`) for steps with nothing to undo (a read).
+   */
+  compensate?(context: CompensationContext<I, R, Client>): Promise<unknown>;
+  compensateCall?: never;
+  recordCompensation?: never;
+}
+
+/** How a step is undone by calling the outside world, run like `call`. */
+export interface CallCompensation<I, R, Client = unknown> {
+  /**
+   * Undoes the action by calling out, with no transaction held; must be idempotent toward the
+   * outside world through its `key`. Persisted before the action runs, run at most once to
+   * completion, in reverse order, when a later step fails.
+   */
+  compensateCall(context: CompensationCallContext<I, R>): Promise<unknown>;
+  /** Local writes that go with the compensation's answer, committed with its record. */
+  recordCompensation?(context: CompensationRecordContext<I, R, Client>): Promise<unknown>;
+  compensate?: never;
+}
+
+/**
+ * One step: what it does — `action` (local: it gets `tx`) or `call` (to the outside world, with
+ * no transaction held; `record` for the local writes that go with its answer) — and, usually, how
+ * to undo it — `compensate` (local) or `compensateCall` (calls out; `recordCompensation`).
+ */
+export type SagaStep<I = unknown, R = unknown, Client = unknown> = {
   /** Unique within the saga. Part of the derived keys: renaming a step changes its keys. */
   name: string;
-  /**
-   * What the step does. A function is local: it runs inside the step's transaction (`tx`).
-   * `{ call, record? }` calls the outside world with no transaction held. Anything that leaves
-   * the database (an HTTP call, a broker publish) belongs in `call`.
-   */
-  action: SagaAction<I, R, Client>;
-  /**
-   * Undoes the action. Persisted (its key and the step) before the action runs, run at most
-   * once to completion, in reverse order, when a later step fails. Must be idempotent toward the
-   * outside world through its `key`. Omit it for steps with nothing to undo (a read). A function
-   * is local (`tx`); `{ call, record? }` calls out with no transaction held.
-   */
-  compensate?: SagaCompensation<I, R, Client>;
+} & (LocalAction<I, R, Client> | CallAction<I, R, Client>) &
+  (LocalCompensation<I, R, Client> | CallCompensation<I, R, Client>);
+
+/** @internal A step as the engine reads it, whatever its input, result and client types. */
+export interface AnyStep {
+  name: string;
+  action?: StepFunction;
+  call?: StepFunction;
+  record?: StepFunction;
+  compensate?: StepFunction;
+  compensateCall?: StepFunction;
+  recordCompensation?: StepFunction;
 }
+type StepFunction = (context: never) => Promise<unknown>;
 
 /** A saga: a name and its steps, in order. */
 export interface SagaDefinition<I = unknown, O = unknown, Client = unknown> {
@@ -146,10 +170,11 @@ export interface SagaDefinition<I = unknown, O = unknown, Client = unknown> {
  * const checkout = defineSaga<{ orderId: string; amount: number }>({
  *   name: 'checkout',
  *   steps: [
- *     step({ name: 'reserve', action: { call: ({ input, key }) => stock.reserve(input.orderId, key) },
- *            compensate: { call: ({ key, actionKey }) => stock.release(actionKey, key) } }),
- *     step({ name: 'charge', action: { call: ({ input, key }) => payments.charge(input.amount, key) },
- *            compensate: { call: ({ key, actionKey }) => payments.refundByKey(actionKey, key) } }),
+ *     step({ name: 'reserve', call: ({ input, key }) => stock.reserve(input.orderId, key),
+ *            compensateCall: ({ key, actionKey }) => stock.release(actionKey, key) }),
+ *     step({ name: 'charge', call: ({ input, key }) => payments.charge(input.amount, key),
+ *            record: ({ tx, input, response }) => markCharged(tx, input.orderId, response.id),
+ *            compensateCall: ({ key, actionKey }) => payments.refundByKey(actionKey, key) }),
  *   ],
  * });
  */
@@ -163,21 +188,30 @@ export function defineSaga<I, O = Record<string, unknown>, Client = unknown>(
     validateName('step name', s.name);
     if (names.has(s.name)) throw new InvalidArgumentError(`duplicate step name: ${s.name}`);
     names.add(s.name);
-    if (!isStepBody(s.action)) {
-      throw new InvalidArgumentError(`step ${s.name}: action must be a function or { call, record? }`);
-    }
-    if (s.compensate !== undefined && !isStepBody(s.compensate)) {
-      throw new InvalidArgumentError(`step ${s.name}: compensate must be a function or { call, record? }`);
-    }
+    checkStep(s);
   }
   return definition;
 }
 
-function isStepBody(body: unknown): boolean {
-  if (typeof body === 'function') return true;
-  if (typeof body !== 'object' || body === null) return false;
-  const { call, record } = body as { call?: unknown; record?: unknown };
-  return typeof call === 'function' && (record === undefined || typeof record === 'function');
+/** Exactly one of `action` / `call`; at most one of `compensate` / `compensateCall`; no stray record. */
+function checkStep(s: AnyStep): void {
+  const given = (field: keyof AnyStep) => s[field] !== undefined;
+  const fn = (field: keyof AnyStep) => typeof s[field] === 'function';
+  const problem = (what: string) => new InvalidArgumentError(`step ${s.name}: ${what}`);
+  if (given('action') === given('call'))
+    throw problem('give exactly one of action (local) or call (outside)');
+  if (given('action') ? !fn('action') : !fn('call')) throw problem('action / call must be a function');
+  if (given('record') && (given('action') || !fn('record')))
+    throw problem('record goes with call, as a function');
+  if (given('compensate') && given('compensateCall')) {
+    throw problem('give at most one of compensate (local) or compensateCall (outside)');
+  }
+  for (const field of ['compensate', 'compensateCall', 'recordCompensation'] as const) {
+    if (given(field) && !fn(field)) throw problem(`${field} must be a function`);
+  }
+  if (given('recordCompensation') && !given('compensateCall')) {
+    throw problem('recordCompensation goes with compensateCall');
+  }
 }
 
 /** Types one step (its result type flows from `action` to `compensate`). */

@@ -11,7 +11,7 @@ import {
   type StepResult,
 } from '../steps/engine.js';
 import type { FencedLease } from '../steps/lease.js';
-import type { SagaDefinition, SagaPoint, SagaRef, SagaStep } from './definition.js';
+import type { AnyStep, SagaDefinition, SagaPoint, SagaRef, SagaStep } from './definition.js';
 import { SagaFailedError, SagaStuckError } from './errors.js';
 import type { SagaStatus, SagaStepRecord } from './saga-record.js';
 import type { Sagas } from './sagas.js';
@@ -49,8 +49,39 @@ export function sagaScope(ref: SagaRef): OperationScope {
 
 /** An action or a compensation, of either kind, as the engine calls it. */
 type StepBody =
-  | ((context: object) => Promise<unknown>)
-  | { call(context: object): Promise<unknown>; record?(context: object): Promise<unknown> };
+  | { local: (context: object) => Promise<unknown> }
+  | { call: (context: object) => Promise<unknown>; record?: (context: object) => Promise<unknown> };
+
+function actionOf(step: AnyStep): StepBody {
+  if (step.call) {
+    const { record } = step;
+    return {
+      call: (context) => step.call!(context as never),
+      ...(record ? { record: (context: object) => record.call(step, context as never) } : {}),
+    };
+  }
+  return { local: (context) => step.action!(context as never) };
+}
+
+/** How a step is undone, or null when it has nothing to undo. */
+function compensationOf(step: AnyStep): StepBody | null {
+  if (step.compensateCall) {
+    const { recordCompensation } = step;
+    return {
+      call: (context) => step.compensateCall!(context as never),
+      ...(recordCompensation
+        ? { record: (context: object) => recordCompensation.call(step, context as never) }
+        : {}),
+    };
+  }
+  if (step.compensate) return { local: (context) => step.compensate!(context as never) };
+  return null;
+}
+
+/** Whether the step has a compensation (its key is persisted with the step). */
+export function hasCompensation(step: AnyStep): boolean {
+  return compensationOf(step) !== null;
+}
 
 /**
  * One holder's run of one saga instance, from a claim or takeover to a final state. Every write
@@ -144,7 +175,7 @@ export class SagaExecution<I, O, Client> {
         position,
         step.name,
         keys.action,
-        step.compensate ? keys.compensation : null,
+        hasCompensation(step) ? keys.compensation : null,
         now,
       ]);
     });
@@ -152,7 +183,7 @@ export class SagaExecution<I, O, Client> {
       position,
       name: step.name,
       actionKey: keys.action,
-      compensationKey: step.compensate ? keys.compensation : null,
+      compensationKey: hasCompensation(step) ? keys.compensation : null,
       state: 'registered',
       result: null,
       compensationResult: null,
@@ -174,7 +205,7 @@ export class SagaExecution<I, O, Client> {
     for (let attempt = 1; ; attempt++) {
       try {
         const { json } = await this.runBody(
-          step.action,
+          actionOf(step),
           record.actionKey,
           {
             input: this.input,
@@ -224,13 +255,13 @@ export class SagaExecution<I, O, Client> {
   ): Promise<StepResult<unknown>> {
     const { position, step } = points;
     const runner = this.engine.runner;
-    if (body === null || typeof body === 'function') {
+    if (body === null || 'local' in body) {
       return runLocalStep(runner, this.lease, {
         point: step,
         key,
         run: async (tx) => {
           await this.point({ at: points.before, position, step });
-          const value = body === null ? null : await body({ ...context, tx });
+          const value = body === null ? null : await body.local({ ...context, tx });
           await this.point({ at: points.after, position, step });
           return value;
         },
@@ -282,7 +313,7 @@ export class SagaExecution<I, O, Client> {
     const step = this.definition.steps[position]!;
     const jitter = new DecorrelatedJitter(this.engine.backoff);
     const key = record.compensationKey;
-    const body = step.compensate && key !== null ? (step.compensate as StepBody) : null;
+    const body = key !== null ? compensationOf(step) : null;
     for (let attempt = 1; ; attempt++) {
       try {
         await this.runBody(

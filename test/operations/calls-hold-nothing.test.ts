@@ -219,7 +219,7 @@ describe('calls hold no transaction or connection while they run', () => {
         await new Promise((resolve) => setTimeout(resolve, 1600));
         const duplicate = await idem
           .steps(spec, async () => ({ recorded: 'x', charge: 'x' }))
-          .catch((e) => e);
+          .catch((e: unknown) => e);
         expect(isInProgress(duplicate)).toBe(true);
         const result = await running;
         expect(result.value).toEqual({ recorded: 'recorded', charge: expect.stringMatching(/^ch_/) });
@@ -240,9 +240,7 @@ describe('calls hold no transaction or connection while they run', () => {
           steps: [
             step({
               name: 'charge',
-              action: {
-                call: ({ key, signal }: { key: string; signal: AbortSignal }) => charge(slow3s, key, signal),
-              },
+              call: ({ key, signal }) => charge(slow3s, key, signal),
               compensate: async () => undefined,
             }),
           ],

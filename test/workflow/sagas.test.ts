@@ -74,15 +74,22 @@ describe('sagas', () => {
     };
   }
 
+  /** The same, as a step's action (`call` + `record`) or its compensation. */
+  const action = (kind: string, fail?: (input: TripInput) => boolean) => callEffect(kind, fail);
+  const compensation = (kind: string) => {
+    const { call, record } = callEffect(kind);
+    return { compensateCall: call, recordCompensation: record };
+  };
+
   const trip = defineSaga<TripInput, { hotel: unknown; charge: unknown; flight: unknown }>({
     name: 'trip',
     steps: [
-      step({ name: 'hotel', action: callEffect('hotel'), compensate: callEffect('hotel-cancel') }),
-      step({ name: 'charge', action: callEffect('charge'), compensate: callEffect('refund') }),
+      step({ name: 'hotel', ...action('hotel'), ...compensation('hotel-cancel') }),
+      step({ name: 'charge', ...action('charge'), ...compensation('refund') }),
       step({
         name: 'flight',
-        action: callEffect('flight', (input) => input.flightFails),
-        compensate: callEffect('flight-cancel'),
+        ...action('flight', (input) => input.flightFails),
+        ...compensation('flight-cancel'),
       }),
     ],
     result: (results) => ({ hotel: results.hotel, charge: results.charge, flight: results.flight }),
