@@ -222,7 +222,8 @@ describe('calls hold no transaction or connection while they run', () => {
           .catch((e: unknown) => e);
         expect(isInProgress(duplicate)).toBe(true);
         const result = await running;
-        expect(result.value).toEqual({ recorded: 'recorded', charge: expect.stringMatching(/^ch_/) });
+        expect(result.value.recorded).toBe('recorded');
+        expect(result.value.charge).toMatch(/^ch_/);
         expect(slow3s.calls.filter((c) => c.key === deriveKey(spec, 'charge'))).toHaveLength(1);
         const row = await idem.inspect(spec);
         expect(row).toMatchObject({ state: 'completed', fence: 1 });
@@ -247,7 +248,7 @@ describe('calls hold no transaction or connection while they run', () => {
         });
         const key = `saga-${randomBytes(4).toString('hex')}`;
         const { value } = await sagas.run(slowSaga, { tenant: 'acme', key, input: { amount: 1 } });
-        expect(value).toEqual({ charge: expect.objectContaining({ id: expect.stringMatching(/^ch_/) }) });
+        expect((value as { charge: { id: string } }).charge.id).toMatch(/^ch_/);
         expect((await sagas.get({ tenant: 'acme', saga: 'slow-saga', key }))?.status).toBe('completed');
       } finally {
         await pool.end();
