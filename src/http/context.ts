@@ -142,17 +142,29 @@ export class StepsContext<Client> extends BaseContext<Client> {
   get resumed(): boolean {
     return this.op.resumed;
   }
+  /**
+   * The last error a step or call threw. When the handler then answers with a response that is
+   * not stored (a 5xx), this error, not the response, says whether the request failed for good.
+   */
+  lastFailure: unknown = undefined;
+
   step<R>(name: string, fn: (tx: Transaction<Client>, step: { key: string }) => Promise<R>): Promise<R> {
     if (this.closed) {
       return Promise.reject(new InvalidArgumentError('idem.step() used after the response was sent'));
     }
-    return this.op.step(name, fn);
+    return this.noting(this.op.step(name, fn));
   }
   call<R>(name: string, fn: (call: CallContext) => Promise<R>): Promise<R> {
     if (this.closed) {
       return Promise.reject(new InvalidArgumentError('idem.call() used after the response was sent'));
     }
-    return this.op.call(name, fn);
+    return this.noting(this.op.call(name, fn));
+  }
+  private noting<R>(running: Promise<R>): Promise<R> {
+    return running.catch((error: unknown) => {
+      this.lastFailure = error;
+      throw error;
+    });
   }
   heartbeat(): Promise<void> {
     return this.op.heartbeat();

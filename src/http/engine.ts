@@ -8,6 +8,7 @@ import {
   isStepFailed,
 } from '../core/errors.js';
 import { isRetryable } from '../core/retryable.js';
+import { isRetryableFailure } from '../client/classify.js';
 import type { OperationSpec } from '../operations/options.js';
 import { completed, refused, type Outcome } from '../operations/outcome.js';
 import { StepsContext, TransactionContext, type IdempotencyContext } from './context.js';
@@ -94,6 +95,8 @@ class HandlerAlreadyRan extends Error {
 interface RunState {
   invoked: boolean;
   captured: CapturedResponse | undefined;
+  /** Steps mode: the non-retryable step error behind a 5xx answer (see `runHandler`). */
+  stepFailure?: unknown;
 }
 
 /**
@@ -261,7 +264,18 @@ export class HttpIdempotency<Req, Client = unknown> {
     }
     state.captured = captured;
     const decision = this.options.store(captured.status);
-    if (decision === 'discard') throw new DiscardResponse(captured.status);
+    if (decision === 'discard') {
+      // Steps mode: a handler that answers 5xx after a step or call failed for a reason a retry
+      // cannot change (a constraint, 22021, a downstream's 4xx) hands that error to the operation,
+      // so the key is freed or stored as failed instead of left pending for retries that fail the
+      // same way. Any other 5xx is rolled back and left for a retry to resume, as before.
+      const failure = context instanceof StepsContext ? context.lastFailure : undefined;
+      if (failure !== undefined && !isRetryableFailure(failure)) {
+        state.stepFailure = failure;
+        throw failure;
+      }
+      throw new DiscardResponse(captured.status);
+    }
     const meta = storedMeta(
       captured.status,
       selectReplayHeaders(captured.headers, this.options.replayHeaders),
@@ -273,7 +287,10 @@ export class HttpIdempotency<Req, Client = unknown> {
 
   private failure(error: unknown, state: RunState): Answer {
     const cause = isOperationFailed(error) ? error.cause : undefined;
-    if (isDiscard(cause) && state.captured) {
+    const stepFailed =
+      state.stepFailure !== undefined && (error === state.stepFailure || cause === state.stepFailure);
+    if ((isDiscard(cause) || stepFailed) && state.captured) {
+      // Nothing was stored (or the key was freed): the handler's own answer goes out as it is.
       return { kind: 'handler', response: state.captured, stored: false };
     }
     const answer = (kind: ProblemKind, detail: string, extras?: ProblemExtras): Answer => ({

