@@ -37,10 +37,13 @@ export {
   activityKey,
   activityScope,
   runActivity,
+  runActivityCall,
   runActivitySteps,
+  type ActivityCallRun,
   type ActivityContextLike,
   type ActivityKeyOptions,
   type ActivityRun,
+  type RunActivityCallOptions,
   type RunActivityOptions,
 } from './temporal.js';
 export { withIdempotencyKey, currentIdempotencyKey } from '../core/key-context.js';
