@@ -6,16 +6,16 @@
  * - a **local step** is one short transaction: fence check and lease renewal, the step's own
  *   writes, and its recorded result, committed together;
  * - a **call** reaches the outside world (a card provider, a broker, an e-mail service) and runs
- *   with no transaction, no row lock and no pooled connection held: a short committed transaction
- *   checks the fence, renews the lease and records that the call started; the call runs with its
- *   derived key while a background heartbeat keeps the lease; a second short transaction checks
- *   the fence again and records the result.
+ *   with no transaction, no row lock and no pooled connection held: a committed write (one
+ *   statement where it can be) checks the fence, renews the lease and records that the call
+ *   started; the call runs with its derived key while a background heartbeat keeps the lease;
+ *   another committed write checks the fence again and records the result.
  *
  * Why no transaction across a call: measured here, 40 operations each waiting 500 ms on a call
- * inside their step's transaction, on a `pg` pool of 8, took 2.6 s (the pool serialised them 8 at
- * a time), an unrelated `SELECT 1` on the same pool waited up to 1.5 s, and 8 sessions sat
- * `idle in transaction` throughout; as calls they take about 0.5 s and the pool stays free
- * (`bench/steps.bench.ts`, `test/steps/pool-hygiene.test.ts`).
+ * inside their step's transaction, on a `pg` pool of 8, took 2.6–2.8 s (the pool ran the calls 8
+ * at a time), an unrelated `SELECT 1` on the same pool waited up to 1.7 s, and 8 sessions sat
+ * `idle in transaction` throughout; as calls they took 0.75–0.9 s, with none idle in transaction
+ * (`bench/steps.bench.ts`, `test/operations/calls-hold-nothing.test.ts`).
  */
 import type { Clock } from '../core/clock.js';
 import { withIdempotencyKey } from '../core/key-context.js';
