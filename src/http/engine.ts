@@ -287,8 +287,11 @@ export class HttpIdempotency<Req, Client = unknown> {
 
   private failure(error: unknown, state: RunState): Answer {
     const cause = isOperationFailed(error) ? error.cause : undefined;
+    // A lost lease is answered as `fenced` below, whatever the handler answered.
     const stepFailed =
-      state.stepFailure !== undefined && (error === state.stepFailure || cause === state.stepFailure);
+      state.stepFailure !== undefined &&
+      !isFenced(error) &&
+      (error === state.stepFailure || cause === state.stepFailure);
     if ((isDiscard(cause) || stepFailed) && state.captured) {
       // Nothing was stored (or the key was freed): the handler's own answer goes out as it is.
       return { kind: 'handler', response: state.captured, stored: false };
