@@ -177,10 +177,9 @@ async function pay(intent: Intent, options: ClientOptions): Promise<void> {
 
 /**
  * One full refund, one partial, or two partials. With `refundRace` the two partials go back to
- * back, so their two webhooks race; otherwise the second waits until the first shows in the
- * ledger (a merchant refunding twice, some time apart). The race exposes the demo's refund
- * handler: its events carry a delta but it skips an older version processed after a newer one as
- * stale, which drops that refund (see docs/reliability.md).
+ * back, so their two webhooks race (the demo applies them in the provider's per-charge sequence
+ * whatever their arrival order); otherwise the second waits until the first shows in the ledger
+ * (a merchant refunding twice, some time apart).
  */
 async function refund(intent: Intent, options: ClientOptions): Promise<void> {
   const { random } = options;

@@ -26,7 +26,11 @@ export function backlog(state: SoakState, intents: readonly Intent[]): Backlog {
   return {
     unpublished: state.outbox.filter((e) => !e.published).length,
     unconsumed: state.outbox.filter((e) => e.published && !consumed.has(e.id)).length,
-    webhooksOpen: (state.receipts.get('pending') ?? 0) + (state.receipts.get('processing') ?? 0),
+    // Waiting: a refund webhook that arrived before an earlier refund of its charge.
+    webhooksOpen:
+      (state.receipts.get('pending') ?? 0) +
+      (state.receipts.get('processing') ?? 0) +
+      (state.receipts.get('waiting') ?? 0),
     tasksOpen: (state.tasks.get('ready') ?? 0) + (state.tasks.get('claimed') ?? 0),
     creditsMissing: Math.max(0, expectedCredits - credits),
     reversalsMissing: Math.max(0, expectedReversals - reversals),

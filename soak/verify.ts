@@ -159,9 +159,9 @@ export function verify(intents: readonly Intent[], state: SoakState): Finding[] 
   const pending = state.requests.filter((r) => r.state === 'pending');
   if (pending.length > lapsed.length)
     loss(`${pending.length - lapsed.length} operations still pending (lease held) after settling`);
-  // A stale receipt is an older refund webhook processed after a newer one; the per-intent reversal
-  // check above counts the refund it dropped.
-  for (const state_ of ['pending', 'processing', 'dead', 'unhandled']) {
+  // A refund webhook waiting for an earlier refund of its charge that never came (the demo applies
+  // them in sequence) is a loss too; the per-intent reversal check above names the payment.
+  for (const state_ of ['pending', 'processing', 'waiting', 'dead', 'unhandled']) {
     const n = state.receipts.get(state_) ?? 0;
     if (n > 0) loss(`${n} webhook receipts ${state_}`);
   }

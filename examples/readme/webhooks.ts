@@ -8,7 +8,9 @@ const paid = (e: hooks.WebhookEvent) => e.json<{ data: { invoice: string; versio
 const handlers: hooks.WebhookHandlers = {
   billing: {
     'invoice.paid': {
-      // Order-aware: an event older than the version already applied is recorded stale, never applied.
+      // Carries the invoice's state: the newest version wins; an older one is superseded, never applied.
+      // (Events that carry a change use ordering: 'sequence': every version, in order.)
+      ordering: 'state',
       entity: (e) => ({ key: paid(e).invoice, version: paid(e).version }),
       handle: async (tx, e) => {
         await tx.query("UPDATE invoices SET state = 'paid' WHERE id = $1", [paid(e).invoice]);

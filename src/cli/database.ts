@@ -2,6 +2,7 @@
 import pg from 'pg';
 import { fromPg } from '../adapters/pg.js';
 import type { Sql } from '../core/sql.js';
+import { booleanSetting } from '../demo/config.js';
 import { startEmbeddedPostgres } from '../embedded/embedded-postgres.js';
 
 export interface CliDatabase {
@@ -15,6 +16,8 @@ export interface CliDatabase {
 export async function openDatabase(
   options: { allowEmbedded?: boolean; poolSize?: number } = {},
 ): Promise<CliDatabase> {
+  // IDEM_PREPARE=false behind a pooler that does not keep prepared statements (docs/deployment.md).
+  const prepare = booleanSetting('IDEM_PREPARE', process.env.IDEM_PREPARE, true);
   let url = process.env.DATABASE_URL;
   let stopEmbedded: (() => Promise<void>) | undefined;
   if (!url) {
@@ -31,7 +34,7 @@ export async function openDatabase(
   return {
     url,
     pool,
-    sql: fromPg(pool),
+    sql: fromPg(pool, { prepare }),
     embedded: stopEmbedded !== undefined,
     async close() {
       await pool.end();

@@ -16,6 +16,10 @@ const commands: Record<string, { summary: string; load: () => Promise<CommandMod
   inspect: { summary: 'show one key: idem inspect <tenant> <operation> <key>', load: () => load('inspect') },
   example: { summary: 'run a small keyed-operation example end to end', load: () => load('example') },
   outbox: { summary: 'outbox tools: idem outbox redrive [--topic T] [--id ID]', load: () => load('outbox') },
+  webhooks: {
+    summary: 'webhook tools: idem webhooks parked | skip --scope S --key K',
+    load: () => load('webhooks'),
+  },
   demo: { summary: 'run the payments demo service', load: () => load('demo') },
   console: { summary: 'serve the operator console for DATABASE_URL', load: () => load('console') },
   drill: { summary: 'run conformance drills against an Idempotency-Key endpoint', load: () => load('drill') },

@@ -8,6 +8,7 @@
  * // beyond loopback a token is required on every route:
  * await app.register(consolePlugin, { pool, host: '0.0.0.0', token: process.env.CONSOLE_TOKEN });
  */
+import { fromPg } from '../adapters/pg.js';
 import type { DemoOverrides } from '../demo/server.js';
 import { consolePlugin } from './plugin.js';
 
@@ -25,6 +26,8 @@ export type { SagasView } from './views/sagas.js';
 /** The console as one of the demo's plugins: mounted at `/console`, token from `CONSOLE_TOKEN`. */
 export function demoConsole(): NonNullable<DemoOverrides['plugins']>[number] {
   return async (app, { pool, schema, config }) => {
-    await app.register(consolePlugin, { pool, schema, host: config.host, token: config.consoleToken });
+    // The demo's IDEM_PREPARE holds for the console's reads too (docs/deployment.md).
+    const sql = fromPg(pool, { prepare: config.prepare });
+    await app.register(consolePlugin, { sql, schema, host: config.host, token: config.consoleToken });
   };
 }

@@ -22,8 +22,11 @@ export type IdemErrorCode =
   | 'IDEM_WEBHOOK_MALFORMED'
   | 'IDEM_WEBHOOK_TOO_LARGE'
   | 'IDEM_WEBHOOK_RAW_BODY'
+  | 'IDEM_WEBHOOK_EVENT_INVALID'
   | 'IDEM_PUBLISH_FAILED'
-  | 'IDEM_MESSAGE_INVALID';
+  | 'IDEM_MESSAGE_INVALID'
+  | 'IDEM_PREPARED_STATEMENTS_UNSUPPORTED'
+  | 'IDEM_LISTEN_DEAF';
 
 export class IdemError extends Error {
   readonly [brand] = true;
@@ -155,6 +158,31 @@ export class MigrationError extends IdemError {
   }
 }
 
+/**
+ * A named prepared statement of idem's failed the way a transaction-mode pooler makes it fail
+ * (42P05 "already exists", 26000 "does not exist"): the pooler hands each transaction any server
+ * connection, and a statement prepared on one is missing on the next. Nothing of the failed
+ * statement's transaction was committed, so the same call may be retried (`retryable`). The fix is
+ * the adapter's `prepare: false` (`IDEM_PREPARE=false` for the demo and the CLI), or a pooler that
+ * keeps prepared statements (PgBouncer 1.21+ with `max_prepared_statements`).
+ */
+export class PreparedStatementsUnsupportedError extends IdemError {
+  constructor(
+    /** The statement's name. */
+    readonly statement: string,
+    cause: unknown,
+  ) {
+    super(
+      'IDEM_PREPARED_STATEMENTS_UNSUPPORTED',
+      `named prepared statement "${statement}" failed (${describe(cause)}): the connection does not keep ` +
+        `prepared statements, as behind a transaction-mode pooler (PgBouncer before 1.21 or without ` +
+        `max_prepared_statements). Set prepare: false on idem's adapter (fromPg(pool, { prepare: false }); ` +
+        `IDEM_PREPARE=false for the idem CLI and demo), or connect directly. Nothing was committed; retry.`,
+      { cause, retryable: true },
+    );
+  }
+}
+
 export const isInvalidKey = (e: unknown): e is InvalidKeyError => hasCode(e, 'IDEM_INVALID_KEY');
 export const isKeyReused = (e: unknown): e is KeyReusedError => hasCode(e, 'IDEM_KEY_REUSED');
 export const isInProgress = (e: unknown): e is InProgressError => hasCode(e, 'IDEM_IN_PROGRESS');
@@ -163,6 +191,8 @@ export const isFenced = (e: unknown): e is FencedError => hasCode(e, 'IDEM_FENCE
 export const isOperationFailed = (e: unknown): e is OperationFailedError =>
   hasCode(e, 'IDEM_OPERATION_FAILED');
 export const isStepFailed = (e: unknown): e is StepFailedError => hasCode(e, 'IDEM_STEP_FAILED');
+export const isPreparedStatementsUnsupported = (e: unknown): e is PreparedStatementsUnsupportedError =>
+  hasCode(e, 'IDEM_PREPARED_STATEMENTS_UNSUPPORTED');
 
 /** Names an operation: who, what, and which intent. */
 export interface OperationScope {

@@ -8,6 +8,10 @@ export const SqlState = {
   adminShutdown: '57P01',
   crashShutdown: '57P02',
   cannotConnectNow: '57P03',
+  /** A named prepared statement already exists on this server connection (a pooler swapped it). */
+  duplicatePreparedStatement: '42P05',
+  /** The named prepared statement does not exist on this server connection (a pooler swapped it). */
+  invalidSqlStatementName: '26000',
   /** Class 08: connection exceptions. */
   connectionExceptionClass: '08',
 } as const;

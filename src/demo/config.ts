@@ -1,4 +1,7 @@
 /** The demo's settings, from the environment. Every one has a default that works on a fresh machine. */
+import { isLoopback } from '../console/access.js';
+import { InvalidArgumentError } from '../core/errors.js';
+
 export interface DemoConfig {
   /** `PORT`, default 3000. */
   port: number;
@@ -8,10 +11,25 @@ export interface DemoConfig {
   providerPort: number;
   /** `PROVIDER_URL`: use a provider running elsewhere instead of starting one. */
   providerUrl: string | undefined;
-  /** `PROVIDER_WEBHOOK_SECRET`: the Standard Webhooks secret shared with the provider. */
+  /**
+   * `PROVIDER_WEBHOOK_SECRET`: the Standard Webhooks secret shared with the provider. Default: the
+   * demo secret printed in the README, accepted on a loopback `HOST` only (see `checkWebhookSecret`).
+   */
   webhookSecret: string;
-  /** `DATABASE_URL`: unset starts an embedded PostgreSQL under .idem/postgres. */
+  /** `DATABASE_URL`: unset starts an embedded PostgreSQL under .idem/postgres. May be a pooler's URL. */
   databaseUrl: string | undefined;
+  /**
+   * `DATABASE_DIRECT_URL`: a direct connection to PostgreSQL (not through a transaction-mode
+   * pooler) for the outbox dispatcher's LISTEN. Default: `DATABASE_URL`. Behind PgBouncer in
+   * transaction mode LISTEN receives nothing; see docs/deployment.md.
+   */
+  directUrl: string | undefined;
+  /**
+   * `IDEM_PREPARE` (true/false), default true: idem's statements as named prepared statements.
+   * Set false when `DATABASE_URL` is a pooler that does not keep them (PgBouncer in transaction
+   * mode before 1.21); see docs/deployment.md.
+   */
+  prepare: boolean;
   /** `AMQP_URL` switches the event transport to RabbitMQ. */
   amqpUrl: string | undefined;
   /** `NATS_URL` switches the event transport to NATS JetStream (when AMQP_URL is unset). */
@@ -45,6 +63,8 @@ export function readConfig(env: NodeJS.ProcessEnv = process.env): DemoConfig {
     providerUrl: env.PROVIDER_URL || undefined,
     webhookSecret: env.PROVIDER_WEBHOOK_SECRET || demoWebhookSecret,
     databaseUrl: env.DATABASE_URL || undefined,
+    directUrl: env.DATABASE_DIRECT_URL || undefined,
+    prepare: booleanSetting('IDEM_PREPARE', env.IDEM_PREPARE, true),
     amqpUrl: env.AMQP_URL || undefined,
     natsUrl: env.NATS_URL || undefined,
     schema: env.IDEM_SCHEMA || 'idem',
@@ -53,4 +73,31 @@ export function readConfig(env: NodeJS.ProcessEnv = process.env): DemoConfig {
     poolSize: Number(env.DATABASE_POOL_SIZE ?? 20),
     providerLatencyMs: Number(env.PROVIDER_LATENCY_MS ?? 0),
   };
+}
+
+/**
+ * Refuses to start on a non-loopback `HOST` with the README's webhook secret: anyone who read the
+ * README could then sign refunds the demo would apply. On loopback it is kept (only this machine
+ * can reach the receiver), and the demo says which secret it uses.
+ */
+export function checkWebhookSecret(config: Pick<DemoConfig, 'host' | 'webhookSecret'>): void {
+  if (config.webhookSecret === demoWebhookSecret && !isLoopback(config.host)) {
+    throw new InvalidArgumentError(
+      `HOST=${config.host} is not a loopback address and PROVIDER_WEBHOOK_SECRET is unset: the demo ` +
+        `will not accept webhooks signed with the secret printed in the README from other machines. ` +
+        `Set PROVIDER_WEBHOOK_SECRET (e.g. whsec_ followed by 32 random bytes in base64), or bind HOST=127.0.0.1.`,
+    );
+  }
+}
+
+/**
+ * Reads a true/false setting: true/false, on/off, yes/no, 1/0 (any case); unset or empty is the
+ * default. Anything else is refused, so a typo never silently keeps the default.
+ */
+export function booleanSetting(name: string, value: string | undefined, fallback: boolean): boolean {
+  if (value === undefined || value.trim() === '') return fallback;
+  const normalized = value.trim().toLowerCase();
+  if (['true', 'on', 'yes', '1'].includes(normalized)) return true;
+  if (['false', 'off', 'no', '0'].includes(normalized)) return false;
+  throw new InvalidArgumentError(`${name} must be true or false, not ${JSON.stringify(value)}`);
 }

@@ -5,7 +5,10 @@
  * - A customer whose name starts with `declined` is declined (402), and that answer is kept per key too.
  * - `GET /charges?customer=…` lists what it created, as `{ "data": [ … ] }`.
  * - `POST /charges/:id/refunds` refunds (partially or fully) and sends a signed Standard Webhook
- *   `charge.refunded` `{ charge_id, amount, version }` to the merchant, version rising per charge.
+ *   `charge.refunded` to the merchant, carrying what a real provider sends: the refund's id and
+ *   amount, the charge's amount and cumulative refunded amount after this refund, and a per-charge
+ *   sequence (1 for the first refund of the charge, then 2, …). Concurrent refunds of one charge
+ *   are numbered in the order the provider accepted them; their webhooks race to the merchant.
  * State lives in memory: the provider is a stand-in for someone else's system.
  */
 import { randomUUID } from 'node:crypto';
@@ -35,6 +38,25 @@ export interface Charge {
   idempotency_key: string;
 }
 
+/** The body of a `charge.refunded` webhook. */
+export interface ChargeRefundedEvent {
+  type: 'charge.refunded';
+  data: {
+    charge_id: string;
+    /** The refund's own id (`re_…`): one per refund, the same on every redelivery. */
+    refund_id: string;
+    /** This refund's amount, in the charge's minor unit. */
+    amount: number;
+    /** The charge's amount. */
+    charge_amount: number;
+    /** What the charge has refunded in all, this refund included. */
+    amount_refunded: number;
+    /** 1 for the charge's first refund, then 2, 3, …: the order the provider accepted them in. */
+    sequence: number;
+    currency: string;
+  };
+}
+
 export interface FakeCardProvider {
   url: string;
   server: Server;
@@ -47,7 +69,7 @@ export interface FakeCardProvider {
 export async function startProvider(options: ProviderOptions): Promise<FakeCardProvider> {
   const byKey = new Map<string, { fingerprint: string; status: number; body: string }>();
   const charges = new Map<string, Charge>();
-  const versions = new Map<string, number>();
+  const sequences = new Map<string, number>();
   const webhook = new Webhook(options.webhookSecret);
   let calls = 0;
 
@@ -56,16 +78,11 @@ export async function startProvider(options: ProviderOptions): Promise<FakeCardP
     res.writeHead(status, { 'content-type': 'application/json' }).end(text);
   };
 
-  const deliverRefundWebhook = async (charge: Charge, amount: number) => {
+  const deliverRefundWebhook = async (event: ChargeRefundedEvent) => {
     const target = typeof options.webhookUrl === 'function' ? options.webhookUrl() : options.webhookUrl;
     if (!target) return;
-    const version = (versions.get(charge.id) ?? 0) + 1;
-    versions.set(charge.id, version);
     const id = `msg_${randomUUID()}`;
-    const payload = JSON.stringify({
-      type: 'charge.refunded',
-      data: { charge_id: charge.id, amount, version },
-    });
+    const payload = JSON.stringify(event);
     // Redeliver with the same id until the merchant answers 2xx, as real providers do.
     for (let attempt = 0; attempt < 8; attempt++) {
       const timestamp = new Date();
@@ -143,13 +160,37 @@ export async function startProvider(options: ProviderOptions): Promise<FakeCardP
     if (req.method === 'POST' && refund) {
       const charge = charges.get(refund[1]!);
       if (!charge || charge.status !== 'succeeded') return send(res, 404, { error: 'no_such_charge' });
-      const amount =
-        (JSON.parse(body || '{}') as { amount?: number }).amount ?? charge.amount - charge.refunded;
-      if (amount <= 0 || charge.refunded + amount > charge.amount)
+      let input: { amount?: unknown };
+      try {
+        input = JSON.parse(body || '{}') as typeof input;
+      } catch {
+        return send(res, 400, { error: 'invalid_json' });
+      }
+      const amount = input.amount ?? charge.amount - charge.refunded;
+      if (
+        !Number.isSafeInteger(amount) ||
+        (amount as number) <= 0 ||
+        charge.refunded + (amount as number) > charge.amount
+      )
         return send(res, 400, { error: 'invalid_amount' });
-      charge.refunded += amount;
-      void deliverRefundWebhook(charge, amount);
-      return send(res, 200, charge);
+      // Numbered and totalled here, synchronously, in the order the refunds are accepted.
+      charge.refunded += amount as number;
+      const sequence = (sequences.get(charge.id) ?? 0) + 1;
+      sequences.set(charge.id, sequence);
+      const refundId = `re_${randomUUID().replaceAll('-', '').slice(0, 20)}`;
+      void deliverRefundWebhook({
+        type: 'charge.refunded',
+        data: {
+          charge_id: charge.id,
+          refund_id: refundId,
+          amount: amount as number,
+          charge_amount: charge.amount,
+          amount_refunded: charge.refunded,
+          sequence,
+          currency: charge.currency,
+        },
+      });
+      return send(res, 200, { ...charge, refund: { id: refundId, amount, sequence } });
     }
     return send(res, 404, { error: 'not_found' });
   };

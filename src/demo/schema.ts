@@ -29,6 +29,17 @@ CREATE TABLE IF NOT EXISTS ${schema}.ledger (
   created_at  timestamptz NOT NULL DEFAULT now()
 );
 CREATE INDEX IF NOT EXISTS ledger_tenant_customer ON ${schema}.ledger (tenant, customer, id);
+-- One row per provider refund, written with its reversal event: a refund is recorded once, by its
+-- id, and once per place in its charge's sequence (src/demo/refunds.ts).
+CREATE TABLE IF NOT EXISTS ${schema}.refunds (
+  refund_id   text        PRIMARY KEY,
+  payment_id  text        NOT NULL,
+  charge_id   text        NOT NULL,
+  amount      bigint      NOT NULL CHECK (amount > 0),
+  sequence    integer     NOT NULL,
+  created_at  timestamptz NOT NULL DEFAULT now(),
+  UNIQUE (charge_id, sequence)
+);
 CREATE TABLE IF NOT EXISTS ${schema}.notifications (
   id          bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
   tenant      text        NOT NULL,

@@ -12,6 +12,7 @@ import pg from 'pg';
 import { fromPg } from '../adapters/pg.js';
 import { createClaims } from '../claims/claims.js';
 import { createClient } from '../client/client.js';
+import { isRetryable } from '../core/retryable.js';
 import { startEmbeddedPostgres } from '../embedded/embedded-postgres.js';
 import { idempotency } from '../http/fastify.js';
 import { migrate } from '../migrate/migrate.js';
@@ -24,7 +25,7 @@ import { createWebhookReceiver } from '../webhooks/receiver.js';
 import { fastifyWebhooks } from '../webhooks/fastify.js';
 import { standardWebhooksVerifier } from '../webhooks/verify/standard-webhooks.js';
 import { tenantFromAuthorization } from './auth.js';
-import { readConfig, type DemoConfig } from './config.js';
+import { checkWebhookSecret, demoWebhookSecret, readConfig, type DemoConfig } from './config.js';
 import { registerPayments } from './payments.js';
 import { startProvider, type FakeCardProvider } from './provider.js';
 import { countingWebhookLogger } from './metrics.js';
@@ -59,6 +60,10 @@ export interface DemoOverrides extends Partial<DemoConfig> {
 
 export async function startDemo(overrides: DemoOverrides = {}): Promise<DemoHandle> {
   const config: DemoConfig = { ...readConfig(), ...overrides };
+  checkWebhookSecret(config);
+  if (config.webhookSecret === demoWebhookSecret) {
+    console.log('PROVIDER_WEBHOOK_SECRET is not set: webhooks use the README’s demo secret (loopback only)');
+  }
   const cleanups: (() => Promise<unknown>)[] = [];
   const close = async () => {
     for (const cleanup of cleanups.reverse())
@@ -75,7 +80,7 @@ export async function startDemo(overrides: DemoOverrides = {}): Promise<DemoHand
     const pool = new pg.Pool({ connectionString: databaseUrl, max: config.poolSize });
     pool.on('error', (error) => console.error(`database connection lost: ${error.message}`));
     cleanups.push(() => pool.end());
-    const sql = fromPg(pool);
+    const sql = fromPg(pool, { prepare: config.prepare });
     const schema = config.schema;
     const demoSchema = `${schema}_demo`;
     await migrate(sql, { schema });
@@ -125,7 +130,8 @@ export async function startDemo(overrides: DemoOverrides = {}): Promise<DemoHand
       sql,
       schema,
       publisher: transport.publisher,
-      listen: databaseUrl,
+      // LISTEN needs a direct connection: through a transaction-mode pooler it receives nothing.
+      listen: config.directUrl ?? databaseUrl,
       batchSize: 100,
       maxAttempts: 20,
       backoff: { baseMs: 200, maxMs: 10_000 },
@@ -177,14 +183,24 @@ export async function startDemo(overrides: DemoOverrides = {}): Promise<DemoHand
         request.tenant = tenant;
       });
       api.setErrorHandler((error: { statusCode?: number; message: string }, _request, reply) => {
-        const status = error.statusCode && error.statusCode < 500 ? error.statusCode : 500;
-        if (status === 500) console.error('demo:', error);
+        let status = error.statusCode && error.statusCode < 500 ? error.statusCode : 500;
+        // A transient failure (a pooler error, a lost connection, the provider down): the payment's
+        // recorded steps stay and its lease is released, so a retry with the same key resumes it.
+        if (status === 500 && isRetryable(error)) status = 503;
+        if (status >= 500) console.error('demo:', error);
+        if (status === 503) reply.header('retry-after', '1');
+        const [type, title] =
+          status === 400
+            ? ['invalid-request', 'Invalid request']
+            : status === 503
+              ? ['unavailable', 'Try again with the same key']
+              : ['error', 'Request failed'];
         return reply
           .code(status)
           .type('application/problem+json')
           .send({
-            type: status === 400 ? 'urn:idem-demo:invalid-request' : 'urn:idem-demo:error',
-            title: status === 400 ? 'Invalid request' : 'Request failed',
+            type: `urn:idem-demo:${type}`,
+            title,
             status,
             ...(status === 400 ? { detail: error.message } : {}),
           });

@@ -78,7 +78,9 @@ export function createIdemMetrics(options: IdemMetricsOptions = {}): IdemMetrics
         (SELECT count(*) FROM ${schema}.inbox WHERE state = 'dead') AS inbox_dead,
         (SELECT count(*) FROM ${schema}.webhook_receipts WHERE state IN ('pending', 'processing')) AS receipts_backlog,
         (SELECT count(*) FROM ${schema}.webhook_receipts WHERE state = 'dead') AS receipts_dead,
-        (SELECT count(*) FROM ${schema}.webhook_receipts WHERE state = 'stale') AS receipts_stale,
+        (SELECT count(*) FROM ${schema}.webhook_receipts WHERE state = 'superseded') AS receipts_superseded,
+        (SELECT count(*) FROM ${schema}.webhook_receipts WHERE state = 'waiting') AS receipts_waiting,
+        (SELECT count(*) FROM ${schema}.webhook_entity_versions WHERE parked_at IS NOT NULL) AS entities_parked,
         (SELECT count(*) FROM ${schema}.tasks WHERE state = 'dead') AS tasks_dead,
         (SELECT count(*) FROM ${schema}.requests WHERE state = 'pending' AND locked_until < now()) AS requests_stuck`);
       return rows[0] ?? {};
@@ -103,12 +105,22 @@ export function createIdemMetrics(options: IdemMetricsOptions = {}): IdemMetrics
     gauge('outbox_lag_seconds', 'Age of the oldest unpublished outbox event', 'outbox_lag');
     gauge('outbox_dead', 'Outbox events parked as dead after their last attempt', 'outbox_dead');
     gauge('inbox_dead', 'Inbox messages recorded as dead', 'inbox_dead');
-    gauge('webhook_receipts_backlog', 'Webhook receipts waiting to be processed', 'receipts_backlog');
+    gauge('webhook_receipts_backlog', 'Webhook receipts pending or being processed', 'receipts_backlog');
     gauge('webhook_receipts_dead', 'Webhook receipts dead-lettered', 'receipts_dead');
     gauge(
-      'webhook_receipts_stale',
-      'Webhook receipts recorded as stale (older than the applied version)',
-      'receipts_stale',
+      'webhook_receipts_superseded',
+      'Webhook receipts recorded as superseded (state events older than the applied version)',
+      'receipts_superseded',
+    );
+    gauge(
+      'webhook_receipts_waiting',
+      'Webhook receipts waiting for their entity (busy, or an earlier sequence version missing)',
+      'receipts_waiting',
+    );
+    gauge(
+      'webhook_entities_parked',
+      'Sequence entities parked on a gap: a later version waited past the gap timeout for a missing one',
+      'entities_parked',
     );
     gauge('tasks_dead', 'Claimed tasks dead-lettered', 'tasks_dead');
     gauge('requests_stuck', 'Pending multi-step operations whose lease has lapsed', 'requests_stuck');

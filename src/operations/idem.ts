@@ -2,6 +2,7 @@ import { systemClock, type Clock } from '../core/clock.js';
 import {
   InvalidArgumentError,
   isIdemError,
+  isPreparedStatementsUnsupported,
   OperationFailedError,
   type OperationScope,
 } from '../core/errors.js';
@@ -106,7 +107,10 @@ export class Idem<Client = unknown> {
       try {
         return await this.sql.transaction((tx) => this.claimAndRun(tx, tx, prepared, handler));
       } catch (error) {
-        if (attempt < prepared.transactionRetries && isTransactionRetryable(error)) {
+        // A pooler's prepared-statement refusal rolled everything back, and `fromPg` now sends
+        // statements unnamed: the same attempt again succeeds.
+        const again = isTransactionRetryable(error) || isPreparedStatementsUnsupported(error);
+        if (attempt < prepared.transactionRetries && again) {
           await this.clock.sleep(backoff(attempt));
           continue;
         }

@@ -66,6 +66,23 @@ export class RawBodyUnavailableError extends IdemError {
   }
 }
 
+/**
+ * Thrown by a handler (or produced by its `validate`) to refuse an authentic event that must never
+ * take effect: a negative amount, more than is left to refund, an entity this service must not
+ * touch. The processor rolls the handler's transaction back and dead-letters the receipt with the
+ * reason at once: never retried, never applied. Redriving it runs the checks again.
+ */
+export class InvalidWebhookEventError extends IdemError {
+  declare readonly code: 'IDEM_WEBHOOK_EVENT_INVALID';
+  /** @param reason why, in words an operator reads in the dead letter (no secret, no full body). */
+  constructor(readonly reason: string) {
+    super('IDEM_WEBHOOK_EVENT_INVALID', `invalid event: ${reason}`, { retryable: false });
+  }
+}
+
+export const isInvalidWebhookEvent = (e: unknown): e is InvalidWebhookEventError =>
+  isIdemError(e) && e.code === 'IDEM_WEBHOOK_EVENT_INVALID';
+
 /** Any error the receiver answers with its own status. */
 export type WebhookRequestError =
   WebhookUnauthorizedError | WebhookMalformedError | WebhookBodyTooLargeError | RawBodyUnavailableError;

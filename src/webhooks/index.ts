@@ -14,6 +14,8 @@ export {
   isWebhookBodyTooLarge,
   isRawBodyUnavailable,
   isWebhookRequestError,
+  InvalidWebhookEventError,
+  isInvalidWebhookEvent,
   type UnauthorizedReason,
   type WebhookRequestError,
 } from './errors.js';
@@ -58,6 +60,7 @@ export {
   createWebhookProcessor,
   normaliseEntity,
   type EntityVersion,
+  type WebhookOrdering,
   type WebhookHandler,
   type WebhookHandlers,
   type WebhookProcessorOptions,
@@ -65,6 +68,14 @@ export {
   type WebhookReceipt,
   type RedriveOptions,
 } from './processor.js';
+export {
+  listParkedEntities,
+  skipEntityGap,
+  type ParkedEntity,
+  type ListParkedOptions,
+  type SkipOptions,
+  type SkipResult,
+} from './entities.js';
 export {
   WebhookSender,
   createWebhookSender,

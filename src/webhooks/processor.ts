@@ -1,44 +1,107 @@
 /**
  * Workers that process stored receipts after the answer was sent. Each receipt is claimed with
- * `FOR UPDATE SKIP LOCKED`, then handled in one transaction that also moves its entity's version
- * forward and marks it applied: the handler's writes, the version and the receipt's state commit
- * together or not at all. Failures retry with backoff until a dead letter; dead and unhandled
- * receipts can be redriven.
+ * `FOR UPDATE SKIP LOCKED`, then handled in one transaction that also records its entity's version
+ * and marks it applied: the handler's writes, the version and the receipt's state commit together
+ * or not at all. Failures retry with backoff until a dead letter; dead and unhandled receipts can
+ * be redriven.
+ *
+ * Order-aware handling, chosen per event type (`ordering` on the handler):
+ * - `state` (latest wins): for events that carry the entity's whole state. An older version is
+ *   recorded as `superseded` and never handled; the same version again, under any delivery id, is
+ *   a `duplicate`.
+ * - `sequence` (every version, in order): for events that carry a change. Version n+1 is handled
+ *   only after n; a later one `waits` for the missing one up to `gapTimeoutMs`, then its entity is
+ *   parked (console, metric, `idem webhooks parked`) until the gap is filled or an operator skips
+ *   it. Nothing is ever skipped silently.
+ * - `none`: no entity; every delivery is handled once (deduplicated on its delivery id).
+ *
+ * One entity is handled by one worker at a time, across processes: its row in
+ * `webhook_entity_versions` is locked with SKIP LOCKED, and when another worker holds it the
+ * receipt goes back to `waiting` (woken when that worker commits) instead of blocking a worker.
+ * Different entities proceed in parallel.
  */
 import { systemClock, toMillis, type Clock } from '../core/clock.js';
 import { InvalidArgumentError } from '../core/errors.js';
 import type { Sql, Transaction } from '../core/sql.js';
 import { defaultSchema } from '../migrate/schema-name.js';
 import { exponentialBackoff, type BackoffOptions } from './backoff.js';
+import {
+  listParkedEntities,
+  skipEntityGap,
+  type ParkedEntity,
+  type SkipOptions,
+  type SkipResult,
+} from './entities.js';
+import { InvalidWebhookEventError, isInvalidWebhookEvent } from './errors.js';
 import { createEvent, type WebhookEvent } from './event.js';
 import { consoleLogger, errorMessage, type WebhookLogger } from './logger.js';
 import { receiptStatements, type ReceiptStatements } from './statements.js';
 
 /**
- * An entity and the version of it that an event carries. An event whose version is lower than the
- * last one applied for the same (scope, key) is recorded as `stale` and never applied. An equal
- * version is applied (two events may share a timestamp); handlers write state, so re-applying the
- * same version sets the same values.
+ * An entity and the version of it that an event carries. How versions are compared depends on the
+ * handler's `ordering`: see `WebhookHandler.ordering`.
  */
 export interface EntityVersion {
-  /** The entity, e.g. a customer or order id. */
+  /** The entity, e.g. a customer or charge id. */
   key: string;
   /**
-   * A number that only grows with the entity's changes: a sequence number, or a timestamp
-   * (a `Date`, an ISO string or epoch milliseconds). Numeric strings keep their full precision.
+   * A number that only grows with the entity's changes. `state`: a sequence number or a timestamp
+   * (a `Date`, an ISO string or epoch milliseconds); it must tell two different events apart, since
+   * the same version again is a duplicate. `sequence`: a non-negative integer that grows by exactly
+   * one per change (the provider's per-entity sequence). Numeric strings keep their full precision.
    */
   version: number | bigint | string | Date;
   /** Entities of one scope compare versions with each other. Default: the receipt's source. */
   scope?: string;
 }
 
+/** How events of one type are ordered against the other events of their entity. */
+export type WebhookOrdering = 'state' | 'sequence' | 'none';
+
 /** Handles one event type of one source. */
 export interface WebhookHandler<Client = unknown> {
   /**
-   * Declares the entity and version this event is about, for order-aware handling. Return
-   * `undefined` (or omit this) for events that are not about one versioned entity.
+   * How this event type is ordered. Default: `state` when `entity` is given, `none` otherwise.
+   * - `state` (latest wins), for events that carry the entity's state: an event older than the
+   *   applied version is recorded `superseded`, never handled; the same entity and version again,
+   *   whatever its delivery id, is a `duplicate`. A version far ahead becomes the new truth:
+   *   `validate` it if a sender could get it wrong.
+   * - `sequence` (every version, in order), for events that carry a change (an amount refunded, a
+   *   line added): version n is handled only once n-1 was, one at a time across every worker and
+   *   process. A later version waits for the missing one (never handled before it) for up to
+   *   `gapTimeoutMs`, then the entity is parked with a visible reason until the gap is filled or
+   *   an operator skips it. A version far ahead is a gap, not the new truth.
+   * - `none`: not about one entity; each delivery is handled once, in no particular order.
+   *
+   * Event types that share entities (scope and key) must share the model: an event whose entity
+   * was first seen under the other model is dead-lettered with the reason.
+   */
+  ordering?: WebhookOrdering;
+  /**
+   * Declares the entity and version this event is about. Required for `state` and `sequence`. For
+   * `state`, returning `undefined` handles this event without ordering; for `sequence` it makes the
+   * event invalid. A throw (a body that does not parse) makes the event invalid: dead at once.
    */
   entity?(event: WebhookEvent): EntityVersion | null | undefined;
+  /**
+   * Checks the event before anything takes effect, outside the transaction: return a reason to
+   * refuse it (a dead letter at once, never retried, never handled, the entity untouched), or
+   * nothing to accept it. For checks that need the database (more than is left to refund), throw
+   * `InvalidWebhookEventError` from `handle`: its transaction rolls back. Default: every event is valid.
+   */
+  validate?(event: WebhookEvent): string | null | undefined | Promise<string | null | undefined>;
+  /**
+   * `sequence` only: the version of an entity's first event (nothing applied yet). Default 1. An
+   * entity whose first event arrives with a higher version waits for the missing ones, then parks.
+   */
+  firstVersion?: number | bigint | string;
+  /**
+   * `sequence` only: how long a later version waits for a missing one, in ms, counted from when it
+   * was first seen waiting or from the entity's last progress, whichever is later; then the entity
+   * parks. Default: the processor's `gapTimeoutMs`. The missing version is applied whenever it comes,
+   * parked or not: parking only makes the wait visible.
+   */
+  gapTimeoutMs?: number;
   /** Applies the event through `tx`; idem commits it with the entity version and the receipt's state. */
   handle(tx: Transaction<Client>, event: WebhookEvent): Promise<void>;
 }
@@ -55,7 +118,7 @@ export interface WebhookProcessorOptions<Client = unknown> {
   sql: Sql<Client>;
   /** Schema of idem's tables. Default `idem`. */
   schema?: string;
-  /** Time for claims, leases, backoff and retention. Default: the system clock. */
+  /** Time for claims, leases, backoff, gaps and retention. Default: the system clock. */
   clock?: Clock;
   handlers: WebhookHandlers<Client>;
   /**
@@ -72,18 +135,52 @@ export interface WebhookProcessorOptions<Client = unknown> {
    * Default 60 000.
    */
   leaseMs?: number;
-  /** Attempts before a receipt becomes a dead letter. Default 12 (about 2.5 hours with the default backoff). */
+  /**
+   * Handler attempts before a receipt becomes a dead letter. Default 12 (about 2.5 hours with the
+   * default backoff). Waiting for a busy entity or a missing version is not an attempt.
+   */
   maxAttempts?: number;
   /** Backoff between attempts. Default: 5 s doubling to at most 1 hour, with equal jitter. */
   backoff?: BackoffOptions;
+  /**
+   * `sequence` handlers: how long a later version waits for a missing one before its entity is
+   * parked, in ms. Default 900 000 (15 minutes: longer than a sender's first few retries, so a
+   * delivery that failed once is not reported; short enough that a lost one is seen the same
+   * hour). A handler's own `gapTimeoutMs` wins.
+   */
+  gapTimeoutMs?: number;
+  /**
+   * When a receipt's entity is being handled by another worker, the longest it waits before it is
+   * looked at again, in ms (half to all of it, at random). Default 500. It is usually sooner: the
+   * worker that holds the entity wakes its waiting receipts when it commits; this bound covers
+   * the receipt that started waiting just after that.
+   */
+  entityBusyRetryMs?: number;
   /** Random numbers in [0, 1) for jitter. Default `Math.random`. */
   random?: () => number;
   /** Default: warnings and errors to stderr as JSON. */
   logger?: WebhookLogger;
 }
 
-/** What happened to one claimed receipt. */
-export type ProcessOutcome = 'applied' | 'stale' | 'unhandled' | 'retry' | 'dead' | 'lost';
+/**
+ * What happened to one claimed receipt: `applied`; `superseded` (state: older than the applied
+ * version); `duplicate` (this entity and version were handled already); `waiting` (sequence: an
+ * earlier version is missing); `parked` (sequence: waiting past the gap timeout); `deferred` (its
+ * entity was busy with another worker); `invalid` (refused by the handler: dead letter);
+ * `unhandled`; `retry`; `dead`; `lost` (another worker took the claim over).
+ */
+export type ProcessOutcome =
+  | 'applied'
+  | 'superseded'
+  | 'duplicate'
+  | 'waiting'
+  | 'parked'
+  | 'deferred'
+  | 'invalid'
+  | 'unhandled'
+  | 'retry'
+  | 'dead'
+  | 'lost';
 
 /** A receipt as stored. */
 export interface WebhookReceipt {
@@ -93,13 +190,19 @@ export interface WebhookReceipt {
   headers: Record<string, string>;
   body: Uint8Array;
   receivedAt: Date;
-  state: 'pending' | 'processing' | 'applied' | 'stale' | 'unhandled' | 'dead';
+  state: 'pending' | 'processing' | 'waiting' | 'applied' | 'superseded' | 'duplicate' | 'unhandled' | 'dead';
+  /** Handler attempts (claims that only put the receipt back to wait are not counted). */
   attempts: number;
-  nextAttemptAt: Date;
+  /** Claims that put the receipt back to wait for its entity. */
+  deferrals: number;
+  /** When it is due; `null` while its entity is parked (not scheduled until the gap is filled or skipped). */
+  nextAttemptAt: Date | null;
   lastError: string | null;
   entityScope: string | null;
   entityKey: string | null;
   entityVersion: string | null;
+  /** When this sequence event was first seen waiting for an earlier version. */
+  waitingSince: Date | null;
   processedAt: Date | null;
   expiresAt: Date;
 }
@@ -122,6 +225,36 @@ interface ClaimedRow {
   body: Uint8Array;
   received_at: unknown;
   attempts: number;
+  deferrals: number;
+  waiting_since: unknown;
+}
+
+interface LockedEntity {
+  ordering: 'state' | 'sequence';
+  version: string | null;
+  expected: string | null;
+  versus_applied: number | null;
+  versus_expected: number | null;
+  applied_at: unknown;
+  parked_at: unknown;
+}
+
+/** A handler with its defaults resolved. */
+interface ResolvedHandler<Client> {
+  ordering: WebhookOrdering;
+  entity?: (event: WebhookEvent) => EntityVersion | null | undefined;
+  validate?: WebhookHandler<Client>['validate'];
+  firstVersion: string;
+  gapTimeoutMs: number | undefined;
+  handle(tx: Transaction<Client>, event: WebhookEvent): Promise<void>;
+}
+
+/** The entity an event declared, normalised, with its handler's model. */
+interface DeclaredEntity {
+  scope: string;
+  key: string;
+  version: string;
+  ordering: 'state' | 'sequence';
 }
 
 /** Processes receipts. `start()` runs workers; `runOnce()` and `drain()` drive it by hand (tests, cron). */
@@ -130,11 +263,14 @@ export class WebhookProcessor<Client = unknown> {
   readonly clock: Clock;
   private readonly sql: Sql<Client>;
   private readonly statements: ReceiptStatements;
-  private readonly handlers: WebhookHandlers<Client>;
+  private readonly handlers = new Map<string, Map<string, ResolvedHandler<Client>>>();
   private readonly concurrency: number;
   private readonly pollIntervalMs: number;
   private readonly leaseMs: number;
   private readonly maxAttempts: number;
+  private readonly gapTimeoutMs: number;
+  private readonly entityBusyRetryMs: number;
+  private readonly random: () => number;
   private readonly delay: (failures: number) => number;
   private readonly logger: WebhookLogger;
   private running = false;
@@ -146,13 +282,22 @@ export class WebhookProcessor<Client = unknown> {
     this.schema = options.schema ?? defaultSchema;
     this.statements = receiptStatements(this.schema);
     this.clock = options.clock ?? systemClock;
-    this.handlers = options.handlers;
     this.concurrency = positiveInteger('concurrency', options.concurrency ?? 4);
     this.pollIntervalMs = positiveInteger('pollIntervalMs', options.pollIntervalMs ?? 1000);
     this.leaseMs = positiveInteger('leaseMs', options.leaseMs ?? 60_000);
     this.maxAttempts = positiveInteger('maxAttempts', options.maxAttempts ?? 12);
-    this.delay = exponentialBackoff(options.backoff ?? {}, options.random ?? Math.random);
+    this.gapTimeoutMs = positiveInteger('gapTimeoutMs', options.gapTimeoutMs ?? 900_000);
+    this.entityBusyRetryMs = positiveInteger('entityBusyRetryMs', options.entityBusyRetryMs ?? 500);
+    this.random = options.random ?? Math.random;
+    this.delay = exponentialBackoff(options.backoff ?? {}, this.random);
     this.logger = options.logger ?? consoleLogger;
+    for (const [source, byType] of Object.entries(options.handlers)) {
+      const resolved = new Map<string, ResolvedHandler<Client>>();
+      for (const [type, given] of Object.entries(byType)) {
+        resolved.set(type, resolveHandler(`${source}/${type}`, given));
+      }
+      this.handlers.set(source, resolved);
+    }
   }
 
   /** Starts `concurrency` workers. Idempotent. */
@@ -189,8 +334,8 @@ export class WebhookProcessor<Client = unknown> {
   }
 
   /**
-   * Processes until no receipt is due (retries scheduled later stay for later). Bounded by
-   * `maxRounds` batches. Returns the outcomes, in order of processing.
+   * Processes until no receipt is due (retries and waits scheduled later stay for later). Bounded
+   * by `maxRounds` batches. Returns the outcomes, in order of processing.
    */
   async drain(options: { limit?: number; maxRounds?: number } = {}): Promise<ProcessOutcome[]> {
     const outcomes: ProcessOutcome[] = [];
@@ -234,10 +379,32 @@ export class WebhookProcessor<Client = unknown> {
     return rows.map(decodeReceipt);
   }
 
+  /** Sequence entities parked on a gap, oldest first. See `listParkedEntities`. */
+  parked(options: { scope?: string; limit?: number } = {}): Promise<ParkedEntity[]> {
+    return listParkedEntities(this.sql, { schema: this.schema, ...options });
+  }
+
   /**
-   * Deletes applied, stale and unhandled receipts past their retention, in bounded batches that
-   * skip locked rows. Dead receipts are kept until redriven. Entity versions are kept: they stop a
-   * very late replay from moving state backwards after its receipt is gone.
+   * Skips the missing versions of a sequence entity (an operator's decision: they will never be
+   * applied) and resumes it. See `skipEntityGap`.
+   */
+  async skip(options: SkipOptions): Promise<SkipResult> {
+    const result = await skipEntityGap(this.sql, { schema: this.schema, clock: this.clock, ...options });
+    this.logger.warn?.('webhook entity gap skipped by an operator', {
+      scope: options.scope,
+      key: options.key,
+      from: result.from,
+      through: result.through,
+      reason: options.reason,
+    });
+    this.notify();
+    return result;
+  }
+
+  /**
+   * Deletes applied, superseded, duplicate and unhandled receipts past their retention, in bounded
+   * batches that skip locked rows. Dead and waiting receipts are kept. Entity versions are kept:
+   * they stop a very late replay from moving state backwards after its receipt is gone.
    */
   async sweep(options: { batchSize?: number; maxBatches?: number } = {}): Promise<{ deleted: number }> {
     const batchSize = options.batchSize ?? 1000;
@@ -267,16 +434,14 @@ export class WebhookProcessor<Client = unknown> {
     }
   }
 
-  private handlerFor(source: string, type: string | null): WebhookHandler<Client> | undefined {
-    const bySource = this.handlers[source];
+  private handlerFor(source: string, type: string | null): ResolvedHandler<Client> | undefined {
+    const bySource = this.handlers.get(source);
     if (!bySource) return undefined;
-    const found =
-      (type !== null && Object.hasOwn(bySource, type) ? bySource[type] : undefined) ?? bySource['*'];
-    if (found === undefined) return undefined;
-    return typeof found === 'function' ? { handle: found } : found;
+    return (type !== null ? bySource.get(type) : undefined) ?? bySource.get('*');
   }
 
   private async process(row: ClaimedRow): Promise<ProcessOutcome> {
+    const attempt = row.attempts - row.deferrals;
     const event = createEvent({
       source: row.source,
       deliveryId: row.delivery_id,
@@ -285,22 +450,50 @@ export class WebhookProcessor<Client = unknown> {
         typeof row.headers === 'string' ? (JSON.parse(row.headers) as Record<string, string>) : row.headers,
       body: row.body,
       receivedAt: new Date(toMillis(row.received_at)!),
-      attempt: row.attempts,
+      attempt,
     });
     const fields = {
       source: row.source,
       deliveryId: row.delivery_id,
       eventType: row.event_type,
-      attempt: row.attempts,
+      attempt,
     };
-    if (row.attempts > this.maxAttempts) {
+    if (attempt > this.maxAttempts) {
       // Only after crashes: each claim counted an attempt that never reported back.
       await this.fail(row, true, 'attempts exhausted: the workers that claimed this receipt never finished');
       this.logger.error?.('webhook receipt dead', { ...fields, error: 'attempts exhausted by lost workers' });
       return 'dead';
     }
     const handler = this.handlerFor(row.source, row.event_type);
+
+    // What the event is about, and whether it may take effect at all: checked before any lock.
+    let entity: DeclaredEntity | null = null;
+    if (handler) {
+      try {
+        entity = declaredEntity(handler, event, row.source);
+      } catch (error) {
+        // A body that does not parse, or a version that cannot be ordered: invalid, not retried.
+        const reason = error instanceof Error ? error.message : String(error);
+        return this.refuse(row, null, reason.slice(0, 2000), fields);
+      }
+      let refusal: string | null | undefined;
+      try {
+        refusal = await handler.validate?.(event);
+      } catch (error) {
+        return this.failed(row, error, fields);
+      }
+      if (refusal) return this.refuse(row, entity, refusal, fields);
+    }
+
+    let woken = 0;
     try {
+      if (entity) {
+        await this.sql.query(
+          this.statements.ensureEntity,
+          [entity.scope, entity.key, entity.ordering],
+          this.statements.names.ensureEntity,
+        );
+      }
       const outcome = await this.sql.transaction(async (tx): Promise<ProcessOutcome> => {
         const locked = await tx.query(
           this.statements.lock,
@@ -312,48 +505,163 @@ export class WebhookProcessor<Client = unknown> {
           await this.finish(tx, row, 'unhandled', null);
           return 'unhandled';
         }
-        const declared = handler.entity?.(event) ?? null;
-        const entity = declared ? normaliseEntity(declared, row.source) : null;
-        if (entity) {
-          const advanced = await tx.query(
-            this.statements.advanceVersion,
-            [
-              entity.scope,
-              entity.key,
-              entity.version,
-              row.source,
-              row.delivery_id,
-              new Date(this.clock.now()),
-            ],
-            this.statements.names.advanceVersion,
-          );
-          if (advanced.rowCount === 0) {
-            await this.finish(tx, row, 'stale', entity);
-            return 'stale';
-          }
+        if (!entity) {
+          await handler.handle(tx, event);
+          await this.finish(tx, row, 'applied', null);
+          return 'applied';
         }
-        await handler.handle(tx, event);
-        await this.finish(tx, row, 'applied', entity);
-        return 'applied';
+        const current = (
+          await tx.query<LockedEntity & Record<string, unknown>>(
+            this.statements.lockEntity,
+            [entity.scope, entity.key, entity.version, handler.firstVersion],
+            this.statements.names.lockEntity,
+          )
+        ).rows[0];
+        if (!current) {
+          // Another worker is handling this entity: wait for it, without holding this worker.
+          const retryMs = this.entityBusyRetryMs * (0.5 + this.random() / 2);
+          await this.wait(tx, row, entity, new Date(this.clock.now() + retryMs), row.waiting_since);
+          return 'deferred';
+        }
+        if (current.ordering !== entity.ordering) {
+          throw new InvalidWebhookEventError(
+            `entity ${entity.scope}/${entity.key} is ordered by ${current.ordering}; this event type declares ${entity.ordering}`,
+          );
+        }
+        const apply = async (wakeThrough: string | null) => {
+          await handler.handle(tx, event);
+          // After the handler, just before COMMIT: see ensureEntity for why the write comes last.
+          woken = (
+            await tx.query(
+              this.statements.applyVersion,
+              [
+                entity.scope,
+                entity.key,
+                entity.version,
+                row.source,
+                row.delivery_id,
+                new Date(this.clock.now()),
+                wakeThrough,
+              ],
+              this.statements.names.applyVersion,
+            )
+          ).rowCount;
+          await this.finish(tx, row, 'applied', entity);
+          return 'applied' as const;
+        };
+        if (entity.ordering === 'state') {
+          if (current.versus_applied === null || current.versus_applied > 0) return apply(null);
+          const outcome = current.versus_applied < 0 ? 'superseded' : 'duplicate';
+          await this.finish(tx, row, outcome, entity);
+          return outcome;
+        }
+        if (current.versus_expected === 0) return apply((BigInt(entity.version) + 1n).toString());
+        if (current.versus_expected! < 0) {
+          const skipped = (
+            await tx.query<{
+              from_version: string;
+              through_version: string;
+              skipped_at: unknown;
+              reason: string | null;
+            }>(
+              this.statements.skipCovering,
+              [entity.scope, entity.key, entity.version],
+              this.statements.names.skipCovering,
+            )
+          ).rows[0];
+          if (skipped) {
+            throw new InvalidWebhookEventError(
+              `version ${entity.version} of ${entity.scope}/${entity.key} arrived after an operator skipped versions ${skipped.from_version}–${skipped.through_version} at ${new Date(toMillis(skipped.skipped_at)!).toISOString()}${skipped.reason ? ` (${skipped.reason})` : ''}: never applied`,
+            );
+          }
+          if (current.version === null) {
+            throw new InvalidWebhookEventError(
+              `version ${entity.version} of ${entity.scope}/${entity.key} is below the handler's first version ${handler.firstVersion}`,
+            );
+          }
+          await this.finish(tx, row, 'duplicate', entity);
+          return 'duplicate';
+        }
+        return this.awaitGap(tx, row, entity, current, handler);
       });
+      if (woken > 0) this.notify();
       if (outcome === 'lost') this.logger.warn?.('webhook receipt lost its claim', fields);
       else this.logger.debug?.(`webhook receipt ${outcome}`, fields);
       return outcome;
     } catch (error) {
-      const permanent = (error as { retryable?: unknown } | null)?.retryable === false;
-      const dead = permanent || row.attempts >= this.maxAttempts;
-      await this.fail(row, dead, errorMessage(error));
-      const logged = { ...fields, error: errorMessage(error) };
-      if (dead) this.logger.error?.('webhook receipt dead', logged);
-      else this.logger.warn?.('webhook receipt will be retried', logged);
-      return dead ? 'dead' : 'retry';
+      if (isInvalidWebhookEvent(error)) return this.refuse(row, entity, error.reason, fields);
+      return this.failed(row, error, fields);
     }
+  }
+
+  /**
+   * A sequence event ahead of the next expected version: it waits until the gap's deadline (or
+   * until the missing version wakes it); past the deadline the entity parks and every later
+   * version waits, not scheduled, until the gap is filled or skipped.
+   */
+  private async awaitGap(
+    tx: Transaction<Client>,
+    row: ClaimedRow,
+    entity: DeclaredEntity,
+    current: LockedEntity,
+    handler: ResolvedHandler<Client>,
+  ): Promise<ProcessOutcome> {
+    const now = this.clock.now();
+    const waitingSince = toMillis(row.waiting_since) ?? now;
+    const progressedAt = toMillis(current.applied_at) ?? waitingSince;
+    const timeoutMs = handler.gapTimeoutMs ?? this.gapTimeoutMs;
+    const deadline = Math.max(waitingSince, progressedAt) + timeoutMs;
+    if (current.parked_at === null && now < deadline) {
+      await this.wait(tx, row, entity, new Date(deadline), new Date(waitingSince));
+      return 'waiting';
+    }
+    if (current.parked_at === null) {
+      const reason = `version ${current.expected} has not arrived; version ${entity.version} (delivery ${row.delivery_id}) waited ${Math.round((now - Math.max(waitingSince, progressedAt)) / 1000)} s for it (gap timeout ${timeoutMs} ms)`;
+      await tx.query(
+        this.statements.park,
+        [entity.scope, entity.key, new Date(now), reason, current.expected],
+        this.statements.names.park,
+      );
+      this.logger.error?.('webhook entity parked', {
+        source: row.source,
+        deliveryId: row.delivery_id,
+        eventType: row.event_type,
+        scope: entity.scope,
+        key: entity.key,
+        reason,
+      });
+    }
+    await this.wait(tx, row, entity, 'infinity', new Date(waitingSince));
+    return 'parked';
+  }
+
+  private async wait(
+    tx: Transaction<Client>,
+    row: ClaimedRow,
+    entity: DeclaredEntity,
+    until: Date | 'infinity',
+    waitingSince: unknown,
+  ): Promise<void> {
+    await tx.query(
+      this.statements.wait,
+      [
+        row.source,
+        row.delivery_id,
+        row.attempts,
+        until,
+        entity.scope,
+        entity.key,
+        entity.version,
+        waitingSince ?? null,
+      ],
+      this.statements.names.wait,
+    );
   }
 
   private async finish(
     tx: Transaction<Client>,
     row: ClaimedRow,
-    state: 'applied' | 'stale' | 'unhandled',
+    state: 'applied' | 'superseded' | 'duplicate' | 'unhandled',
     entity: { scope: string; key: string; version: string } | null,
   ): Promise<void> {
     await tx.query(
@@ -373,6 +681,47 @@ export class WebhookProcessor<Client = unknown> {
     );
   }
 
+  /** An invalid event: dead at once with the reason, nothing of it applied. */
+  private async refuse(
+    row: ClaimedRow,
+    entity: DeclaredEntity | null,
+    reason: string,
+    fields: Record<string, unknown>,
+  ): Promise<ProcessOutcome> {
+    const message = `invalid event: ${reason}`;
+    await this.sql.query(
+      this.statements.reject,
+      [
+        row.source,
+        row.delivery_id,
+        row.attempts,
+        new Date(this.clock.now()),
+        message,
+        entity?.scope ?? null,
+        entity?.key ?? null,
+        entity?.version ?? null,
+      ],
+      this.statements.names.reject,
+    );
+    this.logger.error?.('webhook event refused as invalid', { ...fields, error: message });
+    return 'invalid';
+  }
+
+  /** The handler (or the database) failed: retry with backoff, or dead. */
+  private async failed(
+    row: ClaimedRow,
+    error: unknown,
+    fields: Record<string, unknown>,
+  ): Promise<ProcessOutcome> {
+    const permanent = (error as { retryable?: unknown } | null)?.retryable === false;
+    const dead = permanent || row.attempts - row.deferrals >= this.maxAttempts;
+    await this.fail(row, dead, errorMessage(error));
+    const logged = { ...fields, error: errorMessage(error) };
+    if (dead) this.logger.error?.('webhook receipt dead', logged);
+    else this.logger.warn?.('webhook receipt will be retried', logged);
+    return dead ? 'dead' : 'retry';
+  }
+
   private async fail(row: ClaimedRow, dead: boolean, message: string): Promise<void> {
     const now = this.clock.now();
     await this.sql.query(
@@ -382,7 +731,7 @@ export class WebhookProcessor<Client = unknown> {
         row.delivery_id,
         row.attempts,
         dead ? 'dead' : 'pending',
-        new Date(dead ? now : now + this.delay(row.attempts)),
+        new Date(dead ? now : now + this.delay(row.attempts - row.deferrals)),
         message,
       ],
       this.statements.names.fail,
@@ -428,6 +777,61 @@ export function normaliseEntity(
   return { scope: entity.scope ?? source, key: entity.key, version: text };
 }
 
+const orderings: readonly WebhookOrdering[] = ['state', 'sequence', 'none'];
+const sequenceVersion = /^\d{1,60}$/;
+
+/** Checks a handler's options once, when the processor is made. */
+function resolveHandler<Client>(
+  name: string,
+  given: WebhookHandler<Client> | ((tx: Transaction<Client>, event: WebhookEvent) => Promise<void>),
+): ResolvedHandler<Client> {
+  if (typeof given === 'function')
+    return { ordering: 'none', firstVersion: '1', gapTimeoutMs: undefined, handle: given };
+  const ordering = given.ordering ?? (given.entity ? 'state' : 'none');
+  if (!orderings.includes(ordering)) {
+    throw new InvalidArgumentError(`handler ${name}: ordering must be 'state', 'sequence' or 'none'`);
+  }
+  if (ordering !== 'none' && typeof given.entity !== 'function') {
+    throw new InvalidArgumentError(`handler ${name}: ordering '${ordering}' needs an entity(event) function`);
+  }
+  const firstVersion = String(given.firstVersion ?? 1);
+  if (!sequenceVersion.test(firstVersion)) {
+    throw new InvalidArgumentError(`handler ${name}: firstVersion must be a non-negative integer`);
+  }
+  if (given.gapTimeoutMs !== undefined) positiveInteger(`handler ${name}: gapTimeoutMs`, given.gapTimeoutMs);
+  return {
+    ordering,
+    // `none` ignores a declared entity: nothing is ordered, nothing is locked.
+    entity: ordering === 'none' ? undefined : given.entity!.bind(given),
+    validate: given.validate?.bind(given),
+    firstVersion,
+    gapTimeoutMs: given.gapTimeoutMs,
+    handle: given.handle.bind(given),
+  };
+}
+
+/** The entity the event declares, normalised; throws when the event cannot be ordered (invalid). */
+function declaredEntity<Client>(
+  handler: ResolvedHandler<Client>,
+  event: WebhookEvent,
+  source: string,
+): DeclaredEntity | null {
+  if (handler.ordering === 'none' || !handler.entity) return null;
+  const declared = handler.entity(event);
+  if (declared === null || declared === undefined) {
+    if (handler.ordering === 'sequence')
+      throw new InvalidArgumentError('a sequence event must declare its entity');
+    return null;
+  }
+  const entity = normaliseEntity(declared, source);
+  if (handler.ordering === 'sequence' && !sequenceVersion.test(entity.version)) {
+    throw new InvalidArgumentError(
+      `a sequence version must be a non-negative integer (got ${entity.version.slice(0, 40)})`,
+    );
+  }
+  return { ...entity, ordering: handler.ordering };
+}
+
 function decodeReceipt(row: Record<string, unknown>): WebhookReceipt {
   const headers = row.headers;
   return {
@@ -438,16 +842,24 @@ function decodeReceipt(row: Record<string, unknown>): WebhookReceipt {
     body: row.body as Uint8Array,
     receivedAt: new Date(toMillis(row.received_at)!),
     state: row.state as WebhookReceipt['state'],
-    attempts: Number(row.attempts),
-    nextAttemptAt: new Date(toMillis(row.next_attempt_at)!),
+    attempts: Number(row.attempts) - Number(row.deferrals),
+    deferrals: Number(row.deferrals),
+    nextAttemptAt: scheduled(row.next_attempt_at),
     lastError: (row.last_error as string | null) ?? null,
     entityScope: (row.entity_scope as string | null) ?? null,
     entityKey: (row.entity_key as string | null) ?? null,
     // numeric arrives as text from pg and postgres.js, keeping its full precision.
     entityVersion: versionText(row.entity_version),
+    waitingSince: row.waiting_since === null ? null : new Date(toMillis(row.waiting_since)!),
     processedAt: row.processed_at === null ? null : new Date(toMillis(row.processed_at)!),
     expiresAt: new Date(toMillis(row.expires_at)!),
   };
+}
+
+/** A parked receipt's 'infinity' arrives as Infinity (pg) or as the text 'infinity'. */
+function scheduled(value: unknown): Date | null {
+  const ms = value === 'infinity' ? Number.POSITIVE_INFINITY : toMillis(value);
+  return ms === null || !Number.isFinite(ms) ? null : new Date(ms);
 }
 
 /** numeric arrives as text from pg and postgres.js, keeping its full precision. */

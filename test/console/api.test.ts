@@ -49,7 +49,7 @@ describe('console API', () => {
     expect(body.outbox).toMatchObject({ backlog: 2, retrying: 1, dead: 1 });
     expect(body.outbox.lagMs).toBeGreaterThan(39 * 60_000);
     expect(body.inbox).toEqual({ dead: 1 });
-    expect(body.receipts).toMatchObject({ backlog: 0, dead: 1, stale: 1, stuck: 0 });
+    expect(body.receipts).toMatchObject({ backlog: 0, dead: 1, superseded: 1, stuck: 0, parked: 1 });
     expect(body.tasks).toEqual({ ready: 1, claimed: 1, stuck: 1, dead: 1 });
     expect(body.sagas).toEqual({ running: 0, stuck: 1, stalled: 0 });
   });
@@ -282,26 +282,37 @@ describe('console API', () => {
     });
   });
 
-  it('shows dead, stale and unhandled webhook receipts without signature headers', async () => {
+  it('shows dead, superseded and unhandled webhook receipts and parked entities, without signature headers', async () => {
     const { body, text } = await get<WebhooksView>('webhooks');
     expect(body.sources).toEqual([
       {
         source: 'provider',
-        counts: { applied: 1, dead: 1, stale: 1, unhandled: 1 },
+        counts: { applied: 2, dead: 1, superseded: 1, unhandled: 1, waiting: 1 },
         oldestPendingAgeMs: null,
       },
     ]);
     expect(body.dead.map((r) => [r.deliveryId, r.eventType, r.lastError])).toEqual([
       ['msg_dispute', 'charge.disputed', 'Error: dispute handler: ledger account 7 is closed'],
     ]);
-    expect(body.stale).toHaveLength(1);
-    expect(body.stale[0]).toMatchObject({
+    expect(body.superseded).toHaveLength(1);
+    expect(body.superseded[0]).toMatchObject({
       deliveryId: 'msg_refund_v1',
       entity: { scope: 'charge', key: 'ch_c0', version: '1' },
       appliedVersion: '2',
     });
     expect(body.unhandled.map((r) => r.eventType)).toEqual(['customer.updated']);
-    expect(body.stale[0]!.headers).toContainEqual(['x-account', 'acct_42']);
+    expect(body.superseded[0]!.headers).toContainEqual(['x-account', 'acct_42']);
+    expect(body.parked).toEqual([
+      expect.objectContaining({
+        scope: 'balance',
+        key: 'acct_9',
+        appliedVersion: '1',
+        missingVersion: '2',
+        waiting: 1,
+        lowestWaitingVersion: '3',
+      }),
+    ]);
+    expect(body.parked[0]!.reason).toMatch(/version 2 has not arrived/);
     expect(text).not.toContain('webhook-signature');
     expect(text).not.toMatch(/v1,[A-Za-z0-9+/=]{20,}/);
     expect(body.deliveries.counts).toEqual({});

@@ -204,15 +204,18 @@ describe.skipIf(!hasChromium)('console in Chromium', () => {
     await shoot('inbox');
   });
 
-  it('shows dead and stale webhook receipts', async () => {
+  it('shows dead and superseded webhook receipts and the parked entity', async () => {
     await page.click('#tabs a[data-tab=webhooks]');
     await page.locator('#receipts-dead').waitFor();
     const dead = await page.locator('tr.row-dead').first().innerText();
     expect(dead).toContain('msg_dispute');
     expect(dead).toContain('ledger account 7 is closed');
-    const stale = page.locator('tr.row-muted');
-    expect(await stale.count()).toBe(1);
-    expect(await stale.innerText()).toMatch(/msg_refund_v1[\s\S]*charge\/ch_c0\s+1\s+2/);
+    const superseded = page.locator('tr.row-muted');
+    expect(await superseded.count()).toBe(1);
+    expect(await superseded.innerText()).toMatch(/msg_refund_v1[\s\S]*charge\/ch_c0\s+1\s+2/);
+    const parked = await page.locator('#entities-parked').locator('xpath=ancestor::section').innerText();
+    expect(parked).toMatch(/balance\/acct_9\s+1\s+2\s+1\s+3/);
+    expect(parked).toContain('version 2 has not arrived');
     await shoot('webhooks');
   });
 

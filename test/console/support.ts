@@ -139,7 +139,8 @@ export async function populate(pool: pg.Pool, schema: string): Promise<Populated
   await post('/v1/notes', 'acme', 'note-1', { text: 'x' });
   await post('/v1/images', 'globex', 'image-1', { size: 12 });
 
-  // --- Webhooks: applied, stale (older version after a newer one), unhandled, dead.
+  // --- Webhooks: applied, superseded (older version after a newer one), unhandled, dead, and a
+  // sequence entity parked on a gap (version 2 never came; 3 waits).
   const signer = new Webhook(webhookSecret);
   const deliver = async (id: string, type: string, data: unknown) => {
     const body = JSON.stringify({ type, data });
@@ -175,6 +176,15 @@ export async function populate(pool: pg.Pool, schema: string): Promise<Populated
         'charge.disputed': async () => {
           throw new Error('dispute handler: ledger account 7 is closed');
         },
+        'balance.changed': {
+          ordering: 'sequence',
+          gapTimeoutMs: 1000,
+          entity: (event) => {
+            const data = event.json<{ data: { account: string; sequence: number } }>().data;
+            return { key: data.account, version: data.sequence, scope: 'balance' };
+          },
+          handle: async () => undefined,
+        },
       },
     },
   });
@@ -183,6 +193,11 @@ export async function populate(pool: pg.Pool, schema: string): Promise<Populated
   await deliver('msg_refund_v1', 'charge.refunded', { charge_id: 'ch_c0', amount: 400, version: 1 });
   await deliver('msg_dispute', 'charge.disputed', { charge_id: 'ch_c1' });
   await deliver('msg_unknown', 'customer.updated', { id: 'cus_1' });
+  await deliver('msg_balance_1', 'balance.changed', { account: 'acct_9', sequence: 1 });
+  await processor.drain({ limit: 1 });
+  await deliver('msg_balance_3', 'balance.changed', { account: 'acct_9', sequence: 3 });
+  await processor.drain();
+  clock.advance(1000);
   await processor.drain();
   await app.close();
 

@@ -270,9 +270,9 @@ describe('README examples against PostgreSQL', () => {
         { delivery_id: 'msg_1', state: 'applied' },
       ]);
       expect((await deliver('msg_3', 1)).status).toBe(202); // older than the applied version, late
-      expect(await until(receipts, (r) => r[1]?.state === 'stale')).toEqual([
+      expect(await until(receipts, (r) => r[1]?.state === 'superseded')).toEqual([
         { delivery_id: 'msg_1', state: 'applied' },
-        { delivery_id: 'msg_3', state: 'stale' },
+        { delivery_id: 'msg_3', state: 'superseded' },
       ]);
       expect((await pool.query("SELECT state FROM invoices WHERE id = 'in_1'")).rows).toEqual([
         { state: 'paid' },

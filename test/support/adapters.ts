@@ -10,7 +10,9 @@ import { fromPglite, fromPgliteTransaction } from '../../src/adapters/pglite.js'
 import { fromPostgresJs, fromPostgresJsTransaction } from '../../src/adapters/postgres.js';
 import type { Sql, Transaction } from '../../src/core/sql.js';
 import { migrate } from '../../src/migrate/migrate.js';
+import { inject } from 'vitest';
 import { databaseUrl } from './database.js';
+import { requirePgBouncer } from './pgbouncer.js';
 
 /** One driver, connected, with idem's tables in `schema`. */
 export interface AdapterUnderTest {
@@ -28,20 +30,21 @@ export interface AdapterFactory {
   create(schema: string): Promise<AdapterUnderTest>;
 }
 
-export const adapterFactories: AdapterFactory[] = [
-  {
-    name: 'pg',
+/** node-postgres on `url`; `prepare` as the adapter's option. */
+function pgFactory(name: string, url: () => string, prepare: boolean): AdapterFactory {
+  return {
+    name,
     async create(schema) {
-      const pool = new pg.Pool({ connectionString: databaseUrl(), max: 10 });
+      const pool = new pg.Pool({ connectionString: url(), max: 10 });
       return {
-        name: 'pg',
-        sql: fromPg(pool),
+        name,
+        sql: fromPg(pool, { prepare }),
         concurrent: true,
         async userTransaction(fn) {
           const client = await pool.connect();
           try {
             await client.query('BEGIN');
-            const value = await fn(fromPgClient(client));
+            const value = await fn(fromPgClient(client, { prepare }));
             await client.query('COMMIT');
             return value;
           } catch (error) {
@@ -59,7 +62,23 @@ export const adapterFactories: AdapterFactory[] = [
           ),
       };
     },
-  },
+  };
+}
+
+/**
+ * The core contract suite once more through PgBouncer in transaction mode, what managed PostgreSQL
+ * puts in front of applications, with named statements off as docs/deployment.md says. Locally
+ * without pgbouncer it is skipped loudly; under CI=true its absence fails the files that use it.
+ */
+function pgBouncerFactories(): AdapterFactory[] {
+  if (inject('pgbouncerUrl')) return [pgFactory('pg via pgbouncer', () => inject('pgbouncerUrl'), false)];
+  requirePgBouncer(); // throws under CI, warns otherwise
+  return [];
+}
+
+export const adapterFactories: AdapterFactory[] = [
+  pgFactory('pg', databaseUrl, true),
+  ...pgBouncerFactories(),
   {
     name: 'postgres.js',
     async create(schema) {

@@ -1,7 +1,9 @@
 import type { TestProject } from 'vitest/node';
 import { startEmbeddedPostgres, type EmbeddedDatabase } from '../../src/embedded/embedded-postgres.js';
+import { findPgBouncer, startPgBouncer, type PgBouncer } from './pgbouncer.js';
 
 let embedded: EmbeddedDatabase | undefined;
+let bouncer: PgBouncer | undefined;
 
 /** Uses DATABASE_URL when set; otherwise starts an embedded PostgreSQL for the whole run. */
 export async function setup(project: TestProject): Promise<void> {
@@ -15,14 +17,31 @@ export async function setup(project: TestProject): Promise<void> {
     url = embedded.url;
   }
   project.provide('databaseUrl', url);
+  // One PgBouncer in transaction mode for the whole run: the core contract suite runs through it
+  // once (test/support/adapters.ts). Its absence is reported by the files that need it.
+  const binary = findPgBouncer();
+  if (binary) {
+    try {
+      bouncer = await startPgBouncer(binary, { targetUrl: url, poolSize: 10 });
+    } catch (error) {
+      if (process.env.CI) throw error;
+      console.warn(
+        `[idem tests] pgbouncer did not start, SKIPPING the contract suite through it: ${String(error)}`,
+      );
+    }
+  }
+  project.provide('pgbouncerUrl', bouncer?.url ?? '');
 }
 
 export async function teardown(): Promise<void> {
+  await bouncer?.stop();
   await embedded?.stop();
 }
 
 declare module 'vitest' {
   export interface ProvidedContext {
     databaseUrl: string;
+    /** The database through a PgBouncer in transaction mode; empty when pgbouncer is not installed. */
+    pgbouncerUrl: string;
   }
 }

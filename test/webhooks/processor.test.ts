@@ -1,6 +1,6 @@
 /**
  * Processing after the answer, on a real PostgreSQL: order-aware handling (older versions recorded
- * as stale, never applied; state never moves backwards, also under concurrent workers), retries
+ * as superseded, never applied; state never moves backwards, also under concurrent workers), retries
  * with backoff on an injected clock, dead letters and redrive, takeover of a lost claim, and
  * retention with the sweep.
  */
@@ -122,7 +122,7 @@ beforeEach(async () => {
 });
 
 describe('order-aware handling', () => {
-  it('out-of-order versions never regress state: older events are recorded as stale and never applied', async () => {
+  it('out-of-order versions never regress state: older events are recorded as superseded and never applied', async () => {
     const worker = processor({ billing: { 'customer.updated': customerHandler } });
     let run = 0;
     await fc.assert(
@@ -133,8 +133,8 @@ describe('order-aware handling', () => {
         for (const version of versions) {
           await store({ type: 'customer.updated', data: { customer, status: `s${version}`, version } });
           const [outcome] = await worker.drain();
-          // Arrival order is processing order here: stale exactly when a higher version came first.
-          expect(outcome).toBe(version >= highest ? 'applied' : 'stale');
+          // Arrival order is processing order here: superseded exactly when a higher version came first.
+          expect(outcome).toBe(version >= highest ? 'applied' : 'superseded');
           if (version >= highest) applied.push(version);
           highest = Math.max(highest, version);
           const { rows } = await q(`SELECT status, version FROM $schema.customers WHERE id = $1`, [customer]);
@@ -164,25 +164,36 @@ describe('order-aware handling', () => {
     for (const version of versions) {
       await store({ type: 'customer.updated', data: { customer: 'busy', status: `s${version}`, version } });
     }
-    const outcomes = await Promise.all([
-      worker.drain({ limit: 8 }),
-      worker.drain({ limit: 8 }),
-      worker.drain({ limit: 8 }),
-    ]);
-    const flat = outcomes.flat();
-    expect(flat).toHaveLength(40);
-    expect(flat.filter((o) => o !== 'applied' && o !== 'stale')).toEqual([]);
+    const flat: string[] = [];
+    // Receipts that found the entity busy wait (woken when its holder commits, or after
+    // entityBusyRetryMs): move the clock until nothing is left.
+    for (let round = 0; round < 50; round++) {
+      const outcomes = await Promise.all([
+        worker.drain({ limit: 8 }),
+        worker.drain({ limit: 8 }),
+        worker.drain({ limit: 8 }),
+      ]);
+      flat.push(...outcomes.flat());
+      if ((await count(db.pool, db.schema, 'webhook_receipts', `state IN ('pending', 'waiting')`)) === 0)
+        break;
+      clock.advance(1000);
+    }
+    const final = flat.filter((o) => o !== 'deferred');
+    expect(final).toHaveLength(40);
+    expect(final.filter((o) => o !== 'applied' && o !== 'superseded')).toEqual([]);
     const { rows } = await q(`SELECT version FROM $schema.history WHERE customer = 'busy' ORDER BY n`);
     const applied = rows.map((r: { version: number }) => r.version);
-    expect(applied.length).toBe(flat.filter((o) => o === 'applied').length);
+    expect(applied.length).toBe(final.filter((o) => o === 'applied').length);
     for (let i = 1; i < applied.length; i++) expect(applied[i]!).toBeGreaterThan(applied[i - 1]!);
     expect((await q(`SELECT version FROM $schema.customers WHERE id = 'busy'`)).rows[0]).toEqual({
       version: 40,
     });
-    expect(await count(db.pool, db.schema, 'webhook_receipts', `state = 'stale'`)).toBe(40 - applied.length);
+    expect(await count(db.pool, db.schema, 'webhook_receipts', `state = 'superseded'`)).toBe(
+      40 - applied.length,
+    );
   });
 
-  it('a stale receipt records the entity and version it carried; a handler error rolls the version back', async () => {
+  it('a superseded receipt records the entity and version it carried; a handler error rolls the version back', async () => {
     let fail = true;
     const worker = processor({
       billing: {
@@ -210,8 +221,8 @@ describe('order-aware handling', () => {
       type: 'customer.updated',
       data: { customer: 'rb', status: 'older', version: 2 },
     });
-    expect(await worker.drain()).toEqual(['stale']);
-    const [receipt] = await worker.receipts({ states: ['stale'] });
+    expect(await worker.drain()).toEqual(['superseded']);
+    const [receipt] = await worker.receipts({ states: ['superseded'] });
     expect(receipt).toMatchObject({
       deliveryId: old,
       entityScope: 'billing',
@@ -261,7 +272,7 @@ describe('retries, dead letters and redrive', () => {
     expect(await worker.drain()).toEqual(['retry']);
     const [pending] = await worker.receipts({ states: ['pending'] });
     // random 0.5 with equal jitter: 1000 * 0.5 + 1000 * 0.5 * 0.5 = 750 ms.
-    expect(pending!.nextAttemptAt.getTime() - clock.now()).toBe(750);
+    expect(pending!.nextAttemptAt!.getTime() - clock.now()).toBe(750);
     expect(pending!.lastError).toContain('not yet');
     expect(await worker.drain()).toEqual([]);
     clock.advance(750);
@@ -408,7 +419,7 @@ describe('retention', () => {
     expect(await states()).toEqual(['billing:dead', 'billing:pending']);
   });
 
-  it('after a receipt is swept, a very late replay of an old event is still stale by its entity version', async () => {
+  it('after a receipt is swept, a very late replay of an old event is still superseded by its entity version', async () => {
     const worker = processor({ billing: { 'customer.updated': customerHandler } });
     const event = (version: number) => ({
       type: 'customer.updated',
@@ -416,14 +427,14 @@ describe('retention', () => {
     });
     const firstId = await store(event(1));
     await store(event(2));
-    // One at a time: claimed together, the two would race and version 1 could be stale already.
+    // One at a time: claimed together, the two would race and version 1 could be superseded already.
     expect(await worker.drain({ limit: 1 })).toEqual(['applied', 'applied']);
     clock.advance(5 * day);
     await worker.sweep();
     expect(await count(db.pool, db.schema, 'webhook_receipts')).toBe(0);
     // The sender replays delivery 1 long after retention: stored again, but never applied.
     await store(event(1), firstId);
-    expect(await worker.drain()).toEqual(['stale']);
+    expect(await worker.drain()).toEqual(['superseded']);
     expect((await q(`SELECT version FROM $schema.customers WHERE id = 'late'`)).rows[0]).toEqual({
       version: 2,
     });

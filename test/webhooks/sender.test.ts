@@ -4,6 +4,7 @@
  */
 import { createServer, type IncomingMessage } from 'node:http';
 import { Webhook } from 'standardwebhooks';
+import { Webhook as SvixWebhook } from 'svix';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { fromPg, fromPgClient, type PgClientLike } from '../../src/adapters/pg.js';
 import { ManualClock } from '../../src/core/clock.js';
@@ -138,6 +139,10 @@ describe('retries', () => {
     expect(new Webhook(standardSecret).verify(server.seen[0]!.body, server.seen[0]!.headers)).toEqual(
       m.payload,
     );
+    // And with the svix package, which verifies what providers sending through Svix would sign.
+    expect(() =>
+      new SvixWebhook(standardSecret).verify(server.seen[0]!.body.toString(), server.seen[0]!.headers),
+    ).not.toThrow();
 
     const attempts = await sender.attempts(m.id);
     expect(attempts.map((a) => [a.attempt, a.status, a.outcome, a.retryAfterMs])).toEqual([

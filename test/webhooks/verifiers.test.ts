@@ -5,6 +5,7 @@
  */
 import { createHmac } from 'node:crypto';
 import { Webhook } from 'standardwebhooks';
+import { Webhook as SvixWebhook } from 'svix';
 import { describe, expect, it } from 'vitest';
 import {
   githubVerifier,
@@ -183,6 +184,74 @@ describe('Standard Webhooks verifier', () => {
         'webhook-signature': `v1,${macNow}`,
       }),
     ).toThrow(/No matching signature/);
+  });
+});
+
+describe('Svix headers (svix-id, svix-timestamp, svix-signature)', () => {
+  const verifier = standardWebhooksVerifier({ secrets: [standardSecret] });
+  const body = JSON.stringify({ type: 'invoice.paid', data: { id: 'in_1' } });
+  /** Signed by the svix package, sent with the header names Svix uses. */
+  const svixSigned = (id: string, at = now) => ({
+    headers: {
+      'content-type': 'application/json',
+      'svix-id': id,
+      'svix-timestamp': String(Math.floor(at / 1000)),
+      'svix-signature': new SvixWebhook(standardSecret).sign(id, new Date(at), body),
+    },
+    body: Buffer.from(body),
+  });
+
+  it('accepts a delivery signed by the svix package, with the same id, type and tolerance', () => {
+    expect(verify(verifier, svixSigned('msg_svix_1'))).toEqual({
+      deliveryId: 'msg_svix_1',
+      eventType: 'invoice.paid',
+      signedAt: now - (now % 1000),
+    });
+    expect(failure(() => verify(verifier, svixSigned('msg_svix_2', now - 6 * minute))).reason).toBe(
+      'timestamp-too-old',
+    );
+    const signed = svixSigned('msg_svix_3');
+    expect(failure(() => verify(verifier, { ...signed, body: Buffer.from(body + ' ') })).reason).toBe(
+      'signature-mismatch',
+    );
+    const { 'svix-signature': _signature, ...unsigned } = signed.headers;
+    expect(failure(() => verify(verifier, { ...signed, headers: unsigned })).reason).toBe(
+      'signature-missing',
+    );
+  });
+
+  it('refuses a delivery that mixes webhook-* and svix-* headers, whichever set the signature covers', () => {
+    const svix = svixSigned('msg_mix');
+    const standard = signStandard({ id: 'msg_mix', body, timestampMs: now });
+    const mixes = [
+      { ...svix.headers, 'webhook-id': 'msg_other' },
+      { ...standard.headers, 'svix-id': 'msg_mix' },
+      { ...standard.headers, 'svix-signature': svix.headers['svix-signature'] },
+      { ...svix.headers, ...standard.headers },
+    ];
+    for (const headers of mixes) {
+      const refused = failure(() => verify(verifier, { headers, body: svix.body }));
+      expect(refused).toMatchObject({ status: 400 });
+      expect(refused.message).toMatch(/mixes webhook-\* and svix-\* headers/);
+    }
+  });
+
+  it('what the standardwebhooks package signs verifies with the svix package, and the other way round', () => {
+    const standard = signStandard({ id: 'msg_x', body, timestampMs: Date.now() });
+    expect(() => new SvixWebhook(standardSecret).verify(body, standard.headers)).not.toThrow();
+    const svix = svixSigned('msg_y', Date.now());
+    const asStandard = {
+      'webhook-id': svix.headers['svix-id'],
+      'webhook-timestamp': svix.headers['svix-timestamp'],
+      'webhook-signature': svix.headers['svix-signature'],
+    };
+    expect(new Webhook(standardSecret).verify(body, asStandard)).toEqual(JSON.parse(body));
+  });
+
+  it('the svix signature header is never stored; the id and timestamp are', () => {
+    expect(verifier.signatureHeaders).toContain('svix-signature');
+    expect(verifier.storedHeaders).toEqual(expect.arrayContaining(['svix-id', 'svix-timestamp']));
+    expect(verifier.storedHeaders).not.toContain('svix-signature');
   });
 });
 

@@ -46,7 +46,8 @@ export async function run(argv: string[], signal?: AbortSignal): Promise<number>
   const db = await openDatabase({ poolSize: 5 });
   const app = Fastify({ logger: false });
   try {
-    await app.register(consolePlugin, { pool: db.pool, schema: values.schema, host: values.host, token });
+    // db.sql honours IDEM_PREPARE (a pooler that keeps no prepared statements).
+    await app.register(consolePlugin, { sql: db.sql, schema: values.schema, host: values.host, token });
     await app.listen({ port, host: values.host });
     const address = app.server.address();
     const bound = typeof address === 'object' && address ? address.port : port;

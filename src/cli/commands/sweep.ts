@@ -23,7 +23,8 @@ const tables = {
   requests: 'keyed operations: results past resultMs cleared, keys past tombstoneMs deleted',
   inbox: 'message ids past the inbox retentionMs',
   outbox: 'events published longer ago than --outbox-retention-ms (unpublished, dead kept)',
-  'webhook-receipts': 'applied, stale, unhandled receipts past retentionMs (dead kept)',
+  'webhook-receipts':
+    'applied, superseded, duplicate, unhandled receipts past retentionMs (dead, waiting kept)',
   tasks: 'finished claims tasks past retentionMs, with their dedupe keys',
   'webhook-messages': 'messages older than --webhook-messages-retention-ms, all deliveries done',
   sagas: 'sagas finished longer ago than --sagas-retention-ms, with their steps',

@@ -786,7 +786,16 @@
 
   // ---------------------------------------------------------------- views: webhooks
 
-  const receiptStates = ['pending', 'processing', 'applied', 'stale', 'unhandled', 'dead'];
+  const receiptStates = [
+    'pending',
+    'processing',
+    'waiting',
+    'applied',
+    'superseded',
+    'duplicate',
+    'unhandled',
+    'dead',
+  ];
 
   function receiptColumns(extra) {
     return [
@@ -823,7 +832,7 @@
               class: 'num',
               cell: (s) => {
                 const n = s.counts[state] || 0;
-                return n > 0 && (state === 'dead' || state === 'stale')
+                return n > 0 && (state === 'dead' || state === 'superseded')
                   ? h('span', { class: state === 'dead' ? 'danger-text' : 'warn-text' }, count(n))
                   : count(n);
               },
@@ -851,8 +860,25 @@
         }),
       ),
       section(
-        countedTitle('receipts-stale', 'Stale events', data.stale.length, 'stale'),
-        'Older than the version already applied to their entity: recorded, never applied.',
+        countedTitle('entities-parked', 'Parked entities', data.parked.length, 'parked'),
+        'Sequence entities whose later versions waited past the gap timeout for a missing one. They resume when it arrives, or when an operator skips it: idem webhooks skip --scope S --key K.',
+        table(
+          [
+            { title: 'Entity', cell: (e) => mono(`${e.scope}/${e.key}`) },
+            { title: 'Applied', class: 'num', cell: (e) => e.appliedVersion || '—' },
+            { title: 'Missing', class: 'num', cell: (e) => e.missingVersion || '—' },
+            { title: 'Waiting', class: 'num', cell: (e) => String(e.waiting) },
+            { title: 'Lowest waiting', class: 'num', cell: (e) => e.lowestWaitingVersion || '—' },
+            { title: 'Parked', cell: (e) => when(e.parkedAt) },
+            { title: 'Reason', cell: (e) => errorText(e.reason) },
+          ],
+          data.parked,
+          { rowClass: () => 'row-warn', empty: 'No parked entities.' },
+        ),
+      ),
+      section(
+        countedTitle('receipts-superseded', 'Superseded events', data.superseded.length, 'superseded'),
+        'State events older than the version already applied to their entity: recorded, never applied.',
         table(
           receiptColumns([
             {
@@ -862,8 +888,8 @@
             { title: 'Version', class: 'num', cell: (r) => (r.entity && r.entity.version) || '—' },
             { title: 'Applied', class: 'num', cell: (r) => r.appliedVersion || '—' },
           ]),
-          data.stale,
-          { rowClass: () => 'row-muted', empty: 'No stale events.', emptyKind: 'neutral' },
+          data.superseded,
+          { rowClass: () => 'row-muted', empty: 'No superseded events.', emptyKind: 'neutral' },
         ),
       ),
       section(
@@ -1131,7 +1157,7 @@
       card('Webhooks', '#/webhooks', [
         { id: 'receipts-backlog', label: 'backlog', value: s.receipts.backlog },
         { id: 'receipts-dead', label: 'dead', value: s.receipts.dead + s.deliveries.failed, bad: true },
-        { id: 'receipts-stale', label: 'stale', value: s.receipts.stale },
+        { id: 'entities-parked', label: 'parked', value: s.receipts.parked, bad: true },
       ]),
       card('Claims', '#/tasks', [
         { id: 'tasks-ready', label: 'ready', value: s.tasks.ready },

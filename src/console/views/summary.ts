@@ -6,7 +6,15 @@ export interface ConsoleSummary {
   requests: { pending: number; stuck: number };
   outbox: { backlog: number; lagMs: number | null; retrying: number; dead: number };
   inbox: { dead: number };
-  receipts: { backlog: number; lagMs: number | null; dead: number; stale: number; stuck: number };
+  receipts: {
+    backlog: number;
+    lagMs: number | null;
+    dead: number;
+    superseded: number;
+    stuck: number;
+    /** Sequence entities parked on a gap. */
+    parked: number;
+  };
   deliveries: { pending: number; failed: number };
   tasks: { ready: number; claimed: number; stuck: number; dead: number };
   sagas: { running: number; stuck: number; stalled: number };
@@ -36,7 +44,8 @@ export async function readSummary(db: ConsoleDatabase): Promise<ConsoleSummary> 
         (SELECT min(received_at) FROM ${s}.webhook_receipts
           WHERE state IN ('pending', 'processing')) AS receipts_oldest,
         (SELECT count(*) FROM ${s}.webhook_receipts WHERE state = 'dead') AS receipts_dead,
-        (SELECT count(*) FROM ${s}.webhook_receipts WHERE state = 'stale') AS receipts_stale,
+        (SELECT count(*) FROM ${s}.webhook_receipts WHERE state = 'superseded') AS receipts_superseded,
+        (SELECT count(*) FROM ${s}.webhook_entity_versions WHERE parked_at IS NOT NULL) AS entities_parked,
         (SELECT count(*) FROM ${s}.webhook_receipts
           WHERE state = 'processing' AND next_attempt_at <= $1) AS receipts_stuck,
         (SELECT count(*) FROM ${s}.webhook_deliveries WHERE state IN ('pending', 'delivering')) AS deliveries_pending,
@@ -67,7 +76,8 @@ export async function readSummary(db: ConsoleDatabase): Promise<ConsoleSummary> 
       backlog: num(r.receipts_backlog),
       lagMs: ageMs(r.receipts_oldest, now),
       dead: num(r.receipts_dead),
-      stale: num(r.receipts_stale),
+      superseded: num(r.receipts_superseded),
+      parked: num(r.entities_parked),
       stuck: num(r.receipts_stuck),
     },
     deliveries: { pending: num(r.deliveries_pending), failed: num(r.deliveries_failed) },

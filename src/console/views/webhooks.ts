@@ -1,15 +1,26 @@
 /**
- * Webhooks: incoming receipts (backlog, dead letters, stale and unhandled events, claims whose
- * lease lapsed) and the sender's deliveries (failed ones, disabled endpoints). Endpoint secrets
- * are never read; endpoint URLs are shown without their query.
+ * Webhooks: incoming receipts (backlog, dead letters, superseded and unhandled events, claims
+ * whose lease lapsed), sequence entities parked on a gap, and the sender's deliveries (failed
+ * ones, disabled endpoints). Endpoint secrets are never read; endpoint URLs are shown without
+ * their query.
  */
 import type { Queryable } from '../../core/sql.js';
 import { ageMs, iso, num, str, text, type ConsoleDatabase } from '../database.js';
+import { listParkedEntities } from '../../webhooks/entities.js';
 import { limit, optionalName, type Query } from '../params.js';
 import { previewBytes, type BodyPreview } from '../preview.js';
 import { redactHeaders, safeUrl } from '../redact.js';
 
-export const receiptStates = ['pending', 'processing', 'applied', 'stale', 'unhandled', 'dead'] as const;
+export const receiptStates = [
+  'pending',
+  'processing',
+  'waiting',
+  'applied',
+  'superseded',
+  'duplicate',
+  'unhandled',
+  'dead',
+] as const;
 
 export interface ReceiptView {
   source: string;
@@ -23,16 +34,31 @@ export interface ReceiptView {
   nextAttemptAt: string | null;
   processedAt: string | null;
   entity: { scope: string | null; key: string; version: string | null } | null;
-  /** For stale receipts: the version already applied to the entity, which this one was older than. */
+  /** For superseded receipts: the version already applied to the entity, which this one was older than. */
   appliedVersion: string | null;
   headers: [string, string][];
   body: BodyPreview | null;
 }
 
+export interface ParkedEntityView {
+  scope: string;
+  key: string;
+  appliedVersion: string | null;
+  missingVersion: string | null;
+  waiting: number;
+  lowestWaitingVersion: string | null;
+  waitingSince: string | null;
+  parkedAt: string | null;
+  parkedAgeMs: number | null;
+  reason: string;
+}
+
 export interface WebhooksView {
   sources: { source: string; counts: Record<string, number>; oldestPendingAgeMs: number | null }[];
   dead: ReceiptView[];
-  stale: ReceiptView[];
+  /** Sequence entities whose later versions waited past the gap timeout for a missing one. */
+  parked: ParkedEntityView[];
+  superseded: ReceiptView[];
   unhandled: ReceiptView[];
   /** Claimed receipts whose lease ended: the worker died mid-way; another worker will take them. */
   stuck: ReceiptView[];
@@ -52,7 +78,8 @@ export interface WebhooksView {
   disabledEndpoints: { id: string; url: string; reason: string | null; disabledAt: string | null }[];
 }
 
-const receiptColumns = `r.source, r.delivery_id, r.event_type, r.state, r.attempts, r.last_error, r.received_at,
+const receiptColumns = `r.source, r.delivery_id, r.event_type, r.state, r.attempts - r.deferrals AS attempts,
+  r.last_error, r.received_at,
   r.next_attempt_at, r.processed_at, r.entity_scope, r.entity_key, r.entity_version::text AS entity_version,
   r.headers::text AS headers, r.body`;
 
@@ -103,7 +130,13 @@ export async function readWebhooks(db: ConsoleDatabase, query: Query): Promise<W
         oldestPendingAgeMs: entry.oldest,
       })),
       dead: await list(`r.state = 'dead'`, 'r.received_at DESC'),
-      stale: await list(`r.state = 'stale'`, 'r.processed_at DESC NULLS LAST'),
+      parked: (await listParkedEntities(tx, { schema: db.schema, limit: max })).map((e) => ({
+        ...e,
+        waitingSince: iso(e.waitingSince),
+        parkedAt: iso(e.parkedAt),
+        parkedAgeMs: ageMs(e.parkedAt, now),
+      })),
+      superseded: await list(`r.state = 'superseded'`, 'r.processed_at DESC NULLS LAST'),
       unhandled: await list(`r.state = 'unhandled'`, 'r.processed_at DESC NULLS LAST'),
       stuck: await receipts(
         tx,
@@ -149,7 +182,7 @@ async function receipts(
     `SELECT ${receiptColumns}, v.version::text AS applied_version
       FROM ${db.s}.webhook_receipts r
       LEFT JOIN ${db.s}.webhook_entity_versions v
-        ON r.state = 'stale' AND v.scope = r.entity_scope AND v.entity_key = r.entity_key
+        ON r.state = 'superseded' AND v.scope = r.entity_scope AND v.entity_key = r.entity_key
       WHERE ${where} ORDER BY ${order} LIMIT $2`,
     params,
   );

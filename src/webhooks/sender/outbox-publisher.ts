@@ -7,7 +7,7 @@
  * one slow or dead subscriber would hold every later event of that key for every other subscriber,
  * and the spec's multi-day retry schedule, `Retry-After` and 410 are per endpoint, not per event.
  * The cost: once fanned out, a retried delivery can overtake a later event to the same endpoint;
- * receivers must be order-aware anyway (idem's receiver records older versions as stale).
+ * receivers must be order-aware anyway (idem's processor orders each entity's events by version).
  */
 import type { OutboxEvent, Publisher, PublishResult } from '../../outbox/types.js';
 import type { WebhookMessage, WebhookSender } from './sender.js';

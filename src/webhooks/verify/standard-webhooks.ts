@@ -3,6 +3,11 @@
  * `webhook-signature`, a space-delimited list of `v1,<base64 HMAC-SHA256>` and
  * `v1a,<base64 ed25519>` signatures over `${id}.${timestamp}.${body}`.
  *
+ * Providers that send through Svix name the same three headers `svix-id`, `svix-timestamp` and
+ * `svix-signature`: same scheme, same signed content. Either set is accepted, never a mix of the two
+ * in one delivery (400): with a mix, which id was signed and which one is the dedupe key could
+ * differ, and no sender does that on purpose.
+ *
  * Written on node:crypto rather than on the `standardwebhooks` npm package (which the tests use as
  * the reference signer) because that package (1.1.1): verifies `v1` only, skipping every `v1a`
  * signature; turns a Buffer body into a UTF-8 string before hashing, so a body that is not valid
@@ -44,7 +49,30 @@ export interface StandardWebhooksOptions extends ToleranceOptions {
   retentionMs?: number;
 }
 
-const signatureHeader = 'webhook-signature';
+/** The three header names of one delivery: the spec's, or the ones Svix sends. */
+interface HeaderNames {
+  id: string;
+  timestamp: string;
+  signature: string;
+}
+
+const standardHeaders: HeaderNames = {
+  id: 'webhook-id',
+  timestamp: 'webhook-timestamp',
+  signature: 'webhook-signature',
+};
+const svixHeaders: HeaderNames = { id: 'svix-id', timestamp: 'svix-timestamp', signature: 'svix-signature' };
+
+/** The set this delivery uses; a delivery carrying headers of both sets is malformed. */
+function headerNames(request: WebhookRequest): HeaderNames {
+  const uses = (names: HeaderNames) =>
+    [names.id, names.timestamp, names.signature].some((name) => request.headers.get(name) !== undefined);
+  const svix = uses(svixHeaders);
+  if (svix && uses(standardHeaders)) {
+    throw new WebhookMalformedError('the delivery mixes webhook-* and svix-* headers; send one set');
+  }
+  return svix ? svixHeaders : standardHeaders;
+}
 /** DER prefix of an ed25519 SubjectPublicKeyInfo; the raw 32-byte key follows it. */
 const ed25519SpkiPrefix = Buffer.from('302a300506032b6570032100', 'hex');
 
@@ -75,22 +103,27 @@ export function standardWebhooksVerifier(options: StandardWebhooksOptions): Webh
   return {
     scheme: 'standard-webhooks',
     retentionMs: options.retentionMs ?? defaultRetentionMs,
-    storedHeaders: ['webhook-id', 'webhook-timestamp', 'content-type', 'user-agent'],
-    signatureHeaders: [signatureHeader],
+    storedHeaders: [
+      standardHeaders.id,
+      standardHeaders.timestamp,
+      svixHeaders.id,
+      svixHeaders.timestamp,
+      'content-type',
+      'user-agent',
+    ],
+    signatureHeaders: [standardHeaders.signature, svixHeaders.signature],
     verify(request: WebhookRequest, now: number): VerifiedDelivery {
-      const signatures = request.headers.get(signatureHeader);
+      const names = headerNames(request);
+      const signatures = request.headers.get(names.signature);
       if (signatures === undefined || signatures.trim() === '') {
         throw new WebhookUnauthorizedError('signature-missing');
       }
-      const id = validateDeliveryId(
-        requireHeader(request.headers.get('webhook-id'), 'webhook-id'),
-        'webhook-id',
-      );
+      const id = validateDeliveryId(requireHeader(request.headers.get(names.id), names.id), names.id);
       // The spec forbids '.' in the id: with one, `${id}.${timestamp}.` could be re-split so that a
       // signature made for another id and timestamp verifies.
-      if (id.includes('.')) throw new WebhookMalformedError('webhook-id must not contain "."');
-      const timestamp = requireHeader(request.headers.get('webhook-timestamp'), 'webhook-timestamp');
-      const signedAt = parseUnixSeconds(timestamp, 'webhook-timestamp');
+      if (id.includes('.')) throw new WebhookMalformedError(`${names.id} must not contain "."`);
+      const timestamp = requireHeader(request.headers.get(names.timestamp), names.timestamp);
+      const signedAt = parseUnixSeconds(timestamp, names.timestamp);
       checkTolerance(signedAt, now, tolerance);
 
       const prefix = `${id}.${timestamp}.`;

@@ -1,0 +1,93 @@
+import { parseArgs } from 'node:util';
+import { isIdemError } from '../../core/errors.js';
+import { listParkedEntities, skipEntityGap } from '../../webhooks/entities.js';
+import { openDatabase } from '../database.js';
+
+const usage = `usage:
+  idem webhooks parked [--scope S] [--limit 100] [--json] [--schema idem]
+      list sequence entities parked on a gap: the version they wait for, what waits behind it, why
+  idem webhooks skip --scope S --key K [--through V] [--reason TEXT] [--schema idem]
+      skip the missing versions of one entity (never applied: their effects are lost unless made by
+      hand) and resume it; by default through the version just below the lowest one waiting`;
+
+/** `idem webhooks <parked|skip>`: operator tools for order-aware webhook processing. */
+export async function run(argv: string[]): Promise<number> {
+  let parsed;
+  try {
+    parsed = parseArgs({
+      args: argv,
+      allowPositionals: true,
+      options: {
+        schema: { type: 'string', default: 'idem' },
+        scope: { type: 'string' },
+        key: { type: 'string' },
+        through: { type: 'string' },
+        reason: { type: 'string' },
+        limit: { type: 'string', default: '100' },
+        json: { type: 'boolean', default: false },
+        help: { type: 'boolean', short: 'h', default: false },
+      },
+    });
+  } catch (error) {
+    console.error(`${(error as Error).message}\n\n${usage}`);
+    return 2;
+  }
+  const { values, positionals } = parsed;
+  const [command] = positionals;
+  if (values.help || !command) {
+    console.log(usage);
+    return command || values.help ? 0 : 2;
+  }
+  if (command !== 'parked' && command !== 'skip') {
+    console.error(`idem webhooks: unknown command '${command}'\n\n${usage}`);
+    return 2;
+  }
+  const limit = Number(values.limit);
+  if (!Number.isSafeInteger(limit) || limit <= 0) {
+    console.error(`--limit must be a positive integer\n\n${usage}`);
+    return 2;
+  }
+  if (command === 'skip' && (!values.scope || !values.key)) {
+    // Skipping is an operator's decision about one entity: name it.
+    console.error(`idem webhooks skip needs --scope and --key\n\n${usage}`);
+    return 2;
+  }
+  const db = await openDatabase();
+  try {
+    if (command === 'parked') {
+      const parked = await listParkedEntities(db.sql, { schema: values.schema, scope: values.scope, limit });
+      if (values.json) {
+        console.log(JSON.stringify(parked, null, 2));
+        return 0;
+      }
+      for (const e of parked) {
+        console.log(
+          `${e.scope}/${e.key}  applied=${e.appliedVersion ?? '-'}  missing=${e.missingVersion ?? '-'}  ` +
+            `waiting=${e.waiting} (lowest ${e.lowestWaitingVersion ?? '-'})  parked=${e.parkedAt.toISOString()}\n    ${e.reason}`,
+        );
+      }
+      console.log(`${parked.length} parked entit${parked.length === 1 ? 'y' : 'ies'}`);
+      return 0;
+    }
+    const result = await skipEntityGap(db.sql, {
+      schema: values.schema,
+      scope: values.scope!,
+      key: values.key!,
+      through: values.through,
+      reason: values.reason,
+    });
+    console.log(
+      `skipped versions ${result.from}–${result.through} of ${values.scope}/${values.key}; ` +
+        `${result.woken} waiting receipt(s) due again`,
+    );
+    return 0;
+  } catch (error) {
+    if (isIdemError(error)) {
+      console.error(`idem webhooks ${command}: ${error.message}`);
+      return 1;
+    }
+    throw error;
+  } finally {
+    await db.close();
+  }
+}
