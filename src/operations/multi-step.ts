@@ -73,11 +73,21 @@ export class MultiStepRun<T, Client> implements MultiStepOperation<Client> {
     this.runner = { sql: idem.sql, clock: idem.clock, heartbeatMs: idem.heartbeatMs };
     this.lease = {
       hold: async (tx, point) => {
-        const { rowCount } = await tx.query(idem.statements.fenceAndRenew, this.renewParams(point));
+        const { rowCount } = await tx.query(
+          idem.statements.fenceAndRenew,
+          this.renewParams(point),
+          idem.statements.names.fenceAndRenew,
+        );
         if (rowCount !== 1) throw this.lease.lost();
       },
       renew: async () =>
-        (await idem.sql.query(idem.statements.fenceAndRenew, this.renewParams(null))).rowCount === 1,
+        (
+          await idem.sql.query(
+            idem.statements.fenceAndRenew,
+            this.renewParams(null),
+            idem.statements.names.fenceAndRenew,
+          )
+        ).rowCount === 1,
       lost: () => new FencedError(this.scope, this.fence),
     };
   }
@@ -94,6 +104,7 @@ export class MultiStepRun<T, Client> implements MultiStepOperation<Client> {
     const { rowCount } = await this.idem.sql.query(
       this.idem.statements.completeLate,
       this.idem.completeParams(this.prepared, this.fence, outcome, true),
+      this.idem.statements.names.completeLate,
     );
     if (rowCount !== 1) throw new FencedError(this.scope, this.fence);
     return {
@@ -123,13 +134,11 @@ export class MultiStepRun<T, Client> implements MultiStepOperation<Client> {
         key,
         run: (tx) => fn(tx, { key }),
         record: async (tx, text) => {
-          await tx.query(statements.recordStep, [
-            ...this.scopeParams(),
-            name,
-            text,
-            this.fence,
-            new Date(clock.now()),
-          ]);
+          await tx.query(
+            statements.recordStep,
+            [...this.scopeParams(), name, text, this.fence, new Date(clock.now())],
+            statements.names.recordStep,
+          );
         },
       }),
     );
@@ -227,9 +236,11 @@ export class MultiStepRun<T, Client> implements MultiStepOperation<Client> {
     const deadline = clock.now() + prepared.waitMs;
     for (;;) {
       const lease = clock.now() + idem.leaseMs;
+      // Named (prepared once per connection): every multi-step operation starts with it.
       const claimed = await sql.query<{ fence: number }>(
         statements.claimCommitted,
         idem.claimParams(prepared, lease),
+        statements.names.claimCommitted,
       );
       if (claimed.rows[0]) {
         this.fence = Number(claimed.rows[0].fence);
