@@ -11,11 +11,11 @@
  *   started; the call runs with its derived key while a background heartbeat keeps the lease;
  *   another committed write checks the fence again and records the result.
  *
- * Why no transaction across a call: measured here, 40 operations each waiting 500 ms on a call
- * inside their step's transaction, on a `pg` pool of 8, took 2.6–2.8 s (the pool ran the calls 8
- * at a time), an unrelated `SELECT 1` on the same pool waited up to 1.7 s, and 8 sessions sat
- * `idle in transaction` throughout; as calls they took 0.75–0.9 s, with none idle in transaction
- * (`bench/steps.bench.ts`, `test/operations/calls-hold-nothing.test.ts`).
+ * Why no transaction across a call: measured here (bench/steps.bench.ts, quick mode, load 6), 40
+ * operations each waiting 500 ms on a call inside their step's transaction, on a `pg` pool of 8,
+ * took 2.6 s (the pool ran the calls 8 at a time), an unrelated `SELECT 1` on the same pool waited
+ * 1.5–2.5 s, and 8 sessions sat `idle in transaction` throughout; as calls they took 0.55–0.6 s,
+ * the `SELECT 1` waited 7–25 ms, and no session was idle in transaction.
  */
 import type { Clock } from '../core/clock.js';
 import { withIdempotencyKey } from '../core/key-context.js';
