@@ -210,15 +210,36 @@ export class HttpIdempotency<Req, Client = unknown> {
   }
 
   /**
+   * The request's fingerprint (see `requestFingerprint`) with this instance's `fingerprint`
+   * options. Throws when the body cannot be fingerprinted.
+   */
+  fingerprint(request: Pick<Ticket, 'method' | 'route' | 'path' | 'query'>, body: unknown): string {
+    const { exclude, includeQuery } = this.options;
+    return requestFingerprint(
+      { ...request, method: request.method.toUpperCase(), body },
+      exclude,
+      includeQuery,
+    );
+  }
+
+  /**
    * Claims the key and runs `respond` (the handler) once per intent; stores the captured response
    * in the same transaction as the handler's writes (transaction mode) or after its steps (steps
    * mode); commits; and only then returns what to send.
+   *
+   * The fingerprint is taken over `body`, unless `options.fingerprint` was taken earlier (Fastify
+   * takes it before schema validation can change the body).
    */
-  async execute(ticket: Ticket, body: unknown, respond: Respond<Client>): Promise<Answer> {
-    const { idem, mode, exclude, includeQuery } = this.options;
+  async execute(
+    ticket: Ticket,
+    body: unknown,
+    respond: Respond<Client>,
+    options: { fingerprint?: string } = {},
+  ): Promise<Answer> {
+    const { idem, mode } = this.options;
     let fingerprint: string;
     try {
-      fingerprint = requestFingerprint({ ...ticket, body }, exclude, includeQuery);
+      fingerprint = options.fingerprint ?? this.fingerprint(ticket, body);
     } catch (error) {
       return { kind: 'problem', response: this.bodyMalformed(describe(error)), afterHandler: false };
     }

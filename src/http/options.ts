@@ -59,7 +59,9 @@ export interface IdempotencyOptions<Req, Client = unknown> {
   header?: string;
   /**
    * Largest request body accepted, in bytes. A larger body is answered 413 `body-too-large` before
-   * anything is stored or the handler runs. Default 1 MiB (1 048 576).
+   * anything is stored or the handler runs. Default 1 MiB (1 048 576). It only ever adds a limit:
+   * a smaller one of the framework's (Fastify's server, route or parser `bodyLimit`, a body parser
+   * mounted first, `hono/body-limit` registered first) still applies; see docs/http.md, Limits.
    */
   maxBodyBytes?: number;
   /** What goes into the request fingerprint besides method, route, path and query. */

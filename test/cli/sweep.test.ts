@@ -191,7 +191,7 @@ async function fill(db: TestSchema, expired: number): Promise<void> {
   }
   const oldSender = createWebhookSender({ sql, schema, clock: old, logger: silentLogger });
   await oldSender.endpoints.create({
-    url: 'http://127.0.0.1:9/hooks',
+    url: 'https://subscriber.example/hooks', // never delivered to: only its due delivery matters
     secrets: [standardSecret],
     eventTypes: ['someone.listens'],
   });

@@ -11,31 +11,36 @@ import { fromPostgresJs, fromPostgresJsTransaction } from '../../src/adapters/po
 import type { Sql, Transaction } from '../../src/core/sql.js';
 import { migrate } from '../../src/migrate/migrate.js';
 import { inject } from 'vitest';
-import { databaseUrl } from './database.js';
+import { databaseUrl, dropAndEnd } from './database.js';
 import { requirePgBouncer } from './pgbouncer.js';
+import { knexFactory, mikroOrmFactory, prismaFactory, typeormFactory } from './orm-adapters.js';
 
 /** One driver, connected, with idem's tables in `schema`. */
-export interface AdapterUnderTest {
+export interface AdapterUnderTest<Client = unknown> {
   name: string;
-  sql: Sql;
+  sql: Sql<Client>;
   /** Opens the caller's own transaction the driver's way and hands idem a `Transaction` on it. */
-  userTransaction<T>(fn: (tx: Transaction) => Promise<T>): Promise<T>;
+  userTransaction<T>(fn: (tx: Transaction<Client>) => Promise<T>): Promise<T>;
   /** True when the driver can hold several connections (concurrency tests apply). */
   concurrent: boolean;
-  close(): Promise<void>;
+  /** Drops `schema` (unless `keepSchema`) and disconnects. */
+  close(options?: { keepSchema?: boolean }): Promise<void>;
 }
 
-export interface AdapterFactory {
+export interface AdapterFactory<Client = unknown> {
   name: string;
-  create(schema: string): Promise<AdapterUnderTest>;
+  /** Connects to `url` (default: the test database); `schema` is the one the tests use. */
+  create(schema: string, url?: string): Promise<AdapterUnderTest<Client>>;
 }
+
+export { knexFactory, mikroOrmFactory, prismaFactory, typeormFactory };
 
 /** node-postgres on `url`; `prepare` as the adapter's option. */
 function pgFactory(name: string, url: () => string, prepare: boolean): AdapterFactory {
   return {
     name,
-    async create(schema) {
-      const pool = new pg.Pool({ connectionString: url(), max: 10 });
+    async create(schema, target) {
+      const pool = new pg.Pool({ connectionString: target ?? url(), max: 10 });
       return {
         name,
         sql: fromPg(pool, { prepare }),
@@ -54,11 +59,12 @@ function pgFactory(name: string, url: () => string, prepare: boolean): AdapterFa
             client.release();
           }
         },
-        close: () =>
+        close: (options) =>
           dropAndEnd(
             schema,
             () => pool.end(),
             (q) => pool.query(q),
+            options,
           ),
       };
     },
@@ -137,6 +143,10 @@ export const adapterFactories: AdapterFactory[] = [
       };
     },
   },
+  prismaFactory,
+  typeormFactory,
+  knexFactory,
+  mikroOrmFactory,
   {
     name: 'pglite',
     async create() {
@@ -151,15 +161,6 @@ export const adapterFactories: AdapterFactory[] = [
     },
   },
 ];
-
-async function dropAndEnd(
-  schema: string,
-  end: () => Promise<unknown>,
-  query: (q: string) => PromiseLike<unknown>,
-) {
-  await query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
-  await end();
-}
 
 /** Creates the adapter, migrates idem's tables and a business table `effects` into `schema`. */
 export async function prepareAdapter(factory: AdapterFactory, schema: string): Promise<AdapterUnderTest> {

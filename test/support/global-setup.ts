@@ -1,12 +1,15 @@
 import type { TestProject } from 'vitest/node';
 import { startEmbeddedPostgres, type EmbeddedDatabase } from '../../src/embedded/embedded-postgres.js';
 import { findPgBouncer, startPgBouncer, type PgBouncer } from './pgbouncer.js';
+import { generatePrismaClients } from './prisma/generate.js';
 
 let embedded: EmbeddedDatabase | undefined;
 let bouncer: PgBouncer | undefined;
 
 /** Uses DATABASE_URL when set; otherwise starts an embedded PostgreSQL for the whole run. */
 export async function setup(project: TestProject): Promise<void> {
+  // The Prisma tests import generated clients (not committed); skipped when already up to date.
+  generatePrismaClients();
   let url = process.env.DATABASE_URL;
   if (!url) {
     if (process.env.CI) throw new Error('CI must set DATABASE_URL to the real PostgreSQL');
