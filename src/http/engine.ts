@@ -8,7 +8,7 @@ import {
   isStepFailed,
 } from '../core/errors.js';
 import { isRetryable } from '../core/retryable.js';
-import { isRetryableFailure } from '../client/classify.js';
+import { isRetryableStepFailure } from '../steps/retryable.js';
 import type { OperationSpec } from '../operations/options.js';
 import { completed, refused, type Outcome } from '../operations/outcome.js';
 import { StepsContext, TransactionContext, type IdempotencyContext } from './context.js';
@@ -291,7 +291,7 @@ export class HttpIdempotency<Req, Client = unknown> {
       // so the key is freed or stored as failed instead of left pending for retries that fail the
       // same way. Any other 5xx is rolled back and left for a retry to resume, as before.
       const failure = context instanceof StepsContext ? context.lastFailure : undefined;
-      if (failure !== undefined && !isRetryableFailure(failure)) {
+      if (failure !== undefined && !isRetryableStepFailure(failure)) {
         state.stepFailure = failure;
         throw failure;
       }

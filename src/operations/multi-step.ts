@@ -2,7 +2,7 @@ import { FencedError, isFenced, isIdemError, OperationFailedError, StepFailedErr
 import type { OperationScope } from '../core/errors.js';
 import { deriveKey } from '../core/keys.js';
 import type { Transaction } from '../core/sql.js';
-import { isRetryableFailure } from '../client/classify.js';
+import { isRetryableStepFailure } from '../steps/retryable.js';
 import {
   describeFailure,
   runCallStep,
@@ -200,7 +200,7 @@ export class MultiStepRun<T, Client> implements MultiStepOperation<Client> {
    */
   private async settleFailure(error: unknown): Promise<unknown> {
     if (isFenced(error)) return error;
-    if (isRetryableFailure(error)) {
+    if (isRetryableStepFailure(error)) {
       await this.release().catch(() => undefined);
       return isIdemError(error) ? error : new OperationFailedError(error, true);
     }

@@ -2,7 +2,7 @@ import { FencedError, InvalidArgumentError, isFenced, type OperationScope } from
 import { deriveKey } from '../core/keys.js';
 import type { Queryable, Transaction } from '../core/sql.js';
 import { DecorrelatedJitter } from '../client/backoff.js';
-import { isRetryableFailure } from '../client/classify.js';
+import { isRetryableStepFailure } from '../steps/retryable.js';
 import {
   describeFailure,
   inHeldTransaction,
@@ -228,7 +228,7 @@ export class SagaExecution<I, O, Client> {
         return undefined;
       } catch (error) {
         if (error instanceof Halt || isFenced(error)) throw error;
-        if (attempt >= this.engine.actionAttempts || !isRetryableFailure(error)) return { error };
+        if (attempt >= this.engine.actionAttempts || !isRetryableStepFailure(error)) return { error };
         await this.engine.clock.sleep(delayFor(error, jitter, this.engine.maxRetryAfterMs));
       }
     }

@@ -196,4 +196,36 @@ describe('multi-step failures', () => {
     const chargeKey = deriveKey(spec(key), 'charge');
     expect(provider.calls.filter((c) => c.key === chargeKey)).toHaveLength(1); // recorded: not repeated
   });
+
+  it("an error carrying a status a retry may change (a framework's 503) is retryable; a 4xx is not", async () => {
+    class HttpException extends Error {
+      constructor(
+        message: string,
+        private readonly code: number,
+      ) {
+        super(message);
+      }
+      getStatus() {
+        return this.code;
+      }
+    }
+    const failWith = (status: number) => {
+      const key = newKey(`status-${status}`);
+      return idem
+        .steps(spec(key), async (op) => {
+          await charge(op);
+          await op.step('confirm', () => Promise.reject(new HttpException('downstream said so', status)));
+        })
+        .then(
+          () => undefined,
+          async (e: unknown) => ({ error: e, row: await idem.inspect(spec(key)) }),
+        );
+    };
+    const busy = (await failWith(503))!;
+    expect(busy.error).toMatchObject({ code: 'IDEM_OPERATION_FAILED', retryable: true });
+    expect(busy.row).toMatchObject({ state: 'pending', error: null });
+    const refused = (await failWith(400))!;
+    expect(refused.error).toMatchObject({ code: 'IDEM_STEP_FAILED', step: 'confirm' });
+    expect(refused.row).toMatchObject({ state: 'failed', errorStep: 'confirm' });
+  });
 });
