@@ -40,6 +40,13 @@ export interface DemoConfig {
   consoleToken: string | undefined;
   /** `LEASE_MS`, default 5000: how soon a crashed payment is resumed by the client's retry. */
   leaseMs: number;
+  /** `DATABASE_POOL_SIZE`, default 20: connections in the demo's `pg` pool. */
+  poolSize: number;
+  /**
+   * `PROVIDER_LATENCY_MS`, default 0: how long the in-process fake provider takes per new charge
+   * (a slow provider holds no database connection: the charge is a call between transactions).
+   */
+  providerLatencyMs: number;
 }
 
 /**
@@ -63,6 +70,8 @@ export function readConfig(env: NodeJS.ProcessEnv = process.env): DemoConfig {
     schema: env.IDEM_SCHEMA || 'idem',
     consoleToken: env.CONSOLE_TOKEN || undefined,
     leaseMs: Number(env.LEASE_MS ?? 5000),
+    poolSize: Number(env.DATABASE_POOL_SIZE ?? 20),
+    providerLatencyMs: Number(env.PROVIDER_LATENCY_MS ?? 0),
   };
 }
 

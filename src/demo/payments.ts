@@ -1,7 +1,8 @@
 /**
  * `POST /v1/payments` and the reads. A payment is a multi-step operation under the client's
- * Idempotency-Key: record the payment; charge the provider with a derived key; record the charge,
- * the `payment.created` event (outbox) and a receipt task (claims) in one transaction.
+ * Idempotency-Key: record the payment (a local step); charge the provider with a derived key (a
+ * call: no transaction open while it runs); record the charge, the `payment.created` event
+ * (outbox) and a receipt task (claims) in one transaction.
  */
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { Claims } from '../claims/claims.js';
@@ -99,12 +100,14 @@ export function registerPayments(app: FastifyInstance, deps: PaymentsDeps): void
         return { id };
       });
 
-      const charge = await idem.step('charge', async (_tx, { key }) => {
+      // A call, not a step: no transaction or pooled connection is held while the provider answers.
+      const charge = await idem.call('charge', async ({ key, signal }) => {
         const response = await provider.fetch(`${providerUrl}/charges`, {
           method: 'POST',
           headers: { 'content-type': 'application/json' },
           body: JSON.stringify({ amount: body.amount, currency: body.currency, customer: body.customer }),
           idempotencyKey: key,
+          signal,
         });
         if (response.status !== 201 && response.status !== 402) {
           throw Object.assign(new Error(`provider answered ${response.status}`), { retryable: true });

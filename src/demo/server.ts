@@ -79,7 +79,7 @@ export async function startDemo(overrides: DemoOverrides = {}): Promise<DemoHand
       cleanups.push(() => embedded.stop());
       databaseUrl = embedded.url;
     }
-    const pool = new pg.Pool({ connectionString: databaseUrl, max: 20 });
+    const pool = new pg.Pool({ connectionString: databaseUrl, max: config.poolSize });
     pool.on('error', (error) => console.error(`database connection lost: ${error.message}`));
     cleanups.push(() => pool.end());
     const sql = fromPg(pool, { prepare: config.prepare });
@@ -110,6 +110,7 @@ export async function startDemo(overrides: DemoOverrides = {}): Promise<DemoHand
       provider = await startProvider({
         port: config.providerPort,
         webhookSecret: config.webhookSecret,
+        latencyMs: config.providerLatencyMs,
         // Read when a webhook is sent: the app's address is known only once it listens.
         webhookUrl: () => `${localUrl}/webhooks/provider`,
       });

@@ -98,9 +98,11 @@ export interface IdempotencyOptions<Req, Client = unknown> {
   retention?: Partial<RetentionPolicy>;
   /**
    * `transaction` (default): the handler gets `idem.tx`; its writes, the key and the stored response
-   * commit together. `steps`: for handlers that call external services; the handler gets
-   * `idem.step(name, fn)` with recovery points, derived keys and a lease, and a crashed request is
-   * resumed by the client's retry.
+   * commit together, and the transaction stays open while the handler runs. `steps`: for handlers
+   * that call external services; the handler gets `idem.step(name, fn)` (a short local
+   * transaction) and `idem.call(name, fn)` (an external call with no transaction held), with
+   * recovery points, derived keys and a lease, and a crashed request is resumed by the client's
+   * retry.
    */
   mode?: 'transaction' | 'steps';
   /**

@@ -290,6 +290,18 @@ export class OutboxDispatcher {
   /**
    * One batch: claim the heads of due keys and their runs, publish them wave by wave (one event
    * per key per wave), and mark the outcome, all in one transaction.
+   *
+   * This transaction (one pooled connection, the row locks on the batch's key heads) stays open
+   * while the publisher talks to the broker: on purpose. The locks are what keep one key's events
+   * in order and other dispatchers off the same keys, at no extra write per event; a lease column
+   * would cost a committed write to claim and another to release every event. What it costs: the
+   * batch's connection is busy for the broker's confirms, ~44 ms per 500 events for RabbitMQ with
+   * publisher confirms and ~27 ms for NATS JetStream (the publishers alone: 11,313 and 18,526
+   * events/s, bench/report.md), and a broker that stalls holds it up to `publishTimeoutMs`, after
+   * which the batch is abandoned; `idle_in_transaction_session_timeout` (set by the claim) ends a
+   * dispatcher frozen mid-batch. Give the dispatcher its own small pool where the producers' pool
+   * is tight. (The in-database publisher delivers each event in its own transaction on further
+   * connections of its inbox's pool, up to its `concurrency`, while this one waits.)
    */
   async runOnce(): Promise<BatchResult> {
     const result = await this.sql.transaction(async (tx) => {

@@ -368,7 +368,8 @@ describe.each(frameworks)('Idempotency-Key contract on $name', (framework) => {
     expect(failed.status).toBeGreaterThanOrEqual(500);
     const pending = await inspect('POST /checkout', key);
     expect(pending?.state).toBe('pending');
-    expect(pending?.recoveryPoint).toBe('reserve');
+    // The operator sees where it stopped: during the charge call, whose outcome is unknown.
+    expect(pending?.recoveryPoint).toBe('call:charge');
 
     const retry = await send('/checkout', { key, body: { amount: 25 } });
     expect(retry.status).toBe(201);
