@@ -1,5 +1,7 @@
 // examples/nestjs-prisma/main.ts
 // Starts the app on Express (or Fastify), after idem's migrations and the example's table.
+// `node --import tsx/esm examples/nestjs-prisma/main.ts [--fastify]`, with DATABASE_URL, and PORT
+// (3000) and IDEM_SCHEMA (public, for idem's tables and the example's) if you like.
 import 'reflect-metadata';
 import { NestFactory } from '@nestjs/core';
 import { FastifyAdapter } from '@nestjs/platform-fastify';
@@ -36,6 +38,8 @@ export async function bootstrap(options: BootstrapOptions) {
 if (import.meta.url === `file://${process.argv[1]}`) {
   const app = await bootstrap({
     url: process.env.DATABASE_URL!,
+    schema: process.env.IDEM_SCHEMA || undefined,
+    port: process.env.PORT ? Number(process.env.PORT) : undefined,
     fastify: process.argv.includes('--fastify'),
   });
   console.log(`listening on ${await app.getUrl()}`);

@@ -3,14 +3,15 @@
  * READMEs) is either run or type-checked here, or says why not in its info string
  * (```sh no-run: <why>```, ```ts no-check: <why>```); nothing is skipped silently.
  * - TypeScript blocks are type-checked with the project's settings (typecheck-blocks.ts); a block
- *   whose first line names a file of examples/ is that file, compared and run by
- *   readme-examples.test.ts.
+ *   whose first line names a file of examples/ is that file (checked here, leading comments aside),
+ *   which `npm run typecheck` compiles and the examples' tests run.
  * - Shell blocks run in bash -e from the repository root, against a demo this test starts (the
- *   documented 127.0.0.1:3000 becomes its address), or, for a block that runs `npm start` itself,
- *   on free ports of its own. Each must exit 0.
+ *   documented 127.0.0.1:3000 becomes its address), or, for a block that starts a server itself
+ *   (`npm start`, or a command sent to the background with `&`), on free ports and a schema of its
+ *   own (PORT, PROVIDER_PORT, IDEM_SCHEMA). Each must exit 0; what it left running is stopped.
  */
 import { spawn } from 'node:child_process';
-import { existsSync, rmSync } from 'node:fs';
+import { existsSync, readFileSync, rmSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -23,7 +24,7 @@ import { typecheckBlocks } from './typecheck-blocks.js';
 const rootDir = fileURLToPath(new URL('../../', import.meta.url));
 const shells = ['sh', 'bash', 'shell', 'console'];
 const typescripts = ['ts', 'typescript', 'tsx'];
-const exampleFile = /^\/\/ (examples\/[\w/-]+\.ts)$/;
+const exampleFile = /^\/\/ (examples\/[\w/.-]+\.ts)$/;
 const where = (b: CodeBlock) => `${b.file}:${b.line}`;
 
 const blocks = documentationFiles().flatMap((file) => codeBlocks(read(file), file));
@@ -42,6 +43,20 @@ describe('documentation blocks', () => {
     }
     for (const block of tsBlocks) {
       expect(block.info, `${where(block)}: 'no-check: <why>' or nothing`).toMatch(/^(no-check: \S.*)?$/);
+    }
+    // A block exempted as an example file is that file: its code, leading comment lines aside.
+    const code = (lines: string[]) => {
+      const first = lines.findIndex((l) => !l.startsWith('//'));
+      return lines
+        .slice(first < 0 ? lines.length : first)
+        .join('\n')
+        .trim();
+    };
+    for (const block of tsBlocks.filter((b) => exampleFile.test(b.lines[0] ?? ''))) {
+      const file = exampleFile.exec(block.lines[0]!)![1]!;
+      expect(code(block.lines), `${where(block)}: the code of ${file}`).toBe(
+        code(readFileSync(`${rootDir}${file}`, 'utf8').split('\n')),
+      );
     }
     // The quick start's commands against the demo are among those that run.
     expect(runnable.map(where)).toContain(
@@ -77,8 +92,8 @@ describe('documentation blocks', () => {
       delete env.NATS_URL;
       let script = block.lines.join('\n');
       const ownSchema = randomSchema('idem_docs');
-      if (block.lines.some((line) => /^\s*npm start\b/.test(line))) {
-        // It starts a demo of its own: its own ports and schema.
+      if (block.lines.some((line) => /^\s*npm start\b/.test(line) || /(^|[^&])&\s*(#.*)?$/.test(line))) {
+        // It starts a server of its own: its own ports and schema.
         const [port, providerPort] = [await freePort(), await freePort()];
         Object.assign(env, {
           PORT: String(port),
@@ -101,15 +116,24 @@ describe('documentation blocks', () => {
 
 function bash(script: string, env: NodeJS.ProcessEnv): Promise<{ code: number | null; output: string }> {
   return new Promise((resolve, reject) => {
+    // A process group of its own, so what the block sent to the background is stopped with it.
     const child = spawn('bash', ['-e', '-c', script], {
       cwd: rootDir,
       env,
       stdio: ['ignore', 'pipe', 'pipe'],
+      detached: true,
     });
     let output = '';
     child.stdout.on('data', (chunk: Buffer) => (output += chunk.toString()));
     child.stderr.on('data', (chunk: Buffer) => (output += chunk.toString()));
     child.on('error', reject);
+    child.on('exit', () => {
+      try {
+        process.kill(-child.pid!, 'SIGTERM');
+      } catch {
+        // Nothing left in the group.
+      }
+    });
     child.on('close', (code) => resolve({ code, output }));
   });
 }

@@ -6,15 +6,20 @@
  * a .d.ts in the project: these globals must never be visible to the code.
  */
 export const docGlobals = `
+import type { MikroORM } from '@mikro-orm/postgresql';
 import type { Express } from 'express';
 import type { FastifyReply, FastifyRequest } from 'fastify';
+import type { Knex } from 'knex';
 import type { IncomingMessage } from 'node:http';
 import type pg from 'pg';
+import type { DataSource } from 'typeorm';
 import type { Idem, Queryable, Sql } from 'idem';
 import type { ClaimedTask, Claims } from 'idem/claims';
 import type { Inbox } from 'idem/inbox';
 import type { Outbox, Publisher } from 'idem/outbox';
 import type { Sagas } from 'idem/workflow';
+// The client examples/prisma generates (its one model is Order), as an app's own generated client.
+import type { PrismaClient } from '../../examples/prisma/generated/index.js';
 
 declare global {
   const idem: Idem;
@@ -29,6 +34,18 @@ declare global {
   const inbox: Inbox;
   const claims: Claims;
   const sagas: Sagas;
+  /** The ORMs of docs/orms.md, set up as their own documentation says. */
+  const prisma: PrismaClient;
+  const dataSource: DataSource;
+  const knex: Knex;
+  const orm: MikroORM;
+  /** An entity of the app's (TypeORM, MikroORM). */
+  class Order {
+    id: number;
+    tenant: string;
+    amount: number;
+    note?: string | null;
+  }
   /** The business transaction at hand. */
   const tx: Queryable;
   const tenant: string;
