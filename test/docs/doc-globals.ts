@@ -60,7 +60,7 @@ declare global {
   const url: string;
   const payment: { amount: number; currency: string; customer: string };
   const charge: { amount: number; currency: string };
-  const provider: { charge(input: unknown, options?: { idempotencyKey: string }): Promise<{ id: string }> };
+  const provider: { charge(input: unknown, options?: { idempotencyKey: string; signal?: AbortSignal }): Promise<{ id: string }> };
   const accountOf: (request: IncomingMessage) => string | undefined;
   const checkout: (request: FastifyRequest, reply: FastifyReply) => Promise<unknown>;
   const ping: (request: FastifyRequest, reply: FastifyReply) => Promise<unknown>;
