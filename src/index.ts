@@ -18,7 +18,7 @@ export {
 } from './migrate/migrate.js';
 export { quoteSchema, defaultSchema } from './migrate/schema-name.js';
 export { Idem, createIdem, type OperationContext, type PreparedSpec } from './operations/idem.js';
-export type { MultiStepOperation } from './operations/multi-step.js';
+export type { CallContext, MultiStepOperation } from './operations/multi-step.js';
 export {
   defaultRetention,
   type IdemOptions,

@@ -4,7 +4,7 @@ import { assertOk, createClient, isCircuitOpen } from 'idem/client';
 
 const provider = createClient({ baseUrl: process.env.PROVIDER_URL, timeoutMs: 5000, maxAttempts: 4 });
 
-/** Call it from a step with the step's key: `op.step('charge', (_tx, { key }) => charge(key, 1250))`. */
+/** Call it from a call with its key: `op.call('charge', ({ key }) => charge(key, 1250))`. */
 export async function charge(key: string, amount: number) {
   try {
     // Retried on network errors, timeouts, 408, 429 and 5xx, with the same key every time.

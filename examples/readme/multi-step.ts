@@ -1,5 +1,6 @@
-// Multi-step operations: each step commits its own result; a crash resumes from the last one,
-// and the external call carries a derived key that is the same on every retry.
+// Multi-step operations: local steps are short transactions that record their result; a call to
+// the outside world runs between them with no transaction held, with a derived key that is the
+// same on every retry. A crash resumes from the last recorded step.
 import type { Idem } from 'idem';
 
 export async function chargeCustomer(idem: Idem, tenant: string, key: string, amount: number) {
@@ -11,11 +12,14 @@ export async function chargeCustomer(idem: Idem, tenant: string, key: string, am
       );
       return rows[0]!.id;
     });
-    const charge = await op.step('charge-card', async (_tx, { key: chargeKey }) => {
+    // No transaction, no pooled connection held while the provider answers; a heartbeat keeps
+    // the lease, and `signal` aborts if a retry took the operation over meanwhile.
+    const charge = await op.call('charge-card', async ({ key: chargeKey, signal }) => {
       const response = await fetch('https://provider.example/charges', {
         method: 'POST',
         headers: { 'idempotency-key': chargeKey, 'content-type': 'application/json' },
         body: JSON.stringify({ amount }),
+        signal,
       });
       return (await response.json()) as { id: string };
     });

@@ -4,24 +4,30 @@ import type { Sql } from 'idem';
 import { assertOk, createClient } from 'idem/client';
 import { createSagas, defineSaga, isSagaFailed, step } from 'idem/workflow';
 
-// Inside an action or a compensation, the client sends that step's own key as Idempotency-Key.
+// Inside a call, the client sends that step's own key as Idempotency-Key.
 const http = createClient();
-const post = async (url: string, body: unknown): Promise<unknown> =>
-  (await assertOk(await http.fetch(url, { method: 'POST', body: JSON.stringify(body) }))).json();
+const post = async (url: string, body: unknown, signal?: AbortSignal): Promise<{ id: string }> => {
+  const response = await http.fetch(url, { method: 'POST', body: JSON.stringify(body), signal });
+  return (await assertOk(response)).json() as Promise<{ id: string }>;
+};
 
 export const checkout = defineSaga<{ orderId: string; amount: number }>({
   name: 'checkout',
   steps: [
     step({
       name: 'reserve',
-      action: ({ input }) => post('http://stock.internal/reservations', input),
-      compensate: ({ actionKey }) => post('http://stock.internal/releases', { reservation: actionKey }),
+      // `call` runs with no transaction held; `compensateCall` undoes it the same way.
+      call: ({ input, signal }) => post('http://stock.internal/reservations', input, signal),
+      compensateCall: ({ actionKey }) => post('http://stock.internal/releases', { reservation: actionKey }),
     }),
     step({
       name: 'charge',
-      action: ({ input }) => post('http://payments.internal/charges', input),
+      call: ({ input, signal }) => post('http://payments.internal/charges', input, signal),
+      // Local writes that go with the answer commit with the step's recorded result.
+      record: ({ tx, input, response }) =>
+        tx.query('UPDATE orders SET charge_id = $2 WHERE id = $1', [input.orderId, response.id]),
       // Runs also when the charge's outcome is unknown: refund the charge made with actionKey, if any.
-      compensate: ({ actionKey }) => post('http://payments.internal/refunds', { charge: actionKey }),
+      compensateCall: ({ actionKey }) => post('http://payments.internal/refunds', { charge: actionKey }),
     }),
   ],
 });

@@ -405,8 +405,11 @@ export class Claims<Client = unknown> {
    * Runs `handler` for a claimed task in one transaction that first takes the fence (`guard`),
    * then runs the handler's writes, then completes the task: all commit together, or nothing
    * does. While the transaction is open the task's row is locked, so no other worker takes it
-   * over even if the lease runs out. If the handler calls the outside world, send `task.key` as
-   * the idempotency key: a retry after a crash sends the same one.
+   * over even if the lease runs out. The transaction (a pooled connection, the row lock) stays
+   * open while the handler runs: keep it to database work. Work that leaves the database (an
+   * HTTP call, an LLM request) runs outside any transaction with `keepAlive(claims, task)` and a
+   * fenced `complete(task, result)`, sending `task.key` as its idempotency key so a retry after a
+   * crash sends the same one.
    *
    * Never throws for the handler's failure: it is recorded with `fail` and returned. A lost
    * lease is returned as `{ state: 'fenced' }`; database errors while recording are thrown.

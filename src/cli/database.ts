@@ -2,7 +2,11 @@
 import pg from 'pg';
 import { fromPg } from '../adapters/pg.js';
 import type { Sql } from '../core/sql.js';
+import { booleanSetting } from '../demo/config.js';
 import { startEmbeddedPostgres } from '../embedded/embedded-postgres.js';
+import { migrations } from '../migrate/migrate.js';
+import { quoteSchema } from '../migrate/schema-name.js';
+import { CliError, missingTables } from './errors.js';
 
 export interface CliDatabase {
   url: string;
@@ -15,27 +19,84 @@ export interface CliDatabase {
 export async function openDatabase(
   options: { allowEmbedded?: boolean; poolSize?: number } = {},
 ): Promise<CliDatabase> {
+  // IDEM_PREPARE=false behind a pooler that does not keep prepared statements (docs/deployment.md).
+  const prepare = booleanSetting('IDEM_PREPARE', process.env.IDEM_PREPARE, true);
   let url = process.env.DATABASE_URL;
   let stopEmbedded: (() => Promise<void>) | undefined;
-  if (!url) {
-    if (!options.allowEmbedded) throw new Error('DATABASE_URL is not set');
-    console.error('DATABASE_URL is not set: starting an embedded PostgreSQL (data under .idem/postgres)');
+  if (url) {
+    checkDatabaseUrl(url);
+  } else {
+    if (!options.allowEmbedded) {
+      throw new CliError(
+        'DATABASE_URL is not set: set it to your PostgreSQL (postgres://user:password@host:5432/database)',
+      );
+    }
     const embedded = await startEmbeddedPostgres();
+    console.error('DATABASE_URL is not set: using an embedded PostgreSQL (data under .idem/postgres)');
     url = embedded.url;
     stopEmbedded = () => embedded.stop();
   }
-  const pool = new pg.Pool({ connectionString: url, max: options.poolSize ?? 10 });
+  // Without a timeout, a host that drops packets would leave the command hanging for minutes.
+  const pool = new pg.Pool({
+    connectionString: url,
+    max: options.poolSize ?? 10,
+    connectionTimeoutMillis: 10_000,
+  });
   // An idle connection that the server closes (restart, shutdown) must not crash the process;
   // the pool replaces it on next use.
   pool.on('error', (error) => console.error(`database connection lost: ${error.message}`));
-  return {
-    url,
-    pool,
-    sql: fromPg(pool),
-    embedded: stopEmbedded !== undefined,
-    async close() {
-      await pool.end();
-      await stopEmbedded?.();
-    },
+  const close = async () => {
+    await pool.end();
+    await stopEmbedded?.();
   };
+  try {
+    await pool.query('SELECT 1'); // fail here, with the connection's own error, not mid-command
+  } catch (error) {
+    await close();
+    throw error;
+  }
+  return { url, pool, sql: fromPg(pool, { prepare }), embedded: stopEmbedded !== undefined, close };
+}
+
+/** Refuses a DATABASE_URL that is not a PostgreSQL connection string, before anything connects. */
+export function checkDatabaseUrl(url: string): void {
+  let protocol: string;
+  try {
+    protocol = new URL(url).protocol;
+  } catch {
+    protocol = '';
+  }
+  // pg also accepts a socket folder (`/var/run/postgresql dbname`).
+  if (!['postgres:', 'postgresql:', 'socket:'].includes(protocol) && !url.startsWith('/')) {
+    throw new CliError(
+      `DATABASE_URL is not a valid postgres URL: '${redact(url)}' (expected postgres://user:password@host:5432/database)`,
+    );
+  }
+}
+
+/** Refuses to go on unless `schema` holds every idem migration: one line saying to migrate. */
+export async function checkMigrated(db: CliDatabase, schema: string): Promise<void> {
+  let applied: Set<number>;
+  try {
+    const { rows } = await db.pool.query<{ version: number }>(
+      `SELECT version FROM ${quoteSchema(schema)}.migrations`,
+    );
+    applied = new Set(rows.map((r) => r.version));
+  } catch (error) {
+    const code = (error as { code?: string }).code;
+    if (code === '42P01' || code === '3F000') throw new CliError(missingTables(schema), { cause: error });
+    throw error;
+  }
+  const missing = migrations(schema).filter((m) => !applied.has(m.version));
+  if (missing.length === applied.size + missing.length) throw new CliError(missingTables(schema));
+  if (missing.length > 0) {
+    throw new CliError(
+      `schema ${schema} lacks idem migrations ${missing.map((m) => m.name).join(', ')}: run idem migrate${schema === 'idem' ? '' : ` --schema ${schema}`}`,
+    );
+  }
+}
+
+/** The URL with its password hidden. */
+function redact(url: string): string {
+  return url.replace(/(\/\/[^:/@]*:)[^@]*@/, '$1***@');
 }

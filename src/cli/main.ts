@@ -1,8 +1,12 @@
 #!/usr/bin/env node
 /**
  * The `idem` command. Each subcommand lives in `commands/<name>.ts` and is loaded only when used,
- * so `idem sql` never loads a broker client.
+ * so `idem sql` never loads a broker client. A new command is one line in `commands` below.
+ * Every command answers `--help` with its usage (exit 0); a usage error is one line and exit 2; a
+ * failure is one line (errors.ts), never a stack trace, and exit 1.
  */
+import { readFileSync } from 'node:fs';
+import { describeError } from './errors.js';
 
 type CommandModule = { run(argv: string[]): Promise<number> };
 // A computed specifier: commands are separate chunks, loaded on demand.
@@ -33,40 +37,41 @@ function usage(): string {
     '',
     ...Object.entries(commands).map(([name, c]) => `  ${name.padEnd(width)}  ${c.summary}`),
     '',
-    'Common options: --schema <name> (default idem). The database is DATABASE_URL.',
+    'idem <command> --help shows the options of one command.',
+    'The database is DATABASE_URL; most commands take --schema <name> (default idem).',
   ].join('\n');
+}
+
+function version(): string {
+  const manifest = new URL('../../package.json', import.meta.url);
+  return (JSON.parse(readFileSync(manifest, 'utf8')) as { version: string }).version;
 }
 
 async function main(argv: string[]): Promise<number> {
   const [name, ...rest] = argv;
-  if (!name || name === '--help' || name === '-h' || name === 'help') {
+  if (name === '--help' || name === '-h' || name === 'help') {
     console.log(usage());
-    return name ? 0 : 1;
+    return 0;
   }
-  const command = commands[name];
-  if (!command) {
-    console.error(`idem: unknown command '${name}'\n\n${usage()}`);
+  if (name === '--version' || name === '-v') {
+    console.log(version());
+    return 0;
+  }
+  if (!name) {
+    console.error(usage());
     return 2;
   }
-  let module: Awaited<ReturnType<typeof command.load>>;
-  try {
-    module = await command.load();
-  } catch (error) {
-    if ((error as { code?: string }).code === 'ERR_MODULE_NOT_FOUND') {
-      console.error(`idem: '${name}' is not available in this build`);
-      return 2;
-    }
-    throw error;
+  const command = Object.hasOwn(commands, name) ? commands[name] : undefined;
+  if (!command) {
+    console.error(`idem: unknown command '${name}' (idem --help lists the commands)`);
+    return 2;
   }
-  return module.run(rest);
+  try {
+    return await (await command.load()).run(rest);
+  } catch (error) {
+    console.error(`idem: ${describeError(error, name)}`);
+    return 1;
+  }
 }
 
-main(process.argv.slice(2)).then(
-  (code) => {
-    process.exitCode = code;
-  },
-  (error: unknown) => {
-    console.error(`idem: ${error instanceof Error ? error.message : String(error)}`);
-    process.exitCode = 1;
-  },
-);
+process.exitCode = await main(process.argv.slice(2));

@@ -117,32 +117,58 @@ export function decideAccess(input: AccessInput): AccessDecision {
   return { allow: false, status: 401, reason: 'a console token is required' };
 }
 
-/**
- * Mutations need a custom header (a cross-site form or fetch cannot send one without a CORS
- * preflight, which the console never answers) and, when the browser says where it comes from,
- * the same origin.
- */
-export function checkMutation(headers: {
+/** The headers that say where a request comes from (Fetch Metadata and Origin). */
+export interface SiteHeaders {
   origin?: string | undefined;
   host?: string | undefined;
   'sec-fetch-site'?: string | undefined;
-  'x-idem-console'?: string | undefined;
-  'content-type'?: string | undefined;
-}): string | null {
-  if (headers['x-idem-console'] !== '1') return 'the X-Idem-Console: 1 header is required';
-  if (!/^application\/json\b/i.test(headers['content-type'] ?? ''))
-    return 'the body must be application/json';
+  'sec-fetch-mode'?: string | undefined;
+  'sec-fetch-dest'?: string | undefined;
+}
+
+/**
+ * Every request, reads and the live stream included, must come from the console's own pages (or
+ * from no page at all: curl, an address typed in): `Sec-Fetch-Site` `same-origin` or `none`, and
+ * an `Origin`, when sent, naming the console's own host. A page on another site, or on another
+ * port of the same machine (`same-site`), can neither read the API nor hold live streams open
+ * through the operator's browser. One exception: a top-level navigation to the page itself (a
+ * link in an alert or a runbook) opens it; the page holds no data, and everything it then loads is
+ * same-origin. Browsers that send neither header (old ones, non-browsers) are not refused: the
+ * loopback Host check and the token still apply.
+ */
+export function checkSite(headers: SiteHeaders, options: { page: boolean; method: string }): string | null {
   const site = headers['sec-fetch-site'];
-  if (site !== undefined && site !== 'same-origin' && site !== 'none') return 'cross-site request refused';
+  if (site !== undefined && site !== 'same-origin' && site !== 'none') {
+    const navigation =
+      options.page &&
+      (options.method === 'GET' || options.method === 'HEAD') &&
+      headers['sec-fetch-mode'] === 'navigate' &&
+      headers['sec-fetch-dest'] === 'document';
+    if (!navigation) return `cross-site request refused (Sec-Fetch-Site: ${site})`;
+  }
   if (headers.origin !== undefined) {
     let originHost: string;
     try {
       originHost = new URL(headers.origin).host;
     } catch {
-      return 'malformed Origin';
+      return 'cross-origin request refused (Origin is not an origin)';
     }
-    if (originHost.toLowerCase() !== (headers.host ?? '').toLowerCase())
-      return 'cross-origin request refused';
+    if (originHost === '' || originHost.toLowerCase() !== (headers.host ?? '').toLowerCase())
+      return 'cross-origin request refused (Origin names another host)';
   }
   return null;
+}
+
+/**
+ * Mutations need a custom header (a cross-site form or fetch cannot send one without a CORS
+ * preflight, which the console never answers), a JSON body and, like every request, the same
+ * origin (`checkSite`).
+ */
+export function checkMutation(
+  headers: SiteHeaders & { 'x-idem-console'?: string | undefined; 'content-type'?: string | undefined },
+): string | null {
+  if (headers['x-idem-console'] !== '1') return 'the X-Idem-Console: 1 header is required';
+  if (!/^application\/json\b/i.test(headers['content-type'] ?? ''))
+    return 'the body must be application/json';
+  return checkSite(headers, { page: false, method: 'POST' });
 }

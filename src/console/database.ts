@@ -1,4 +1,8 @@
-/** How the console reaches the database: every read in a read-only transaction with a timeout. */
+/**
+ * How the console reaches the database: every read in a read-only transaction with a timeout, and
+ * at most `maxConcurrent` statements at once, so an operator's page (or a script hammering the
+ * API) never holds more than that many connections, even on a pool it shares with the application.
+ */
 import { fromPg } from '../adapters/pg.js';
 import type { Clock } from '../core/clock.js';
 import { InvalidArgumentError } from '../core/errors.js';
@@ -19,12 +23,46 @@ export interface ConsoleDatabase {
    * write by mistake nor hold a long scan on a busy database.
    */
   read<T>(fn: (db: Queryable) => Promise<T>): Promise<T>;
+  /** Runs `fn` (which uses `sql`) within the console's concurrency limit: for the few writes. */
+  write<T>(fn: () => Promise<T>): Promise<T>;
+}
+
+/** The console's database work is over its limit and its queue is full: answered 503. */
+export class ConsoleBusyError extends Error {
+  readonly code = 'IDEM_CONSOLE_BUSY';
+  constructor(queued: number) {
+    super(`the console already has ${queued} reads waiting for the database; retry shortly`);
+  }
+}
+
+/** Reads that may wait for a turn before the console answers 503 instead. */
+export const maxQueuedReads = 100;
+
+/** At most `max` functions running at once; up to `maxQueued` more wait in order; past that, refused. */
+export function concurrencyLimit(max: number, maxQueued: number) {
+  let running = 0;
+  const waiting: (() => void)[] = [];
+  return async <T>(fn: () => Promise<T>): Promise<T> => {
+    if (running >= max) {
+      if (waiting.length >= maxQueued) throw new ConsoleBusyError(waiting.length);
+      await new Promise<void>((resolve) => waiting.push(resolve));
+    } else running++;
+    try {
+      return await fn();
+    } finally {
+      // Hand the slot straight to the next in line, or give it back.
+      const next = waiting.shift();
+      if (next) next();
+      else running--;
+    }
+  };
 }
 
 export function consoleDatabase(
   options: Pick<ConsoleOptions, 'pool' | 'sql' | 'schema'>,
   clock: Clock,
   statementTimeoutMs: number,
+  maxConcurrent = 2,
 ): ConsoleDatabase {
   const sql = options.sql ?? (options.pool ? fromPg(options.pool) : undefined);
   if (!sql) throw new InvalidArgumentError('the console needs `pool` or `sql`');
@@ -33,18 +71,25 @@ export function consoleDatabase(
   if (!(Number.isInteger(statementTimeoutMs) && statementTimeoutMs > 0)) {
     throw new InvalidArgumentError('statementTimeoutMs must be a positive integer');
   }
+  if (!(Number.isInteger(maxConcurrent) && maxConcurrent > 0)) {
+    throw new InvalidArgumentError('maxConcurrentReads must be a positive integer');
+  }
   const timeout = String(statementTimeoutMs);
+  const limited = concurrencyLimit(maxConcurrent, maxQueuedReads);
   return {
     sql,
     schema,
     s,
     clock,
     read: (fn) =>
-      sql.transaction(async (tx) => {
-        await tx.query('SET TRANSACTION READ ONLY');
-        await tx.query(`SELECT set_config('statement_timeout', $1, true)`, [timeout]);
-        return fn(tx);
-      }),
+      limited(() =>
+        sql.transaction(async (tx) => {
+          await tx.query('SET TRANSACTION READ ONLY');
+          await tx.query(`SELECT set_config('statement_timeout', $1, true)`, [timeout]);
+          return fn(tx);
+        }),
+      ),
+    write: (fn) => limited(fn),
   };
 }
 
@@ -52,15 +97,16 @@ const cellName = /^[A-Za-z0-9_.-]{1,100}$/;
 
 /**
  * The console's databases by cell name: those of the `cells` option, or the one of `pool`/`sql`
- * under the name `''` (a console without cells).
+ * under the name `''` (a console without cells). Each cell reads with its own `maxConcurrent`.
  */
 export function consoleCells(
   options: Pick<ConsoleOptions, 'pool' | 'sql' | 'schema' | 'cells'>,
   clock: Clock,
   statementTimeoutMs: number,
+  maxConcurrent?: number,
 ): Map<string, ConsoleDatabase> {
   if (options.cells === undefined) {
-    return new Map([['', consoleDatabase(options, clock, statementTimeoutMs)]]);
+    return new Map([['', consoleDatabase(options, clock, statementTimeoutMs, maxConcurrent)]]);
   }
   if (options.pool !== undefined || options.sql !== undefined) {
     throw new InvalidArgumentError('give the console `cells`, or `pool`/`sql`, not both');
@@ -73,7 +119,10 @@ export function consoleCells(
       throw new InvalidArgumentError(`cell name ${JSON.stringify(name)} must be 1–100 of A–Z a–z 0–9 _ . -`);
     }
     const source = 'transaction' in db ? { sql: db } : { pool: db };
-    cells.set(name, consoleDatabase({ ...source, schema: options.schema }, clock, statementTimeoutMs));
+    cells.set(
+      name,
+      consoleDatabase({ ...source, schema: options.schema }, clock, statementTimeoutMs, maxConcurrent),
+    );
   }
   return cells;
 }

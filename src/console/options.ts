@@ -4,7 +4,12 @@ import type { Sql } from '../core/sql.js';
 
 /** Options of `consolePlugin`. Give `pool` or `sql`. */
 export interface ConsoleOptions {
-  /** A node-postgres pool on the database that holds idem's tables. */
+  /**
+   * A node-postgres pool on the database that holds idem's tables. Give the console a small pool
+   * of its own (`max: 2`), not the application's: then no number of console pages or API calls can
+   * take a connection the application needs. The demo does. (The console also never runs more than
+   * `maxConcurrentReads` statements at once, whatever the pool.)
+   */
   pool?: PgPoolLike;
   /** Any adapter's `Sql` (used when `pool` is not given). Reads run in read-only transactions. */
   sql?: Sql;
@@ -41,6 +46,20 @@ export interface ConsoleOptions {
    * never hold a long scan on a busy database.
    */
   statementTimeoutMs?: number;
+  /**
+   * Console statements that run at once; more wait their turn (up to 100), and past that the
+   * console answers 503 with `Retry-After`. Default 2: the console's reads scan, and on a busy
+   * database two of them are already a noticeable share of its CPU.
+   */
+  maxConcurrentReads?: number;
+  /**
+   * Live streams (`/api/live`) one client may hold open at once, counted by `request.ip` (behind
+   * a proxy, set Fastify's `trustProxy` so that is the caller's address). More are answered 429.
+   * Default 8: a page holds one; eight tabs is plenty for one operator.
+   */
+  maxLivePerClient?: number;
+  /** Live streams open at once, from every client. More are answered 429. Default 64. */
+  maxLiveTotal?: number;
 }
 
 export const consoleDefaults = {
@@ -49,5 +68,8 @@ export const consoleDefaults = {
   basePath: '/console',
   liveIntervalMs: 2000,
   statementTimeoutMs: 5000,
+  maxConcurrentReads: 2,
+  maxLivePerClient: 8,
+  maxLiveTotal: 64,
   minTokenLength: 16,
 } as const;

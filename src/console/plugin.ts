@@ -2,16 +2,28 @@
  * The operator console as a Fastify plugin: the page under `basePath` (default `/console`) and its
  * JSON API under `basePath/api/…`. Register it with `app.register(consolePlugin, options)`: it is
  * encapsulated, so its access checks apply to its own routes only.
+ *
+ * Every request passes, in order: the cross-site check (Fetch Metadata and Origin, on reads and the
+ * live stream too), the access decision (bind address, Host, token), the check of every query
+ * parameter against the route's own list (a 400 that names the parameter), and, for the few
+ * writes, the mutation check. Database errors are logged, never echoed.
  */
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { systemClock } from '../core/clock.js';
 import { InvalidArgumentError, isIdemError } from '../core/errors.js';
-import { checkExposure, checkMutation, decideAccess, sessionCookie, sessionValue } from './access.js';
+import {
+  checkExposure,
+  checkMutation,
+  checkSite,
+  decideAccess,
+  sessionCookie,
+  sessionValue,
+} from './access.js';
 import { loadAssets } from './assets.js';
-import { consoleCells, type ConsoleDatabase } from './database.js';
-import { createLiveFeed, type LiveFeed } from './live.js';
+import { ConsoleBusyError, consoleCells, type ConsoleDatabase } from './database.js';
+import { createLiveFeed, createSharedSummary, type LiveFeed, type SharedSummary } from './live.js';
 import { consoleDefaults, type ConsoleOptions } from './options.js';
-import { optionalName, type Query } from './params.js';
+import { InvalidParameterError, onlyKnown, optionalName, type Query } from './params.js';
 import { listRequests, readRequest } from './views/requests.js';
 import { readInbox } from './views/inbox.js';
 import { readOutbox, redriveOutbox } from './views/outbox.js';
@@ -44,36 +56,50 @@ export async function consolePlugin(app: FastifyInstance, options: ConsoleOption
     throw new InvalidArgumentError('basePath must be a path such as /console');
   }
   const clock = options.clock ?? systemClock;
-  // One database per cell (`cells`), or the one of `pool`/`sql` under the name ''. Every route
-  // reads the cell its `?cell=` names (default: the first), and only that cell's database.
-  const cells = consoleCells(
+  const assets = loadAssets();
+  const intervalMs = options.liveIntervalMs ?? consoleDefaults.liveIntervalMs;
+  const maxPerClient = positiveInteger(
+    'maxLivePerClient',
+    options.maxLivePerClient ?? consoleDefaults.maxLivePerClient,
+  );
+  const maxTotal = positiveInteger('maxLiveTotal', options.maxLiveTotal ?? consoleDefaults.maxLiveTotal);
+  // One database per cell (`cells`), or the one of `pool`/`sql` under the name ''. Each has its
+  // own shared summary and live feed; every route reads the cell its `?cell=` names (default: the
+  // first), and only that cell's database.
+  const cells = new Map<string, { db: ConsoleDatabase; summary: SharedSummary; live: LiveFeed }>();
+  for (const [name, db] of consoleCells(
     options,
     clock,
     options.statementTimeoutMs ?? consoleDefaults.statementTimeoutMs,
-  );
+    options.maxConcurrentReads ?? consoleDefaults.maxConcurrentReads,
+  )) {
+    // One summary for every stream and every API call that asks while it is read, or within half
+    // a round of it: however many pages open at once, the summary runs once.
+    const summary = createSharedSummary(() => readSummary(db), intervalMs / 2);
+    const live = createLiveFeed({
+      summary,
+      intervalMs,
+      maxPerClient,
+      maxTotal,
+      onError: (error) => app.log.error(error),
+    });
+    cells.set(name, { db, summary, live });
+  }
   const cellNames = [...cells.keys()];
-  const db = cells.get(cellNames[0]!)!;
-  const cellOf = (request: FastifyRequest): ConsoleDatabase => {
-    const name = optionalName(request.query as Query, 'cell') ?? cellNames[0]!;
-    const cell = cells.get(name);
-    if (!cell) throw new InvalidArgumentError(`no cell ${JSON.stringify(name)}`);
+  const first = cells.get(cellNames[0]!)!;
+  const db = first.db;
+  /** The parameters every API route takes beside its own: `cell` when there are cells. */
+  const common = cellNames[0] === '' ? [] : ['cell'];
+  const cellOf = (query: Query) => {
+    const name = optionalName(query, 'cell');
+    if (name === undefined) return first;
+    const cell = common.length > 0 ? cells.get(name) : undefined;
+    if (!cell)
+      throw new InvalidParameterError('cell', `names no cell (known: ${cellNames.join(', ') || 'none'})`);
     return cell;
   };
-  const assets = loadAssets();
-  const lives = new Map<ConsoleDatabase, LiveFeed>();
-  const liveOf = (cell: ConsoleDatabase): LiveFeed => {
-    let live = lives.get(cell);
-    if (!live) {
-      live = createLiveFeed(
-        () => readSummary(cell),
-        options.liveIntervalMs ?? consoleDefaults.liveIntervalMs,
-      );
-      lives.set(cell, live);
-    }
-    return live;
-  };
   app.addHook('preClose', (done) => {
-    for (const live of lives.values()) live.close();
+    for (const cell of cells.values()) cell.live.close();
     done();
   });
 
@@ -83,8 +109,24 @@ export async function consolePlugin(app: FastifyInstance, options: ConsoleOption
     return address !== null && typeof address === 'object' ? address.address : host;
   };
 
+  const isPage = (request: FastifyRequest) => {
+    const path = request.url.split('?', 1)[0];
+    return path === basePath || path === `${basePath}/`;
+  };
+
   app.addHook('onRequest', async (request, reply) => {
     for (const [name, value] of Object.entries(securityHeaders)) void reply.header(name, value);
+    const crossSite = checkSite(
+      {
+        origin: header(request, 'origin'),
+        host: request.headers.host,
+        'sec-fetch-site': header(request, 'sec-fetch-site'),
+        'sec-fetch-mode': header(request, 'sec-fetch-mode'),
+        'sec-fetch-dest': header(request, 'sec-fetch-dest'),
+      },
+      { page: isPage(request), method: request.method },
+    );
+    if (crossSite) return problem(reply, 403, crossSite);
     const query = request.query as Query;
     const queryToken = typeof query.token === 'string' ? query.token : undefined;
     const decision = decideAccess({
@@ -112,7 +154,7 @@ export async function consolePlugin(app: FastifyInstance, options: ConsoleOption
     }
     if (request.method !== 'GET' && request.method !== 'HEAD') {
       const refused = checkMutation({
-        origin: request.headers.origin,
+        origin: header(request, 'origin'),
         host: request.headers.host,
         'sec-fetch-site': header(request, 'sec-fetch-site'),
         'x-idem-console': header(request, 'x-idem-console'),
@@ -123,11 +165,21 @@ export async function consolePlugin(app: FastifyInstance, options: ConsoleOption
   });
 
   app.setErrorHandler((error: unknown, _request, reply) => {
+    if (error instanceof InvalidParameterError) {
+      return problem(reply, 400, error.message, {
+        'invalid-params': [{ name: error.parameter, reason: error.reason }],
+      });
+    }
     if (isIdemError(error) && error.code === 'IDEM_INVALID_ARGUMENT')
       return problem(reply, 400, error.message);
     const status = (error as { statusCode?: number }).statusCode;
+    // Fastify's own refusals (a body that is not JSON, too large…): their messages are Fastify's.
     if (typeof status === 'number' && status >= 400 && status < 500) {
       return problem(reply, status, (error as Error).message);
+    }
+    if (error instanceof ConsoleBusyError) {
+      void reply.header('retry-after', '1');
+      return problem(reply, 503, error.message);
     }
     if ((error as { code?: string }).code === '57014') {
       return problem(
@@ -136,8 +188,9 @@ export async function consolePlugin(app: FastifyInstance, options: ConsoleOption
         "the query ran past the console's statement timeout: narrow it with a tenant filter (read through the primary key)",
       );
     }
+    // The database's own text (table names, constraint names, values) stays in the server's log.
     app.log.error(error);
-    return problem(reply, 500, `the console could not read the database: ${(error as Error).message}`);
+    return problem(reply, 500, 'the console could not read the database (see the server log)');
   });
 
   const page = (_request: FastifyRequest, reply: FastifyReply) =>
@@ -150,28 +203,60 @@ export async function consolePlugin(app: FastifyInstance, options: ConsoleOption
     if ((error as { code?: string }).code !== 'FST_ERR_DUPLICATED_ROUTE') throw error;
   }
   app.get<{ Params: { name: string } }>(`${basePath}/assets/:name`, async (request, reply) => {
-    const file = assets.files[request.params.name];
+    // Own properties only: `__proto__`, `constructor` and `toString` are no assets.
+    const name = request.params.name;
+    const file = Object.hasOwn(assets.files, name) ? assets.files[name] : undefined;
     if (!file) return problem(reply, 404, 'no such asset');
     return reply.type(file.type).send(file.body);
   });
 
   const api = `${basePath}/api`;
+  /** A GET route of the API that reads `parameters` (and `cell`) and nothing else, on its cell. */
+  const read = (
+    path: string,
+    parameters: readonly string[],
+    handler: (query: Query, db: ConsoleDatabase, reply: FastifyReply) => Promise<unknown>,
+  ) =>
+    app.get(`${api}/${path}`, async (request, reply) => {
+      const query = request.query as Query;
+      onlyKnown(query, [...parameters, ...common]);
+      return handler(query, cellOf(query).db, reply);
+    });
   // The cells this console reads; [] without cells (the page then shows no selector).
-  app.get(`${api}/cells`, async () => ({ cells: cellNames.filter((name) => name !== '') }));
-  app.get(`${api}/summary`, async (request) => readSummary(cellOf(request)));
-  app.get(`${api}/requests`, async (request) => listRequests(cellOf(request), request.query as Query));
-  app.get(`${api}/requests/detail`, async (request, reply) => {
-    const detail = await readRequest(cellOf(request), request.query as Query);
+  read('cells', [], async () => ({ cells: common.length > 0 ? cellNames : [] }));
+  // Concurrent calls share the read in flight; none is served from an older one.
+  read('summary', [], async (query) => cellOf(query).summary.get(0));
+  read(
+    'requests',
+    ['tenant', 'operation', 'state', 'olderThan', 'newerThan', 'limit', 'cursor'],
+    (query, db) => listRequests(db, query),
+  );
+  read('requests/detail', ['tenant', 'operation', 'key'], async (query, db, reply) => {
+    const detail = await readRequest(db, query);
     return detail ?? problem(reply, 404, 'no such request');
   });
-  app.get(`${api}/outbox`, async (request) => readOutbox(cellOf(request), request.query as Query));
-  app.post(`${api}/outbox/redrive`, async (request) => redriveOutbox(cellOf(request), request.body));
-  app.get(`${api}/inbox`, async (request) => readInbox(cellOf(request), request.query as Query));
-  app.get(`${api}/webhooks`, async (request) => readWebhooks(cellOf(request), request.query as Query));
-  app.get(`${api}/tasks`, async (request) => readTasks(cellOf(request), request.query as Query));
-  app.get(`${api}/sagas`, async (request) => readSagas(cellOf(request), request.query as Query));
+  read('outbox', ['topic', 'limit'], (query, db) => readOutbox(db, query));
+  app.post(`${api}/outbox/redrive`, async (request) => {
+    const query = request.query as Query;
+    onlyKnown(query, common);
+    const cell = cellOf(query);
+    const result = await redriveOutbox(cell.db, request.body);
+    cell.summary.invalidate();
+    return result;
+  });
+  read('inbox', ['consumer', 'limit'], (query, db) => readInbox(db, query));
+  read('webhooks', ['source', 'limit'], (query, db) => readWebhooks(db, query));
+  read('tasks', ['tenant', 'queue', 'limit'], (query, db) => readTasks(db, query));
+  read('sagas', ['tenant', 'saga', 'limit'], (query, db) => readSagas(db, query));
   app.get(`${api}/live`, (request, reply) => {
-    const live = liveOf(cellOf(request));
+    const query = request.query as Query;
+    onlyKnown(query, common);
+    const { live } = cellOf(query);
+    const refused = live.admit(request.ip);
+    if (refused) {
+      void reply.header('retry-after', '10');
+      return problem(reply, 429, refused);
+    }
     void reply.hijack();
     reply.raw.writeHead(200, {
       ...securityHeaders,
@@ -180,23 +265,41 @@ export async function consolePlugin(app: FastifyInstance, options: ConsoleOption
       'x-accel-buffering': 'no',
     });
     reply.raw.write(': idem console\n\n');
-    live.add(reply.raw);
+    live.add(reply.raw, request.ip);
   });
 }
 
-function problem(reply: FastifyReply, status: number, detail: string): FastifyReply {
+function problem(
+  reply: FastifyReply,
+  status: number,
+  detail: string,
+  extras: Record<string, unknown> = {},
+): FastifyReply {
   const titles: Record<number, string> = {
     400: 'Invalid request',
     401: 'Console token required',
     403: 'Forbidden',
     404: 'Not found',
+    429: 'Too many live streams',
     500: 'Console error',
-    503: 'Too slow',
+    503: 'Busy',
   };
   return reply
     .code(status)
     .type('application/problem+json')
-    .send({ type: `urn:idem:console:${status}`, title: titles[status] ?? 'Error', status, detail });
+    .send({
+      type: `urn:idem:console:${status}`,
+      title: titles[status] ?? 'Error',
+      status,
+      detail,
+      ...extras,
+    });
+}
+
+function positiveInteger(name: string, value: number): number {
+  if (!(Number.isInteger(value) && value > 0))
+    throw new InvalidArgumentError(`${name} must be a positive integer`);
+  return value;
 }
 
 function header(request: FastifyRequest, name: string): string | undefined {

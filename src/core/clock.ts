@@ -4,14 +4,29 @@
 export interface Clock {
   /** Milliseconds since the epoch. */
   now(): number;
-  /** Resolves after `ms` milliseconds of this clock's time. */
-  sleep(ms: number): Promise<void>;
+  /**
+   * Resolves after `ms` milliseconds of this clock's time. When `signal` aborts first, it may
+   * resolve early and drop its timer (the system clock and `ManualClock` do), so a cancelled wait
+   * (a step's heartbeat after its call ended) keeps no timer alive. A clock that ignores `signal`
+   * is still correct: the waiter checks the signal when the sleep ends.
+   */
+  sleep(ms: number, signal?: AbortSignal): Promise<void>;
 }
 
 /** The wall clock. */
 export const systemClock: Clock = {
   now: () => Date.now(),
-  sleep: (ms) => new Promise((resolve) => setTimeout(resolve, ms)),
+  sleep: (ms, signal) =>
+    new Promise((resolve) => {
+      if (signal?.aborted) return resolve();
+      const done = () => {
+        clearTimeout(timer);
+        signal?.removeEventListener('abort', done);
+        resolve();
+      };
+      const timer = setTimeout(done, ms);
+      signal?.addEventListener('abort', done, { once: true });
+    }),
 };
 
 /**
@@ -30,10 +45,25 @@ export class ManualClock implements Clock {
     return this.current;
   }
 
-  sleep(ms: number): Promise<void> {
+  sleep(ms: number, signal?: AbortSignal): Promise<void> {
     return new Promise((resolve) => {
-      this.sleepers.push({ until: this.current + ms, resolve });
+      if (signal?.aborted) return resolve();
+      const sleeper = { until: this.current + ms, resolve };
+      this.sleepers.push(sleeper);
+      signal?.addEventListener(
+        'abort',
+        () => {
+          this.sleepers = this.sleepers.filter((s) => s !== sleeper);
+          resolve();
+        },
+        { once: true },
+      );
     });
+  }
+
+  /** Sleepers waiting for time to move (a test waits for a heartbeat to be armed this way). */
+  get waiting(): number {
+    return this.sleepers.length;
   }
 
   /** Moves time forward and wakes every sleeper whose deadline has passed. */

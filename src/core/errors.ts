@@ -12,6 +12,7 @@ export type IdemErrorCode =
   | 'IDEM_EXPIRED'
   | 'IDEM_FENCED'
   | 'IDEM_OPERATION_FAILED'
+  | 'IDEM_STEP_FAILED'
   | 'IDEM_MIGRATION_FAILED'
   | 'IDEM_SAGA_FAILED'
   | 'IDEM_SAGA_STUCK'
@@ -23,7 +24,9 @@ export type IdemErrorCode =
   | 'IDEM_WEBHOOK_RAW_BODY'
   | 'IDEM_WEBHOOK_EVENT_INVALID'
   | 'IDEM_PUBLISH_FAILED'
-  | 'IDEM_MESSAGE_INVALID';
+  | 'IDEM_MESSAGE_INVALID'
+  | 'IDEM_PREPARED_STATEMENTS_UNSUPPORTED'
+  | 'IDEM_LISTEN_DEAF';
 
 export class IdemError extends Error {
   readonly [brand] = true;
@@ -122,9 +125,61 @@ export class OperationFailedError extends IdemError {
   }
 }
 
+/**
+ * A multi-step operation failed for good: a non-retryable error after it had committed a step or
+ * started an external call, so neither running it afresh nor resuming it can be right. It is
+ * stored as `failed` with the error and the step: every retry of the key gets this error back
+ * (`replayed: true`) until the key's tombstone passes, and nothing runs again. Operators find it
+ * with `idem inspect` or the console (its recorded steps say which external calls started). Fix
+ * the cause, undo what needs undoing, and send the intent again under a new key.
+ */
+export class StepFailedError extends IdemError {
+  constructor(
+    readonly scope: OperationScope,
+    /** The step it failed at; null when the body threw between steps. */
+    readonly step: string | null,
+    /** The error's text, as stored. */
+    readonly failure: string,
+    cause: unknown,
+    /** True when this is the stored failure of an earlier execution. */
+    readonly replayed: boolean,
+  ) {
+    super(
+      'IDEM_STEP_FAILED',
+      `operation failed for good${step ? ` at step ${step}` : ''} and will not run again with this key: ${failure}`,
+      { cause, retryable: false },
+    );
+  }
+}
+
 export class MigrationError extends IdemError {
   constructor(message: string, cause?: unknown) {
     super('IDEM_MIGRATION_FAILED', message, { cause });
+  }
+}
+
+/**
+ * A named prepared statement of idem's failed the way a transaction-mode pooler makes it fail
+ * (42P05 "already exists", 26000 "does not exist"): the pooler hands each transaction any server
+ * connection, and a statement prepared on one is missing on the next. Nothing of the failed
+ * statement's transaction was committed, so the same call may be retried (`retryable`). The fix is
+ * the adapter's `prepare: false` (`IDEM_PREPARE=false` for the demo and the CLI), or a pooler that
+ * keeps prepared statements (PgBouncer 1.21+ with `max_prepared_statements`).
+ */
+export class PreparedStatementsUnsupportedError extends IdemError {
+  constructor(
+    /** The statement's name. */
+    readonly statement: string,
+    cause: unknown,
+  ) {
+    super(
+      'IDEM_PREPARED_STATEMENTS_UNSUPPORTED',
+      `named prepared statement "${statement}" failed (${describe(cause)}): the connection does not keep ` +
+        `prepared statements, as behind a transaction-mode pooler (PgBouncer before 1.21 or without ` +
+        `max_prepared_statements). Set prepare: false on idem's adapter (fromPg(pool, { prepare: false }); ` +
+        `IDEM_PREPARE=false for the idem CLI and demo), or connect directly. Nothing was committed; retry.`,
+      { cause, retryable: true },
+    );
   }
 }
 
@@ -135,6 +190,9 @@ export const isExpired = (e: unknown): e is ExpiredError => hasCode(e, 'IDEM_EXP
 export const isFenced = (e: unknown): e is FencedError => hasCode(e, 'IDEM_FENCED');
 export const isOperationFailed = (e: unknown): e is OperationFailedError =>
   hasCode(e, 'IDEM_OPERATION_FAILED');
+export const isStepFailed = (e: unknown): e is StepFailedError => hasCode(e, 'IDEM_STEP_FAILED');
+export const isPreparedStatementsUnsupported = (e: unknown): e is PreparedStatementsUnsupportedError =>
+  hasCode(e, 'IDEM_PREPARED_STATEMENTS_UNSUPPORTED');
 
 /** Names an operation: who, what, and which intent. */
 export interface OperationScope {

@@ -1,7 +1,7 @@
 /**
  * The only thing idem needs from a database driver. Every adapter (`idem/pg`, `idem/postgres`,
- * `idem/pglite`, `idem/kysely`, `idem/drizzle`) is a few lines that map a driver onto this shape,
- * so the core never imports a driver.
+ * `idem/pglite`, `idem/kysely`, `idem/drizzle`, `idem/prisma`, `idem/typeorm`, `idem/knex`) is a
+ * few lines that map a driver or ORM onto this shape, so the core never imports one.
  */
 
 /** A row as returned by the driver: column name to value. */
@@ -39,7 +39,8 @@ export interface QueryOptions {
 /**
  * A transaction handed to user code. `client` is the driver's own transaction object (a `pg`
  * client, a postgres.js `TransactionSql`, a Kysely `Transaction`, a Drizzle transaction, a PGlite
- * `Transaction`), so user code writes through its usual API and still shares idem's transaction.
+ * `Transaction`, a Prisma transaction client, a TypeORM `EntityManager`, a Knex `Transaction`), so
+ * user code writes through its usual API and still shares idem's transaction.
  */
 export interface Transaction<Client = unknown> extends Queryable {
   readonly client: Client;

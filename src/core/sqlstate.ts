@@ -8,20 +8,48 @@ export const SqlState = {
   adminShutdown: '57P01',
   crashShutdown: '57P02',
   cannotConnectNow: '57P03',
+  /** A named prepared statement already exists on this server connection (a pooler swapped it). */
+  duplicatePreparedStatement: '42P05',
+  /** The named prepared statement does not exist on this server connection (a pooler swapped it). */
+  invalidSqlStatementName: '26000',
   /** Class 08: connection exceptions. */
   connectionExceptionClass: '08',
 } as const;
 
+/** Five digits or upper-case letters, as PostgreSQL's error codes are. */
+function isSqlState(code: unknown): code is string {
+  return typeof code === 'string' && /^[0-9A-Z]{5}$/.test(code);
+}
+
+/**
+ * Prisma's error codes, P1000–P6999. PostgreSQL's only class starting with P is P0 (PL/pgSQL:
+ * `P0001` is RAISE EXCEPTION), so these never collide with a real SQLSTATE.
+ */
+const prismaCode = /^P[1-9][0-9]{3}$/;
+
 /**
  * Reads the SQLSTATE of a driver error, whatever the driver names the field. ORMs wrap driver
- * errors (Drizzle's DrizzleQueryError, for one), so the `cause` chain is followed a few levels.
+ * errors, so the chain is followed a few levels: `cause` (Drizzle's DrizzleQueryError, a Prisma
+ * `DriverAdapterError`) and Prisma's `meta.driverAdapterError`.
+ *
+ * Prisma's own codes (`P2010` for a failed raw query, `P2034` for a write conflict) look like
+ * SQLSTATEs but are not: the real one is in `meta.driverAdapterError.cause.originalCode`, and a
+ * failed COMMIT has only that `originalCode`. Taking `P2010` would hide `40001`, `40P01` and
+ * `23505` from idem, so retries and in-progress answers would silently stop working.
  */
 export function sqlStateOf(error: unknown): string | undefined {
-  for (let depth = 0; depth < 5 && typeof error === 'object' && error !== null; depth++) {
-    const e = error as { code?: unknown; sqlState?: unknown; cause?: unknown };
+  for (let depth = 0; depth < 6 && typeof error === 'object' && error !== null; depth++) {
+    const e = error as {
+      code?: unknown;
+      sqlState?: unknown;
+      originalCode?: unknown;
+      meta?: { driverAdapterError?: unknown } | null;
+      cause?: unknown;
+    };
     if (typeof e.sqlState === 'string') return e.sqlState;
-    if (typeof e.code === 'string' && /^[0-9A-Z]{5}$/.test(e.code)) return e.code;
-    error = e.cause;
+    if (isSqlState(e.originalCode)) return e.originalCode;
+    if (isSqlState(e.code) && !prismaCode.test(e.code)) return e.code;
+    error = e.meta?.driverAdapterError ?? e.cause;
   }
   return undefined;
 }

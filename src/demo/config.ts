@@ -16,8 +16,20 @@ export interface DemoConfig {
    * demo secret printed in the README, accepted on a loopback `HOST` only (see `checkWebhookSecret`).
    */
   webhookSecret: string;
-  /** `DATABASE_URL`: unset starts an embedded PostgreSQL under .idem/postgres. */
+  /** `DATABASE_URL`: unset starts an embedded PostgreSQL under .idem/postgres. May be a pooler's URL. */
   databaseUrl: string | undefined;
+  /**
+   * `DATABASE_DIRECT_URL`: a direct connection to PostgreSQL (not through a transaction-mode
+   * pooler) for the outbox dispatcher's LISTEN. Default: `DATABASE_URL`. Behind PgBouncer in
+   * transaction mode LISTEN receives nothing; see docs/deployment.md.
+   */
+  directUrl: string | undefined;
+  /**
+   * `IDEM_PREPARE` (true/false), default true: idem's statements as named prepared statements.
+   * Set false when `DATABASE_URL` is a pooler that does not keep them (PgBouncer in transaction
+   * mode before 1.21); see docs/deployment.md.
+   */
+  prepare: boolean;
   /** `AMQP_URL` switches the event transport to RabbitMQ. */
   amqpUrl: string | undefined;
   /** `NATS_URL` switches the event transport to NATS JetStream (when AMQP_URL is unset). */
@@ -28,6 +40,13 @@ export interface DemoConfig {
   consoleToken: string | undefined;
   /** `LEASE_MS`, default 5000: how soon a crashed payment is resumed by the client's retry. */
   leaseMs: number;
+  /** `DATABASE_POOL_SIZE`, default 20: connections in the demo's `pg` pool. */
+  poolSize: number;
+  /**
+   * `PROVIDER_LATENCY_MS`, default 0: how long the in-process fake provider takes per new charge
+   * (a slow provider holds no database connection: the charge is a call between transactions).
+   */
+  providerLatencyMs: number;
 }
 
 /**
@@ -44,11 +63,15 @@ export function readConfig(env: NodeJS.ProcessEnv = process.env): DemoConfig {
     providerUrl: env.PROVIDER_URL || undefined,
     webhookSecret: env.PROVIDER_WEBHOOK_SECRET || demoWebhookSecret,
     databaseUrl: env.DATABASE_URL || undefined,
+    directUrl: env.DATABASE_DIRECT_URL || undefined,
+    prepare: booleanSetting('IDEM_PREPARE', env.IDEM_PREPARE, true),
     amqpUrl: env.AMQP_URL || undefined,
     natsUrl: env.NATS_URL || undefined,
     schema: env.IDEM_SCHEMA || 'idem',
     consoleToken: env.CONSOLE_TOKEN || undefined,
     leaseMs: Number(env.LEASE_MS ?? 5000),
+    poolSize: Number(env.DATABASE_POOL_SIZE ?? 20),
+    providerLatencyMs: Number(env.PROVIDER_LATENCY_MS ?? 0),
   };
 }
 
@@ -65,4 +88,16 @@ export function checkWebhookSecret(config: Pick<DemoConfig, 'host' | 'webhookSec
         `Set PROVIDER_WEBHOOK_SECRET (e.g. whsec_ followed by 32 random bytes in base64), or bind HOST=127.0.0.1.`,
     );
   }
+}
+
+/**
+ * Reads a true/false setting: true/false, on/off, yes/no, 1/0 (any case); unset or empty is the
+ * default. Anything else is refused, so a typo never silently keeps the default.
+ */
+export function booleanSetting(name: string, value: string | undefined, fallback: boolean): boolean {
+  if (value === undefined || value.trim() === '') return fallback;
+  const normalized = value.trim().toLowerCase();
+  if (['true', 'on', 'yes', '1'].includes(normalized)) return true;
+  if (['false', 'off', 'no', '0'].includes(normalized)) return false;
+  throw new InvalidArgumentError(`${name} must be true or false, not ${JSON.stringify(value)}`);
 }

@@ -1,12 +1,14 @@
 /**
  * `POST /v1/payments` and the reads. A payment is a multi-step operation under the client's
- * Idempotency-Key: record the payment; charge the provider with a derived key; record the charge,
- * the `payment.created` event (outbox) and a receipt task (claims) in one transaction.
+ * Idempotency-Key: record the payment (a local step); charge the provider with a derived key (a
+ * call: no transaction open while it runs); record the charge, the `payment.created` event
+ * (outbox) and a receipt task (claims) in one transaction.
  */
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { Claims } from '../claims/claims.js';
 import type { ResilientClient } from '../client/client.js';
 import type { Outbox } from '../outbox/outbox.js';
+import { text } from './validation.js';
 
 export type PaymentRow = {
   id: string;
@@ -34,7 +36,11 @@ interface NewPayment {
   customer: string;
 }
 
-/** Validation happens in Fastify's schema step, before any key is claimed: a 400 is never stored. */
+/**
+ * Validation happens in Fastify's schema step, before any key is claimed: a 400 is never stored.
+ * The demo's validator is strict (see validation.ts): exact JSON types, unknown fields refused,
+ * no control characters in strings.
+ */
 const paymentBody = {
   type: 'object',
   required: ['amount', 'currency', 'customer'],
@@ -42,8 +48,23 @@ const paymentBody = {
   properties: {
     amount: { type: 'integer', minimum: 1, maximum: 100_000_000_00 },
     currency: { type: 'string', pattern: '^[a-z]{3}$' },
-    customer: { type: 'string', minLength: 1, maxLength: 64 },
+    customer: text(64),
   },
+} as const;
+
+/** `?customer=` on the lists: one exact customer, as a payment names it; nothing else. */
+const customerQuery = {
+  type: 'object',
+  additionalProperties: false,
+  properties: { customer: text(64) },
+} as const;
+
+/** A payment id as the demo makes them (`pay_` and the derived key's hex); anything else is a 400. */
+const paymentParams = {
+  type: 'object',
+  required: ['id'],
+  additionalProperties: false,
+  properties: { id: { type: 'string', pattern: '^pay_[A-Za-z0-9_-]{1,64}$' } },
 } as const;
 
 export function publicPayment(row: PaymentRow) {
@@ -79,12 +100,14 @@ export function registerPayments(app: FastifyInstance, deps: PaymentsDeps): void
         return { id };
       });
 
-      const charge = await idem.step('charge', async (_tx, { key }) => {
+      // A call, not a step: no transaction or pooled connection is held while the provider answers.
+      const charge = await idem.call('charge', async ({ key, signal }) => {
         const response = await provider.fetch(`${providerUrl}/charges`, {
           method: 'POST',
           headers: { 'content-type': 'application/json' },
           body: JSON.stringify({ amount: body.amount, currency: body.currency, customer: body.customer }),
           idempotencyKey: key,
+          signal,
         });
         if (response.status !== 201 && response.status !== 402) {
           throw Object.assign(new Error(`provider answered ${response.status}`), { retryable: true });
@@ -126,33 +149,49 @@ export function registerPayments(app: FastifyInstance, deps: PaymentsDeps): void
     },
   );
 
-  app.get<{ Querystring: { customer?: string } }>('/v1/payments', async (request) => {
-    const { rows } = await app.pg.query<PaymentRow>(
-      `SELECT * FROM ${demoSchema}.payments WHERE tenant = $1 AND ($2::text IS NULL OR customer = $2) ORDER BY created_at, id LIMIT 1000`,
-      [request.tenant, request.query.customer ?? null],
-    );
-    return { data: rows.map(publicPayment) };
-  });
+  app.get<{ Querystring: { customer?: string } }>(
+    '/v1/payments',
+    { schema: { querystring: customerQuery } },
+    async (request) => {
+      const { rows } = await app.pg.query<PaymentRow>(
+        `SELECT * FROM ${demoSchema}.payments WHERE tenant = $1 AND ($2::text IS NULL OR customer = $2) ORDER BY created_at, id LIMIT 1000`,
+        [request.tenant, request.query.customer ?? null],
+      );
+      return { data: rows.map(publicPayment) };
+    },
+  );
 
-  app.get<{ Params: { id: string } }>('/v1/payments/:id', async (request, reply) => {
-    const { rows } = await app.pg.query<PaymentRow>(
-      `SELECT * FROM ${demoSchema}.payments WHERE tenant = $1 AND id = $2`,
-      [request.tenant, request.params.id],
-    );
-    if (!rows[0]) return notFound(reply);
-    return publicPayment(rows[0]);
-  });
+  app.get<{ Params: { id: string } }>(
+    '/v1/payments/:id',
+    { schema: { params: paymentParams } },
+    async (request, reply) => {
+      const { rows } = await app.pg.query<PaymentRow>(
+        `SELECT * FROM ${demoSchema}.payments WHERE tenant = $1 AND id = $2`,
+        [request.tenant, request.params.id],
+      );
+      if (!rows[0]) return notFound(reply);
+      return publicPayment(rows[0]);
+    },
+  );
 
-  app.get<{ Querystring: { customer?: string } }>('/v1/ledger', async (request) => {
-    const { rows } = await app.pg.query(
-      `SELECT id, payment_id, charge_id, kind, amount, customer, event_id, created_at FROM ${demoSchema}.ledger
+  app.get<{ Querystring: { customer?: string } }>(
+    '/v1/ledger',
+    { schema: { querystring: customerQuery } },
+    async (request) => {
+      const { rows } = await app.pg.query(
+        `SELECT id, payment_id, charge_id, kind, amount, customer, event_id, created_at FROM ${demoSchema}.ledger
        WHERE tenant = $1 AND ($2::text IS NULL OR customer = $2) ORDER BY id LIMIT 5000`,
-      [request.tenant, request.query.customer ?? null],
-    );
-    return {
-      data: rows.map((r: Record<string, unknown>) => ({ ...r, id: Number(r.id), amount: Number(r.amount) })),
-    };
-  });
+        [request.tenant, request.query.customer ?? null],
+      );
+      return {
+        data: rows.map((r: Record<string, unknown>) => ({
+          ...r,
+          id: Number(r.id),
+          amount: Number(r.amount),
+        })),
+      };
+    },
+  );
 }
 
 function notFound(reply: FastifyReply) {

@@ -7,11 +7,13 @@
  * - `GET /metrics` (Prometheus) and `/console` (operator console, when built).
  */
 import { randomBytes } from 'node:crypto';
-import Fastify, { type FastifyInstance } from 'fastify';
+import type { AddressInfo } from 'node:net';
+import Fastify, { type FastifyError, type FastifyInstance, type FastifyReply } from 'fastify';
 import pg from 'pg';
 import { fromPg } from '../adapters/pg.js';
 import { createClaims } from '../claims/claims.js';
 import { createClient } from '../client/client.js';
+import { isRetryable } from '../core/retryable.js';
 import { startEmbeddedPostgres } from '../embedded/embedded-postgres.js';
 import { idempotency } from '../http/fastify.js';
 import { migrate } from '../migrate/migrate.js';
@@ -23,7 +25,7 @@ import { createWebhookProcessor } from '../webhooks/processor.js';
 import { createWebhookReceiver } from '../webhooks/receiver.js';
 import { fastifyWebhooks } from '../webhooks/fastify.js';
 import { standardWebhooksVerifier } from '../webhooks/verify/standard-webhooks.js';
-import { tenantFromAuthorization } from './auth.js';
+import { authorize } from './auth.js';
 import { checkWebhookSecret, demoWebhookSecret, readConfig, type DemoConfig } from './config.js';
 import { registerPayments } from './payments.js';
 import { startProvider, type FakeCardProvider } from './provider.js';
@@ -33,6 +35,7 @@ import { startReceiptWorker } from './receipts.js';
 import { refundHandlers } from './refunds.js';
 import { demoSchemaSql } from './schema.js';
 import { createTransport } from './transport.js';
+import { invalidRequest, strictAjv, validationParams } from './validation.js';
 
 export interface DemoHandle {
   url: string;
@@ -53,7 +56,7 @@ export interface DemoOverrides extends Partial<DemoConfig> {
   /** Extra routes, e.g. the console. */
   plugins?: ((
     app: FastifyInstance,
-    context: { pool: pg.Pool; schema: string; demoSchema: string; config: DemoConfig },
+    context: { pool: pg.Pool; databaseUrl: string; schema: string; demoSchema: string; config: DemoConfig },
   ) => Promise<void>)[];
 }
 
@@ -76,10 +79,10 @@ export async function startDemo(overrides: DemoOverrides = {}): Promise<DemoHand
       cleanups.push(() => embedded.stop());
       databaseUrl = embedded.url;
     }
-    const pool = new pg.Pool({ connectionString: databaseUrl, max: 20 });
+    const pool = new pg.Pool({ connectionString: databaseUrl, max: config.poolSize });
     pool.on('error', (error) => console.error(`database connection lost: ${error.message}`));
     cleanups.push(() => pool.end());
-    const sql = fromPg(pool);
+    const sql = fromPg(pool, { prepare: config.prepare });
     const schema = config.schema;
     const demoSchema = `${schema}_demo`;
     await migrate(sql, { schema });
@@ -98,7 +101,8 @@ export async function startDemo(overrides: DemoOverrides = {}): Promise<DemoHand
     const inbox = createInbox({ sql, schema, onDuplicate: (m) => metrics.inboxDuplicate(m.consumer) });
     const claims = createClaims({ sql, schema, leaseMs: 10_000 });
 
-    let appPort = config.port;
+    // Where this process reaches the demo; known once it listens (PORT=0, HOST=…).
+    let localUrl = `http://127.0.0.1:${config.port}`;
     // The provider: in this process unless PROVIDER_URL points elsewhere.
     let provider: FakeCardProvider | undefined;
     let providerUrl = config.providerUrl;
@@ -106,8 +110,9 @@ export async function startDemo(overrides: DemoOverrides = {}): Promise<DemoHand
       provider = await startProvider({
         port: config.providerPort,
         webhookSecret: config.webhookSecret,
-        // Read when a webhook is sent: the app's port is known only once it listens.
-        webhookUrl: () => `http://127.0.0.1:${appPort}/webhooks/provider`,
+        latencyMs: config.providerLatencyMs,
+        // Read when a webhook is sent: the app's address is known only once it listens.
+        webhookUrl: () => `${localUrl}/webhooks/provider`,
       });
       cleanups.push(() => provider!.close());
       providerUrl = provider.url;
@@ -128,7 +133,8 @@ export async function startDemo(overrides: DemoOverrides = {}): Promise<DemoHand
       sql,
       schema,
       publisher: transport.publisher,
-      listen: databaseUrl,
+      // LISTEN needs a direct connection: through a transaction-mode pooler it receives nothing.
+      listen: config.directUrl ?? databaseUrl,
       batchSize: 100,
       maxAttempts: 20,
       backoff: { baseMs: 200, maxMs: 10_000 },
@@ -141,6 +147,8 @@ export async function startDemo(overrides: DemoOverrides = {}): Promise<DemoHand
       sql,
       schema,
       sources: { provider: standardWebhooksVerifier({ secrets: [config.webhookSecret] }) },
+      // The app's own 64 KiB, not the receiver's 1 MiB default: refund events are a few hundred bytes.
+      bodyLimit: 64 * 1024,
       // Every refusal is logged with its code and reason: counted by reason, then logged as before.
       logger: countingWebhookLogger(metrics),
       onReceipt: () => processor.notify(),
@@ -157,7 +165,13 @@ export async function startDemo(overrides: DemoOverrides = {}): Promise<DemoHand
     const receipts = startReceiptWorker(claims, demoSchema);
     cleanups.push(() => receipts.stop());
 
-    const app = Fastify({ logger: overrides.quiet === false, bodyLimit: 64 * 1024 });
+    const app = Fastify({
+      logger: overrides.quiet === false,
+      bodyLimit: 64 * 1024,
+      ajv: strictAjv,
+      // Refusals of the router, before any route: problems like every other refusal.
+      frameworkErrors: (error, _request, reply) => void routerRefusal(error, reply as FastifyReply),
+    });
     app.decorate('pg', pool);
     cleanups.push(() => app.close());
     app.get('/metrics', async (_request, reply) =>
@@ -165,29 +179,57 @@ export async function startDemo(overrides: DemoOverrides = {}): Promise<DemoHand
     );
     app.get('/healthz', async () => ({ ok: true, transport: transport.name }));
     await app.register(fastifyWebhooks(receiver, { routes: { '/webhooks/provider': 'provider' } }));
-    for (const plugin of overrides.plugins ?? []) await plugin(app, { pool, schema, demoSchema, config });
+    for (const plugin of overrides.plugins ?? [])
+      await plugin(app, { pool, databaseUrl, schema, demoSchema, config });
 
     await app.register(async (api) => {
       api.addHook('onRequest', async (request, reply) => {
-        const tenant = tenantFromAuthorization(request.headers.authorization);
-        if (!tenant) {
+        const auth = authorize(request.raw.rawHeaders);
+        if (auth.kind === 'repeated') {
+          return reply
+            .code(400)
+            .type('application/problem+json')
+            .send(
+              invalidRequest([
+                {
+                  name: 'Authorization',
+                  in: 'header',
+                  reason: `must be sent once (it came ${auth.count} times)`,
+                },
+              ]),
+            );
+        }
+        if (auth.kind === 'missing') {
           return reply
             .code(401)
             .header('www-authenticate', 'Bearer')
             .type('application/problem+json')
             .send({ type: 'urn:idem-demo:unauthorized', title: 'Missing or invalid API key', status: 401 });
         }
-        request.tenant = tenant;
+        request.tenant = auth.tenant;
       });
-      api.setErrorHandler((error: { statusCode?: number; message: string }, _request, reply) => {
-        const status = error.statusCode && error.statusCode < 500 ? error.statusCode : 500;
-        if (status === 500) console.error('demo:', error);
+      api.setErrorHandler((error: FastifyError, _request, reply) => {
+        // Schema validation: a 400 that names the field, before any key was claimed.
+        const invalid = validationParams(error);
+        if (invalid) return reply.code(400).type('application/problem+json').send(invalidRequest(invalid));
+        let status = error.statusCode && error.statusCode < 500 ? error.statusCode : 500;
+        // A transient failure (a pooler error, a lost connection, the provider down): the payment's
+        // recorded steps stay and its lease is released, so a retry with the same key resumes it.
+        if (status === 500 && isRetryable(error)) status = 503;
+        if (status >= 500) console.error('demo:', error);
+        if (status === 503) reply.header('retry-after', '1');
+        const [type, title] =
+          status === 400
+            ? ['invalid-request', 'Invalid request']
+            : status === 503
+              ? ['unavailable', 'Try again with the same key']
+              : ['error', 'Request failed'];
         return reply
           .code(status)
           .type('application/problem+json')
           .send({
-            type: status === 400 ? 'urn:idem-demo:invalid-request' : 'urn:idem-demo:error',
-            title: status === 400 ? 'Invalid request' : 'Request failed',
+            type: `urn:idem-demo:${type}`,
+            title,
             status,
             ...(status === 400 ? { detail: error.message } : {}),
           });
@@ -203,10 +245,9 @@ export async function startDemo(overrides: DemoOverrides = {}): Promise<DemoHand
     });
 
     await app.listen({ port: config.port, host: config.host });
-    const address = app.server.address();
-    appPort = typeof address === 'object' && address ? address.port : config.port;
+    localUrl = reachableUrl(app.server.address() as AddressInfo);
     return {
-      url: `http://127.0.0.1:${appPort}`,
+      url: localUrl,
       providerUrl: providerUrl,
       databaseUrl,
       transport: transport.name,
@@ -219,6 +260,29 @@ export async function startDemo(overrides: DemoOverrides = {}): Promise<DemoHand
     await close();
     throw error;
   }
+}
+
+/** The router's refusals: a path that is not valid percent-encoding, a path segment over 100 characters. */
+function routerRefusal(error: FastifyError, reply: FastifyReply): FastifyReply {
+  const problem = reply.code(400).type('application/problem+json');
+  if (error.code === 'FST_ERR_MAX_PARAM_LENGTH') {
+    return problem.code(414).send({
+      ...invalidRequest([{ name: 'url', in: 'path', reason: 'has a segment over 100 characters' }]),
+      status: 414,
+    });
+  }
+  return problem.send(invalidRequest([{ name: 'url', in: 'path', reason: 'is not valid percent-encoding' }]));
+}
+
+/**
+ * The URL a client on this machine reaches a server at: the address it is bound to, or loopback
+ * when it is bound to every address (`0.0.0.0`, `::`). Never a fixed 127.0.0.1: with HOST=::1 or
+ * HOST=192.168.1.5 nothing listens there.
+ */
+export function reachableUrl(address: AddressInfo): string {
+  const host =
+    address.address === '0.0.0.0' ? '127.0.0.1' : address.address === '::' ? '::1' : address.address;
+  return `http://${host.includes(':') ? `[${host}]` : host}:${address.port}`;
 }
 
 /** A random schema name, so tests and soak runs never share tables. */

@@ -1,7 +1,7 @@
 import { InvalidArgumentError, type OperationScope, type ResourcePointer } from '../core/errors.js';
 import type { QueryResult, Row, Transaction } from '../core/sql.js';
 import type { OperationContext } from '../operations/idem.js';
-import type { MultiStepOperation } from '../operations/multi-step.js';
+import type { CallContext, MultiStepOperation } from '../operations/multi-step.js';
 
 /**
  * What a handler behind the idempotency integration gets, as `req.idem` (Express, node:http),
@@ -22,12 +22,19 @@ export interface IdempotencyContext<Client = unknown> {
    */
   readonly tx: Transaction<Client>;
   /**
-   * Steps mode: runs `fn` once per intent in its own transaction and records its result under
-   * `name` (the recovery point). A retry after a failure or crash skips recorded steps and reruns
-   * the interrupted one with the same `key` for the downstream call.
+   * Steps mode: a local step. Runs `fn` once per intent in one short transaction and records its
+   * result under `name` (the recovery point). A retry after a failure or crash skips recorded
+   * steps. Keep `fn` to database work: a call to the outside world goes in `call`.
    */
   step<R>(name: string, fn: (tx: Transaction<Client>, step: { key: string }) => Promise<R>): Promise<R>;
-  /** Steps mode: renews the lease during a long step. */
+  /**
+   * Steps mode: a call to the outside world, run once per intent with no transaction and no pooled
+   * connection held while it runs. `key` is its derived key (the same on every retry); `signal`
+   * aborts if a retry took the request over meanwhile. Its JSON result is recorded under `name`;
+   * a retry after a crash mid-call calls again with the same key.
+   */
+  call<R>(name: string, fn: (call: CallContext) => Promise<R>): Promise<R>;
+  /** Steps mode: renews the lease by hand (calls renew it on their own). */
   heartbeat(): Promise<void>;
   /** Steps mode: true when this request took over an execution that crashed or failed. */
   readonly resumed: boolean;
@@ -62,6 +69,7 @@ abstract class BaseContext<Client> implements IdempotencyContext<Client> {
     name: string,
     fn: (tx: Transaction<Client>, step: { key: string }) => Promise<R>,
   ): Promise<R>;
+  abstract call<R>(name: string, fn: (call: CallContext) => Promise<R>): Promise<R>;
   abstract heartbeat(): Promise<void>;
   abstract get resumed(): boolean;
 
@@ -109,6 +117,11 @@ export class TransactionContext<Client> extends BaseContext<Client> {
       "idem.step() needs mode: 'steps'; in transaction mode write through idem.tx",
     );
   }
+  call(): never {
+    throw new InvalidArgumentError(
+      "idem.call() needs mode: 'steps': a call to the outside world cannot run inside the request's transaction",
+    );
+  }
   heartbeat(): never {
     throw new InvalidArgumentError("idem.heartbeat() needs mode: 'steps'");
   }
@@ -129,11 +142,29 @@ export class StepsContext<Client> extends BaseContext<Client> {
   get resumed(): boolean {
     return this.op.resumed;
   }
+  /**
+   * The last error a step or call threw. When the handler then answers with a response that is
+   * not stored (a 5xx), this error, not the response, says whether the request failed for good.
+   */
+  lastFailure: unknown = undefined;
+
   step<R>(name: string, fn: (tx: Transaction<Client>, step: { key: string }) => Promise<R>): Promise<R> {
     if (this.closed) {
       return Promise.reject(new InvalidArgumentError('idem.step() used after the response was sent'));
     }
-    return this.op.step(name, fn);
+    return this.noting(this.op.step(name, fn));
+  }
+  call<R>(name: string, fn: (call: CallContext) => Promise<R>): Promise<R> {
+    if (this.closed) {
+      return Promise.reject(new InvalidArgumentError('idem.call() used after the response was sent'));
+    }
+    return this.noting(this.op.call(name, fn));
+  }
+  private noting<R>(running: Promise<R>): Promise<R> {
+    return running.catch((error: unknown) => {
+      this.lastFailure = error;
+      throw error;
+    });
   }
   heartbeat(): Promise<void> {
     return this.op.heartbeat();

@@ -5,8 +5,10 @@ import {
   isInvalidKey,
   isKeyReused,
   isOperationFailed,
+  isStepFailed,
 } from '../core/errors.js';
 import { isRetryable } from '../core/retryable.js';
+import { isRetryableStepFailure } from '../steps/retryable.js';
 import type { OperationSpec } from '../operations/options.js';
 import { completed, refused, type Outcome } from '../operations/outcome.js';
 import { StepsContext, TransactionContext, type IdempotencyContext } from './context.js';
@@ -93,6 +95,8 @@ class HandlerAlreadyRan extends Error {
 interface RunState {
   invoked: boolean;
   captured: CapturedResponse | undefined;
+  /** Steps mode: the non-retryable step error behind a 5xx answer (see `runHandler`). */
+  stepFailure?: unknown;
 }
 
 /**
@@ -206,15 +210,36 @@ export class HttpIdempotency<Req, Client = unknown> {
   }
 
   /**
+   * The request's fingerprint (see `requestFingerprint`) with this instance's `fingerprint`
+   * options. Throws when the body cannot be fingerprinted.
+   */
+  fingerprint(request: Pick<Ticket, 'method' | 'route' | 'path' | 'query'>, body: unknown): string {
+    const { exclude, includeQuery } = this.options;
+    return requestFingerprint(
+      { ...request, method: request.method.toUpperCase(), body },
+      exclude,
+      includeQuery,
+    );
+  }
+
+  /**
    * Claims the key and runs `respond` (the handler) once per intent; stores the captured response
    * in the same transaction as the handler's writes (transaction mode) or after its steps (steps
    * mode); commits; and only then returns what to send.
+   *
+   * The fingerprint is taken over `body`, unless `options.fingerprint` was taken earlier (Fastify
+   * takes it before schema validation can change the body).
    */
-  async execute(ticket: Ticket, body: unknown, respond: Respond<Client>): Promise<Answer> {
-    const { idem, mode, exclude, includeQuery } = this.options;
+  async execute(
+    ticket: Ticket,
+    body: unknown,
+    respond: Respond<Client>,
+    options: { fingerprint?: string } = {},
+  ): Promise<Answer> {
+    const { idem, mode } = this.options;
     let fingerprint: string;
     try {
-      fingerprint = requestFingerprint({ ...ticket, body }, exclude, includeQuery);
+      fingerprint = options.fingerprint ?? this.fingerprint(ticket, body);
     } catch (error) {
       return { kind: 'problem', response: this.bodyMalformed(describe(error)), afterHandler: false };
     }
@@ -260,7 +285,18 @@ export class HttpIdempotency<Req, Client = unknown> {
     }
     state.captured = captured;
     const decision = this.options.store(captured.status);
-    if (decision === 'discard') throw new DiscardResponse(captured.status);
+    if (decision === 'discard') {
+      // Steps mode: a handler that answers 5xx after a step or call failed for a reason a retry
+      // cannot change (a constraint, 22021, a downstream's 4xx) hands that error to the operation,
+      // so the key is freed or stored as failed instead of left pending for retries that fail the
+      // same way. Any other 5xx is rolled back and left for a retry to resume, as before.
+      const failure = context instanceof StepsContext ? context.lastFailure : undefined;
+      if (failure !== undefined && !isRetryableStepFailure(failure)) {
+        state.stepFailure = failure;
+        throw failure;
+      }
+      throw new DiscardResponse(captured.status);
+    }
     const meta = storedMeta(
       captured.status,
       selectReplayHeaders(captured.headers, this.options.replayHeaders),
@@ -272,7 +308,13 @@ export class HttpIdempotency<Req, Client = unknown> {
 
   private failure(error: unknown, state: RunState): Answer {
     const cause = isOperationFailed(error) ? error.cause : undefined;
-    if (isDiscard(cause) && state.captured) {
+    // A lost lease is answered as `fenced` below, whatever the handler answered.
+    const stepFailed =
+      state.stepFailure !== undefined &&
+      !isFenced(error) &&
+      (error === state.stepFailure || cause === state.stepFailure);
+    if ((isDiscard(cause) || stepFailed) && state.captured) {
+      // Nothing was stored (or the key was freed): the handler's own answer goes out as it is.
       return { kind: 'handler', response: state.captured, stored: false };
     }
     const answer = (kind: ProblemKind, detail: string, extras?: ProblemExtras): Answer => ({
@@ -303,6 +345,13 @@ export class HttpIdempotency<Req, Client = unknown> {
       });
     }
     if (isInvalidKey(error)) return answer('key-malformed', (error as Error).message);
+    if (isStepFailed(error)) {
+      if (!error.replayed) this.onError(error);
+      return answer(
+        'step-failed',
+        'this request failed for good after part of it had taken effect; it is stored as failed and will not run again with this key',
+      );
+    }
     this.onError(error);
     if (state.captured) {
       return answer(

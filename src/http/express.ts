@@ -13,7 +13,10 @@
  * Mount it on the route (as above, or `router.post(...)`), not with `app.use`: only there does
  * Express know the route pattern the operation is named after. With `app.use`, give `operation`.
  * The middleware reads and parses the body itself (JSON → object, `text/*` → string, anything else
- * → Buffer) within `maxBodyBytes`, unless a body parser already ran.
+ * → Buffer) within `maxBodyBytes`, unless a body parser already ran. Mount body parsers before it
+ * (`app.use(express.json())`): their own `limit` then governs what they read, and a declared
+ * `Content-Length` over `maxBodyBytes` is still refused. A parser mounted after it finds the body
+ * read already and does nothing, so its limit would not apply.
  */
 import type { IncomingMessage } from 'node:http';
 import type { NextFunction, Request, RequestHandler, Response } from 'express';

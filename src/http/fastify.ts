@@ -14,12 +14,18 @@
  * Every route registered after the plugin, in its scope and below, whose method is covered (POST
  * and PATCH by default) follows the contract, unless its `config.idempotency` is `false`; a route's
  * `config.idempotency` object overrides options for that route. The plugin adds route hooks:
- * `onRequest` checks the key and the declared length, `preHandler` (after the route's own, so after
- * authentication) resolves the tenant and claims the key, `onSend` (last) captures the serialized
- * reply, stores it, commits, and only then lets Fastify send it. The route's `bodyLimit` is capped
- * at `maxBodyBytes`. A route error handler answers Fastify's own refusals of a keyed request's body
- * (415 no parser for the media type, 413 too large, 400 invalid JSON or a length that does not
- * match) as problem documents; every other error goes on to the route's or the scope's handler.
+ * `onRequest` checks the key and the declared length, `preParsing` counts a body sent without a
+ * length against `maxBodyBytes`, `preValidation` fingerprints the body as received (before the
+ * route's schema coerces it, fills defaults or removes properties), `preHandler` (after the route's
+ * own, so after authentication) resolves the tenant and claims the key, `onSend` (last) captures
+ * the serialized reply, stores it, commits, and only then lets Fastify send it.
+ *
+ * Limits only ever tighten: the body limit in force is the smaller of Fastify's (the route's
+ * `bodyLimit`, else its content-type parser's, else the server's) and `maxBodyBytes`; the plugin
+ * never sets the route's `bodyLimit`, which would override a smaller one of the server or a parser.
+ * A route error handler answers Fastify's own refusals of a keyed request's body (415 no parser for
+ * the media type, 413 too large, 400 invalid JSON or a length that does not match) as problem
+ * documents; every other error goes on to the route's or the scope's handler.
  */
 import type {
   FastifyError,
@@ -29,6 +35,7 @@ import type {
   FastifyRequest,
   RouteOptions,
 } from 'fastify';
+import { Transform } from 'node:stream';
 import type { IdempotencyContext } from './context.js';
 import { HttpIdempotency, type Answer, type RequestView } from './engine.js';
 import type { CapturedResponse, IdempotencyOptions } from './options.js';
@@ -62,6 +69,8 @@ interface Deferred<T> {
 /** Per-request state between the hooks. */
 interface RequestState {
   key?: string;
+  /** Taken in preValidation, over the body as received; or the reason it could not be. */
+  fingerprint?: { ok: true; value: string } | { ok: false; detail: string };
   /** Set when the handler runs under a claimed key; onSend hands it the reply. */
   captured?: Deferred<CapturedResponse>;
   answer?: Promise<Answer>;
@@ -92,9 +101,12 @@ function attach(route: RouteOptions, base: HttpIdempotency<FastifyRequest>): voi
   const engine = config ? base.with(config) : base;
   const methods = [route.method].flat();
   if (!methods.some((m) => engine.covers(m))) return;
-  const limit = engine.options.maxBodyBytes;
-  route.bodyLimit = Math.min(route.bodyLimit ?? limit, limit);
   route.onRequest = [...hooks(route.onRequest), onRequest(engine)] as RouteOptions['onRequest'];
+  route.preParsing = [...hooks(route.preParsing), preParsing(engine)] as RouteOptions['preParsing'];
+  route.preValidation = [
+    ...hooks(route.preValidation),
+    preValidation(engine),
+  ] as RouteOptions['preValidation'];
   route.preHandler = [...hooks(route.preHandler), preHandler(engine)] as RouteOptions['preHandler'];
   route.errorHandler = errorHandler(engine, route.errorHandler);
   route.onSend = [...hooks(route.onSend), onSend()] as RouteOptions['onSend'];
@@ -116,30 +128,67 @@ function onRequest(engine: HttpIdempotency<FastifyRequest>) {
   };
 }
 
+/**
+ * A body sent without a `Content-Length` is counted as it streams in and refused once it passes
+ * `maxBodyBytes` (a declared length over it was refused in onRequest, and Node never delivers more
+ * bytes than were declared). Fastify's own limit still applies to what passes: the smaller wins.
+ */
+function preParsing(engine: HttpIdempotency<FastifyRequest>) {
+  return async function idemPreParsing(request: FastifyRequest, _reply: FastifyReply, payload: Payload) {
+    const state = (request as WithState)[stateKey];
+    if (!state?.key || request.headers['content-length'] !== undefined) return payload;
+    return limitedPayload(payload, engine.options.maxBodyBytes);
+  };
+}
+
+/**
+ * The fingerprint is taken over the body as the client sent it (parsed, after the application's
+ * own preValidation hooks), before the route's schema validation runs: Fastify's validator coerces
+ * types, fills defaults and removes unknown properties in place by default, which would make
+ * `{"amount":"12"}` and `{"amount":12}`, or two bodies that differ only in a removed property,
+ * look like one request. Every field the handler can see comes from this body, so a retry that
+ * changes any of them is a 422.
+ */
+function preValidation(engine: HttpIdempotency<FastifyRequest>) {
+  return async function idemPreValidation(request: FastifyRequest) {
+    const state = (request as WithState)[stateKey];
+    if (!state?.key) return;
+    try {
+      state.fingerprint = { ok: true, value: engine.fingerprint(requestParts(request), request.body) };
+    } catch (error) {
+      state.fingerprint = { ok: false, detail: error instanceof Error ? error.message : String(error) };
+    }
+  };
+}
+
 function preHandler(engine: HttpIdempotency<FastifyRequest>) {
   return async function idemPreHandler(request: FastifyRequest, reply: FastifyReply) {
     const state = (request as WithState)[stateKey];
     if (!state?.key) return;
-    const [path = '/', query = ''] = request.url.split('?', 2);
     const view: RequestView<FastifyRequest> = {
       native: request,
-      method: request.method,
-      route: request.routeOptions.url,
-      path,
-      query,
+      ...requestParts(request),
       keyFields: [],
       contentLength: undefined,
     };
+    const fingerprint = state.fingerprint;
+    if (fingerprint && !fingerprint.ok) return send(reply, engine.bodyMalformed(fingerprint.detail));
     const scoped = await engine.scope(view, state.key);
     if (scoped.kind === 'answer') return send(reply, scoped.response);
     const started = deferred<null>();
     const captured = deferred<CapturedResponse>();
-    const answer = engine.execute(scoped.ticket, request.body, (context) => {
-      request.idem = context;
-      state.captured = captured;
-      started.resolve(null);
-      return captured.promise;
-    });
+    const options = fingerprint ? { fingerprint: fingerprint.value } : {};
+    const answer = engine.execute(
+      scoped.ticket,
+      request.body,
+      (context) => {
+        request.idem = context;
+        state.captured = captured;
+        started.resolve(null);
+        return captured.promise;
+      },
+      options,
+    );
     state.answer = answer;
     // Either the handler may run now (the key is claimed), or the request is answered without it.
     const first = await Promise.race([started.promise, answer]);
@@ -147,6 +196,45 @@ function preHandler(engine: HttpIdempotency<FastifyRequest>) {
     state.answer = undefined;
     return send(reply, first.response);
   };
+}
+
+/** Method, route pattern, path and query of a request, as the engine names them. */
+function requestParts(request: FastifyRequest): {
+  method: string;
+  route: string;
+  path: string;
+  query: string;
+} {
+  const [path = '/', query = ''] = request.url.split('?', 2);
+  return { method: request.method, route: request.routeOptions.url ?? '', path, query };
+}
+
+type Payload = NodeJS.ReadableStream & { receivedEncodedLength?: number };
+
+/** Fastify's code for a body over its limit, so the application's own error handling knows it too. */
+class BodyLimitExceeded extends Error {
+  readonly code = 'FST_ERR_CTP_BODY_TOO_LARGE';
+  readonly statusCode = 413;
+  constructor(readonly limit: number) {
+    super(`Request body is too large (over ${limit} bytes)`);
+  }
+}
+
+/** `payload` passed through, erroring with `BodyLimitExceeded` once more than `limit` bytes went by. */
+function limitedPayload(payload: Payload, limit: number): Payload {
+  let received = 0;
+  const limited: Payload = new Transform({
+    transform(chunk: Buffer | string, _encoding, callback) {
+      received += typeof chunk === 'string' ? Buffer.byteLength(chunk) : chunk.length;
+      if (received > limit) callback(new BodyLimitExceeded(limit));
+      else callback(null, chunk);
+    },
+  });
+  // Fastify compares a decoding preParsing stream's encoded length with its limit; keep it visible.
+  Object.defineProperty(limited, 'receivedEncodedLength', { get: () => payload.receivedEncodedLength });
+  payload.on('error', (error: Error) => (limited as Transform).destroy(error));
+  payload.pipe(limited as Transform);
+  return limited;
 }
 
 type RouteErrorHandler = NonNullable<RouteOptions['errorHandler']>;
@@ -190,11 +278,13 @@ function bodyProblem(
         'media-type-unsupported',
         "this route has no parser for the request body's Content-Type; nothing was stored",
       );
-    case 'FST_ERR_CTP_BODY_TOO_LARGE':
+    case 'FST_ERR_CTP_BODY_TOO_LARGE': {
+      const limit = error instanceof BodyLimitExceeded ? error.limit : request.routeOptions.bodyLimit;
       return engine.problem(
         'body-too-large',
-        `the request body is larger than ${request.routeOptions.bodyLimit ?? engine.options.maxBodyBytes} bytes; nothing was stored`,
+        `the request body is larger than ${limit ?? engine.options.maxBodyBytes} bytes; nothing was stored`,
       );
+    }
     case 'FST_ERR_CTP_INVALID_JSON_BODY':
     case 'FST_ERR_CTP_EMPTY_JSON_BODY':
       return engine.bodyMalformed('the request body is not valid JSON');

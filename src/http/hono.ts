@@ -12,7 +12,9 @@
  *
  * It also works as `app.use('*', idempotent)`: the operation is named after the route that
  * handles the request. The body is read within `maxBodyBytes` and left in Hono's body cache, so
- * `c.req.json()`, `c.req.text()` and `c.req.arrayBuffer()` work as usual in the handler.
+ * `c.req.json()`, `c.req.text()` and `c.req.arrayBuffer()` work as usual in the handler. Register
+ * `hono/body-limit` before this middleware: the body is read through it, so its limit and its
+ * answer apply first; the smaller of the two limits wins.
  */
 import type { IncomingMessage } from 'node:http';
 import type { Context, MiddlewareHandler } from 'hono';

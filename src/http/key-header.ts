@@ -4,7 +4,9 @@
  * `Idempotency-Key: "8e03978e-40d5-43e8-bc93-6894a57f9324"`. Parameters after the string are
  * parsed and ignored. Because many clients send the key unquoted, a bare value of printable ASCII
  * without `"`, `,`, `;` or whitespace is accepted too. More than one key, as two header fields or
- * as a list in one field, is refused: which one would be the intent?
+ * as a list in one field, is refused: which one would be the intent? Two field lines are refused
+ * even when one of them is empty: a proxy or framework that keeps the last line instead of the
+ * first would see another request than idem did.
  *
  * Hand-written rather than taken from a structured-field library: only the sf-string and parameter
  * grammar is needed (about 60 lines), and the bare-value leniency is ours, not RFC 8941's.
@@ -23,10 +25,9 @@ const bare = /^[\x21-\x7e]+$/;
  * recognises as more than one key).
  */
 export function parseIdempotencyKey(fields: readonly string[]): KeyHeaderResult {
-  const present = fields.filter((f) => f.trim() !== '');
-  if (present.length === 0) return fail('missing', 'the request has no idempotency key');
-  if (present.length > 1) return fail('multiple', `the request has ${present.length} idempotency key fields`);
-  const value = present[0]!.replace(/^[ \t]+|[ \t]+$/g, '');
+  if (fields.length > 1) return fail('multiple', `the request has ${fields.length} idempotency key fields`);
+  const value = (fields[0] ?? '').replace(/^[ \t]+|[ \t]+$/g, '');
+  if (value === '') return fail('missing', 'the request has no idempotency key');
   const key = value.startsWith('"') ? parseSfStringItem(value) : parseBare(value);
   if (!key.ok) return key;
   if (key.key.length === 0) return fail('malformed', 'the idempotency key is empty');

@@ -59,7 +59,9 @@ export interface IdempotencyOptions<Req, Client = unknown> {
   header?: string;
   /**
    * Largest request body accepted, in bytes. A larger body is answered 413 `body-too-large` before
-   * anything is stored or the handler runs. Default 1 MiB (1 048 576).
+   * anything is stored or the handler runs. Default 1 MiB (1 048 576). It only ever adds a limit:
+   * a smaller one of the framework's (Fastify's server, route or parser `bodyLimit`, a body parser
+   * mounted first, `hono/body-limit` registered first) still applies; see docs/http.md, Limits.
    */
   maxBodyBytes?: number;
   /** What goes into the request fingerprint besides method, route, path and query. */
@@ -96,9 +98,11 @@ export interface IdempotencyOptions<Req, Client = unknown> {
   retention?: Partial<RetentionPolicy>;
   /**
    * `transaction` (default): the handler gets `idem.tx`; its writes, the key and the stored response
-   * commit together. `steps`: for handlers that call external services; the handler gets
-   * `idem.step(name, fn)` with recovery points, derived keys and a lease, and a crashed request is
-   * resumed by the client's retry.
+   * commit together, and the transaction stays open while the handler runs. `steps`: for handlers
+   * that call external services; the handler gets `idem.step(name, fn)` (a short local
+   * transaction) and `idem.call(name, fn)` (an external call with no transaction held), with
+   * recovery points, derived keys and a lease, and a crashed request is resumed by the client's
+   * retry.
    */
   mode?: 'transaction' | 'steps';
   /**

@@ -31,6 +31,7 @@ export const problemKinds = {
     title: 'Stored response for this key expired',
   },
   fenced: { status: 409, code: 'IDEM_FENCED', title: 'Request taken over by a retry' },
+  'step-failed': { status: 500, code: 'IDEM_STEP_FAILED', title: 'Request failed for good part-way' },
   'commit-failed': { status: 503, code: 'IDEM_COMMIT_FAILED', title: 'Commit failed; nothing stored' },
   unavailable: { status: 503, code: 'IDEM_UNAVAILABLE', title: 'Idempotency store unavailable' },
   internal: { status: 500, code: 'IDEM_INTERNAL', title: 'Idempotency processing failed' },

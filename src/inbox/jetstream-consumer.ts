@@ -5,6 +5,7 @@
  */
 import type { ConsumerMessages, JsMsg } from '@nats-io/jetstream';
 import type { NatsConnection } from '@nats-io/transport-node';
+import type { JetStreamMessage, NatsConnectionLike } from '../brokers/nats-types.js';
 import type { Transaction } from '../core/sql.js';
 import { describeError } from '../outbox/errors.js';
 import type { Inbox, InboxContext } from './inbox.js';
@@ -21,15 +22,18 @@ export interface JetStreamReceivedMessage {
   headers: Record<string, string>;
   /** 1 on the first delivery. */
   attempt: number;
-  raw: JsMsg;
+  raw: JetStreamMessage;
 }
 
 export interface JetStreamConsumerOptions<Client = unknown> extends ConsumerRetryOptions {
   inbox: Inbox<Client>;
   /** The inbox consumer name, e.g. `billing`. */
   consumer: string;
-  /** A connection you manage, or server URLs (the consumer connects and drains it on close). */
-  connection: NatsConnection | { servers: string | string[] };
+  /**
+   * A connection you manage (`@nats-io/transport-node`'s `NatsConnection`), or server URLs (the
+   * consumer connects and drains it on close).
+   */
+  connection: NatsConnectionLike | { servers: string | string[] };
   stream: string;
   /** Name of the durable JetStream consumer. */
   durable: string;
@@ -81,7 +85,7 @@ export class JetStreamConsumer<Client = unknown> {
       const { connect } = await import('@nats-io/transport-node');
       this.nc = await connect({ servers: connection.servers, maxReconnectAttempts: -1 });
     } else {
-      this.nc = connection;
+      this.nc = connection as NatsConnection;
     }
     this.termWithReason = atLeast(this.nc.info?.version, 2, 11);
     const create = this.options.create ?? {};

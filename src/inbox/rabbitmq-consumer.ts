@@ -7,7 +7,8 @@
 import type { ChannelModel, ConfirmChannel, ConsumeMessage, Options } from 'amqplib';
 import type { Transaction } from '../core/sql.js';
 import { describeError } from '../outbox/errors.js';
-import { connectAmqp } from '../outbox/publishers/rabbitmq.js';
+import { connectAmqp } from '../brokers/amqp-connect.js';
+import type { AmqpChannelModel, AmqpConsumeMessage } from '../brokers/amqp-types.js';
 import type { Inbox, InboxContext } from './inbox.js';
 import {
   MessageWithoutIdError,
@@ -29,7 +30,7 @@ export interface AmqpReceivedMessage {
   attempt: number;
   /** The broker's flag: delivered before without an ack (e.g. the previous consumer crashed). */
   redelivered: boolean;
-  raw: ConsumeMessage;
+  raw: AmqpConsumeMessage;
 }
 
 export interface RabbitMqConsumerOptions<Client = unknown> extends ConsumerRetryOptions {
@@ -38,7 +39,7 @@ export interface RabbitMqConsumerOptions<Client = unknown> extends ConsumerRetry
   consumer: string;
   queue: string;
   /** An AMQP URL, or a factory returning a connected amqplib `ChannelModel`. The consumer closes it. */
-  connection: string | (() => Promise<ChannelModel>);
+  connection: string | (() => Promise<AmqpChannelModel>);
   /** Runs in the inbox transaction; throw to fail the delivery. */
   handler: (tx: Transaction<Client>, message: AmqpReceivedMessage, context: InboxContext) => Promise<void>;
   /** Unacked deliveries at once, which is also how many handlers run concurrently. Default 16. */

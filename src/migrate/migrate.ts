@@ -69,7 +69,11 @@ export async function migrate(sql: Sql, options: { schema?: string } = {}): Prom
   try {
     return await sql.transaction(async (tx) => {
       // Serialises concurrent migrators; released at COMMIT. hashtext gives a stable int4 key.
-      await tx.query(`SELECT pg_advisory_xact_lock(hashtext($1))`, [`idem.migrate:${schema}`]);
+      // `::text`: the function returns `void`, which some drivers cannot read (Prisma fails with
+      // P2010 UnsupportedNativeDataType); a text column reads everywhere.
+      await tx.query(`SELECT pg_advisory_xact_lock(hashtext($1))::text AS locked`, [
+        `idem.migrate:${schema}`,
+      ]);
       await tx.query(`CREATE SCHEMA IF NOT EXISTS ${quoted}`);
       await tx.query(bookkeepingTable(quoted));
       const { rows } = await tx.query<{ version: number }>(`SELECT version FROM ${quoted}.migrations`);

@@ -2,6 +2,7 @@ import { systemClock, type Clock } from '../core/clock.js';
 import {
   InvalidArgumentError,
   isIdemError,
+  isPreparedStatementsUnsupported,
   OperationFailedError,
   type OperationScope,
 } from '../core/errors.js';
@@ -19,6 +20,7 @@ import { decide, inProgress } from './resolve-existing.js';
 import { decodeRequestRow, type RequestRow } from './request-row.js';
 import { renderStatements, type Statements } from './statements.js';
 import { sweep, type SweepOptions, type SweepResult } from './sweep.js';
+import { defaultHeartbeatMs } from '../steps/engine.js';
 
 /** Passed to a handler beside the transaction. */
 export interface OperationContext {
@@ -55,6 +57,7 @@ export class Idem<Client = unknown> {
   readonly clock: Clock;
   /** @internal */ readonly statements: Statements;
   /** @internal */ readonly leaseMs: number;
+  /** @internal */ readonly heartbeatMs: number;
   private readonly waitMs: number;
   private readonly minKeyLength: number;
   private readonly transactionRetries: number;
@@ -68,6 +71,9 @@ export class Idem<Client = unknown> {
     this.clock = options.clock ?? systemClock;
     this.waitMs = nonNegative('waitMs', options.waitMs ?? 5000);
     this.leaseMs = positive('leaseMs', options.leaseMs ?? 30_000);
+    this.heartbeatMs = positive('heartbeatMs', options.heartbeatMs ?? defaultHeartbeatMs(this.leaseMs));
+    if (this.heartbeatMs >= this.leaseMs)
+      throw new InvalidArgumentError('heartbeatMs must be less than leaseMs');
     this.minKeyLength = positive('minKeyLength', options.minKeyLength ?? 1);
     this.transactionRetries = nonNegative('transactionRetries', options.transactionRetries ?? 3);
     this.retention = options.retention;
@@ -101,7 +107,10 @@ export class Idem<Client = unknown> {
       try {
         return await this.sql.transaction((tx) => this.claimAndRun(tx, tx, prepared, handler));
       } catch (error) {
-        if (attempt < prepared.transactionRetries && isTransactionRetryable(error)) {
+        // A pooler's prepared-statement refusal rolled everything back, and `fromPg` now sends
+        // statements unnamed: the same attempt again succeeds.
+        const again = isTransactionRetryable(error) || isPreparedStatementsUnsupported(error);
+        if (attempt < prepared.transactionRetries && again) {
           await this.clock.sleep(backoff(attempt));
           continue;
         }
@@ -131,10 +140,17 @@ export class Idem<Client = unknown> {
   }
 
   /**
-   * Runs an operation whose steps touch the outside world (a card charge, an e-mail). Each step
-   * runs in its own transaction and records its result; the operation holds a lease with a fencing
-   * counter. After a crash, a retry of the same key takes over once the lease lapses, skips the
-   * recorded steps, and reruns the interrupted one with the same derived key.
+   * Runs an operation whose steps touch the outside world (a card charge, an e-mail). A local step
+   * (`op.step`) is one short transaction that records its result; a call (`op.call`) runs with no
+   * transaction held, between two short ones. The operation holds a lease with a fencing counter.
+   * After a crash, a retry of the same key takes over once the lease lapses, skips the recorded
+   * steps, and reruns the interrupted one with the same derived key.
+   *
+   * Failures: a retryable one releases the lease, and a retry resumes at once. A non-retryable one
+   * before anything was committed (no step recorded, no call started) frees the key: the retry
+   * runs afresh (`OperationFailedError`). A non-retryable one after that is stored: the operation
+   * ends `failed` with the error and the step, and this call and every retry of the key throw
+   * `StepFailedError`. A lost lease throws `FencedError` and writes nothing.
    */
   async steps<T>(
     spec: OperationSpec,

@@ -1,10 +1,21 @@
-import { withIdempotencyKey } from '../core/key-context.js';
-import { FencedError, type OperationScope } from '../core/errors.js';
+import { FencedError, isFenced, isIdemError, OperationFailedError, StepFailedError } from '../core/errors.js';
+import type { OperationScope } from '../core/errors.js';
 import { deriveKey } from '../core/keys.js';
 import type { Transaction } from '../core/sql.js';
+import { isRetryableStepFailure } from '../steps/retryable.js';
+import {
+  describeFailure,
+  runCallStep,
+  runLocalStep,
+  type CallContext,
+  type StepRunner,
+} from '../steps/engine.js';
+import type { FencedLease } from '../steps/lease.js';
 import type { Idem, PreparedSpec } from './idem.js';
 import { toOutcome, type OperationResult, type Outcome } from './outcome.js';
 import { decide, inProgress } from './resolve-existing.js';
+
+export type { CallContext } from '../steps/engine.js';
 
 /** The handle a multi-step body works through. */
 export interface MultiStepOperation<Client = unknown> {
@@ -14,17 +25,31 @@ export interface MultiStepOperation<Client = unknown> {
   /** True when this execution took over from a holder that crashed or stalled. */
   readonly resumed: boolean;
   /**
-   * Runs `fn` once per intent. Its transaction first checks the fence and renews the lease, then
-   * runs `fn`, then records its JSON result with the step name as the recovery point; all commit
-   * together. A recorded step is not run again: its stored result is returned. `key` is the
-   * derived key to send downstream (the same on every retry and takeover). If `fn` calls the
-   * outside world and the process dies before the commit, the retry calls again with that same
-   * key, and the downstream's own idempotency makes it one effect.
+   * A local step: runs `fn` once per intent in one short transaction that first checks the fence
+   * and renews the lease, then runs `fn`, then records its JSON result with the step name as the
+   * recovery point; all commit together. A recorded step is not run again: its stored result is
+   * returned. Keep `fn` to database work: a call to the outside world belongs in `call`, because
+   * this transaction (and its pooled connection and row lock) stays open while `fn` runs.
    */
   step<R>(name: string, fn: (tx: Transaction<Client>, step: { key: string }) => Promise<R>): Promise<R>;
-  /** The key a step named `name` sends downstream. */
+  /**
+   * A call to the outside world (a card charge, an e-mail): runs `fn` once per intent with no
+   * transaction and no pooled connection held. First a short transaction checks the fence, renews
+   * the lease and records that the call started (recovery point `call:<name>`); then `fn` runs
+   * with the step's derived `key` (also the current key for `idem/client`) while a heartbeat
+   * renews the lease every `heartbeatMs`; then a second short transaction checks the fence and
+   * records the JSON result. If the process dies during the call, or the lease is lost (`signal`
+   * aborts, and this execution gets `FencedError`), the retry that takes over calls again with
+   * the same key: the downstream's own idempotency makes it one effect. A recorded call is not
+   * run again. Local writes that depend on the answer go in the next `step`.
+   */
+  call<R>(name: string, fn: (call: CallContext) => Promise<R>): Promise<R>;
+  /** The key a step or call named `name` sends downstream. */
   deriveKey(name: string): string;
-  /** Renews the lease during a long step. Throws `FencedError` if the operation was taken over. */
+  /**
+   * Renews the lease by hand. Calls renew it on their own (`heartbeatMs`); this is for a body
+   * that spends long between steps. Throws `FencedError` if the operation was taken over.
+   */
   heartbeat(): Promise<void>;
 }
 
@@ -34,6 +59,10 @@ export class MultiStepRun<T, Client> implements MultiStepOperation<Client> {
   fence = 0;
   resumed = false;
   private recorded = new Map<string, string>();
+  /** The first step or call that threw, for the stored failure. */
+  private failedAt: string | null = null;
+  private readonly runner: StepRunner<Client>;
+  private readonly lease: FencedLease;
 
   constructor(
     private readonly idem: Idem<Client>,
@@ -41,6 +70,26 @@ export class MultiStepRun<T, Client> implements MultiStepOperation<Client> {
     private readonly body: (op: MultiStepOperation<Client>) => Promise<T | Outcome<T>>,
   ) {
     this.scope = prepared.scope;
+    this.runner = { sql: idem.sql, clock: idem.clock, heartbeatMs: idem.heartbeatMs };
+    this.lease = {
+      hold: async (tx, point) => {
+        const { rowCount } = await tx.query(
+          idem.statements.fenceAndRenew,
+          this.renewParams(point),
+          idem.statements.names.fenceAndRenew,
+        );
+        if (rowCount !== 1) throw this.lease.lost();
+      },
+      renew: async () =>
+        (
+          await idem.sql.query(
+            idem.statements.fenceAndRenew,
+            this.renewParams(null),
+            idem.statements.names.fenceAndRenew,
+          )
+        ).rowCount === 1,
+      lost: () => new FencedError(this.scope, this.fence),
+    };
   }
 
   async execute(): Promise<OperationResult<T>> {
@@ -50,13 +99,12 @@ export class MultiStepRun<T, Client> implements MultiStepOperation<Client> {
     try {
       outcome = toOutcome(await this.body(this));
     } catch (error) {
-      // Leave the operation pending for a retry to resume, and let that retry in at once.
-      await this.release().catch(() => undefined);
-      throw this.idem.classify(error, this.scope);
+      throw await this.settleFailure(error);
     }
     const { rowCount } = await this.idem.sql.query(
       this.idem.statements.completeLate,
       this.idem.completeParams(this.prepared, this.fence, outcome, true),
+      this.idem.statements.names.completeLate,
     );
     if (rowCount !== 1) throw new FencedError(this.scope, this.fence);
     return {
@@ -78,41 +126,107 @@ export class MultiStepRun<T, Client> implements MultiStepOperation<Client> {
   ): Promise<R> {
     const stored = this.recorded.get(name);
     if (stored !== undefined) return JSON.parse(stored) as R;
-    const { statements, clock, sql } = this.idem;
     const key = this.deriveKey(name);
-    const [result, json] = await sql.transaction(async (tx) => {
-      // Fence first: this also row-locks the operation, so a takeover waits for this step.
-      const fenced = await tx.query(statements.fenceAndRenew, [
-        ...this.scopeParams(),
-        this.fence,
-        new Date(clock.now() + this.idem.leaseMs),
-        name,
-      ]);
-      if (fenced.rowCount !== 1) throw new FencedError(this.scope, this.fence);
-      // Outgoing calls made by the step (`idem/client`) carry its derived key without being told.
-      const value = await withIdempotencyKey(key, () => fn(tx, { key }));
-      const text = JSON.stringify(value ?? null);
-      await tx.query(statements.recordStep, [
-        ...this.scopeParams(),
-        name,
-        text,
-        this.fence,
-        new Date(clock.now()),
-      ]);
-      return [value, text] as const;
-    });
+    const { statements, clock } = this.idem;
+    const { value, json } = await this.failingAt(name, () =>
+      runLocalStep(this.runner, this.lease, {
+        point: name,
+        key,
+        run: (tx) => fn(tx, { key }),
+        record: async (tx, text) => {
+          await tx.query(
+            statements.recordStep,
+            [...this.scopeParams(), name, text, this.fence, new Date(clock.now())],
+            statements.names.recordStep,
+          );
+        },
+      }),
+    );
     this.recorded.set(name, json);
-    return result;
+    return value;
+  }
+
+  async call<R>(name: string, fn: (call: CallContext) => Promise<R>): Promise<R> {
+    const stored = this.recorded.get(name);
+    if (stored !== undefined) return JSON.parse(stored) as R;
+    const { statements, clock } = this.idem;
+    const { value, json } = await this.failingAt(name, () =>
+      runCallStep(this.runner, this.lease, {
+        key: this.deriveKey(name),
+        begin: async (sql) => {
+          const { rows } = await sql.query<{ held: number }>(
+            statements.startCall,
+            [...this.renewParams(`call:${name}`), name, new Date(clock.now())],
+            statements.names.startCall,
+          );
+          return Number(rows[0]?.held) === 1;
+        },
+        call: fn,
+        record: async (sql, _value, text) => {
+          const { rows } = await sql.query<{ held: number }>(
+            statements.recordCall,
+            [...this.renewParams(name), text, new Date(clock.now())],
+            statements.names.recordCall,
+          );
+          if (Number(rows[0]?.held) !== 1) throw this.lease.lost();
+        },
+      }),
+    );
+    this.recorded.set(name, json);
+    return value;
   }
 
   async heartbeat(): Promise<void> {
-    const { rowCount } = await this.idem.sql.query(this.idem.statements.fenceAndRenew, [
-      ...this.scopeParams(),
-      this.fence,
-      new Date(this.idem.clock.now() + this.idem.leaseMs),
-      null,
-    ]);
-    if (rowCount !== 1) throw new FencedError(this.scope, this.fence);
+    if (!(await this.lease.renew())) throw this.lease.lost();
+  }
+
+  private async failingAt<R>(name: string, run: () => Promise<R>): Promise<R> {
+    try {
+      return await run();
+    } catch (error) {
+      this.failedAt ??= name;
+      throw error;
+    }
+  }
+
+  /**
+   * What the body's failure leaves behind, and what the caller gets:
+   * - lost lease: nothing (the new holder owns the row); `FencedError`;
+   * - retryable: the lease is released so a retry resumes at once; `OperationFailedError`;
+   * - non-retryable, nothing committed yet: the key is freed, a retry runs afresh;
+   *   `OperationFailedError`;
+   * - non-retryable after a recorded step or a started call: stored as failed, replayed to every
+   *   retry; `StepFailedError`.
+   */
+  private async settleFailure(error: unknown): Promise<unknown> {
+    if (isFenced(error)) return error;
+    if (isRetryableStepFailure(error)) {
+      await this.release().catch(() => undefined);
+      return isIdemError(error) ? error : new OperationFailedError(error, true);
+    }
+    const { sql, statements, clock } = this.idem;
+    try {
+      const freed = await sql.query(statements.releaseKey, [...this.scopeParams(), this.fence]);
+      if (freed.rowCount === 1) return isIdemError(error) ? error : new OperationFailedError(error, false);
+      const text = describeFailure(error);
+      const now = clock.now();
+      const { retention } = this.prepared;
+      const stored = await sql.query(statements.failLate, [
+        ...this.scopeParams(),
+        this.fence,
+        text,
+        this.failedAt,
+        new Date(now),
+        new Date(now + retention.resultMs),
+        new Date(now + retention.tombstoneMs),
+      ]);
+      if (stored.rowCount !== 1) return new FencedError(this.scope, this.fence);
+      return new StepFailedError(this.scope, this.failedAt, text, error, false);
+    } catch {
+      // The failure could not be written (the database went away): leave the operation pending;
+      // its lease lapses and a retry decides again.
+      return isIdemError(error) ? error : new OperationFailedError(error, false);
+    }
   }
 
   /** Claims the key, takes it over from a lapsed holder, or returns the stored result. */
@@ -122,16 +236,18 @@ export class MultiStepRun<T, Client> implements MultiStepOperation<Client> {
     const deadline = clock.now() + prepared.waitMs;
     for (;;) {
       const lease = clock.now() + idem.leaseMs;
+      // Named (prepared once per connection): every multi-step operation starts with it.
       const claimed = await sql.query<{ fence: number }>(
         statements.claimCommitted,
         idem.claimParams(prepared, lease),
+        statements.names.claimCommitted,
       );
       if (claimed.rows[0]) {
         this.fence = Number(claimed.rows[0].fence);
         return null;
       }
       const row = await idem.readRow(sql, scope);
-      if (!row) continue; // swept in between
+      if (!row) continue; // swept or freed in between
       const now = clock.now();
       const decision = decide<T>(scope, row, prepared.fingerprint, now);
       if (decision.kind === 'replay') return decision.result;
@@ -184,6 +300,11 @@ export class MultiStepRun<T, Client> implements MultiStepOperation<Client> {
       this.fence,
       new Date(this.idem.clock.now()),
     ]);
+  }
+
+  /** $1..$6 of `fenceAndRenew`: scope, fence, the renewed lease end, the recovery point (or keep it). */
+  private renewParams(point: string | null): unknown[] {
+    return [...this.scopeParams(), this.fence, new Date(this.idem.clock.now() + this.idem.leaseMs), point];
   }
 
   private scopeParams(): [string, string, string] {

@@ -47,9 +47,19 @@ export interface IdemOptions<Client = unknown> {
   waitMs?: number;
   /**
    * Lease of a multi-step operation's holder. A crashed holder's operation can be taken over after
-   * this long. Every step renews it. Default 30000 ms: longer than any single step should take.
+   * this long. Every step renews it, and a running call's heartbeat renews it every
+   * `heartbeatMs`, so a call may take longer than the lease. Default 30000 ms: a shorter lease
+   * resumes a crashed operation sooner but costs more heartbeats.
    */
   leaseMs?: number;
+  /**
+   * While a multi-step operation's call to the outside world (`op.call`) runs, a background
+   * heartbeat renews the lease this often, on `clock`; if a renewal finds that a retry took the
+   * operation over, the call's `signal` is aborted. Default `leaseMs / 3` (10000 ms): two beats
+   * may fail before the lease lapses. Must be less than `leaseMs`. Each beat is one short
+   * statement on a pooled connection, never a transaction held across the call.
+   */
+  heartbeatMs?: number;
   /** Minimum key length, to refuse low-entropy keys. Default 1; the maximum is always 255. */
   minKeyLength?: number;
   /** Whole-transaction retries on serialization failure or deadlock (40001, 40P01). Default 3. */

@@ -14,11 +14,15 @@ export interface RequestRow {
   completedAt: number | null;
   expiresAt: number;
   tombstoneUntil: number;
+  /** A multi-step operation that failed for good: the error's text (state `failed`), else null. */
+  error: string | null;
+  /** The step it failed at (null: between steps, or no failure). */
+  errorStep: string | null;
 }
 
 /** The column list every read of a request uses, in the order `decodeRequestRow` expects. */
 export const requestColumns = `fingerprint, state, fence, locked_until, recovery_point, result, body,
-  resource_type, resource_id, completed_at, expires_at, tombstone_until`;
+  resource_type, resource_id, completed_at, expires_at, tombstone_until, error, error_step`;
 
 export function decodeRequestRow(row: Record<string, unknown>): RequestRow {
   const resourceType = row.resource_type as string | null;
@@ -35,5 +39,7 @@ export function decodeRequestRow(row: Record<string, unknown>): RequestRow {
     completedAt: toMillis(row.completed_at),
     expiresAt: toMillis(row.expires_at)!,
     tombstoneUntil: toMillis(row.tombstone_until)!,
+    error: (row.error as string | null | undefined) ?? null,
+    errorStep: (row.error_step as string | null | undefined) ?? null,
   };
 }

@@ -1,4 +1,10 @@
-import { ExpiredError, InProgressError, KeyReusedError, type OperationScope } from '../core/errors.js';
+import {
+  ExpiredError,
+  InProgressError,
+  KeyReusedError,
+  StepFailedError,
+  type OperationScope,
+} from '../core/errors.js';
 import type { OperationResult } from './outcome.js';
 import type { RequestRow } from './request-row.js';
 
@@ -10,9 +16,10 @@ export type Decision<T> =
 
 /**
  * The rules for an existing row, in the order they apply:
- * past its tombstone the key is new again; another fingerprint is refused; a finished operation
- * replays while its result is kept, then answers "expired" with the resource pointer; a pending
- * one belongs to another execution.
+ * past its tombstone the key is new again; another fingerprint is refused; a pending one belongs
+ * to another execution; a multi-step operation that failed for good answers its stored failure
+ * until its tombstone passes; a finished operation replays while its result is kept, then
+ * answers "expired" with the resource pointer.
  */
 export function decide<T>(
   scope: OperationScope,
@@ -23,6 +30,7 @@ export function decide<T>(
   if (row.state !== 'pending' && row.tombstoneUntil <= now) return { kind: 'forgotten' };
   if (row.fingerprint !== fingerprint) throw new KeyReusedError(scope, row.fingerprint, fingerprint);
   if (row.state === 'pending') return { kind: 'pending', row };
+  if (row.error !== null) throw new StepFailedError(scope, row.errorStep, row.error, undefined, true);
   if (row.expiresAt <= now || (row.result === null && row.body === null)) {
     throw new ExpiredError(scope, row.resource, row.completedAt);
   }

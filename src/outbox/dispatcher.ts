@@ -41,9 +41,29 @@ export interface DispatcherOptions {
   /**
    * A connection for LISTEN: a PostgreSQL connection string (loads `pg`) or a factory returning a
    * `pg.Client`-shaped client. Producers NOTIFY at commit, so dispatch starts within milliseconds.
-   * Default none: the dispatcher only polls.
+   * It must be a direct connection (or a session-mode pooler): through a transaction-mode pooler
+   * such as PgBouncer LISTEN succeeds and then receives nothing. When `sql` goes through such a
+   * pooler, give the direct URL here (e.g. `DATABASE_DIRECT_URL`). Default none: the dispatcher
+   * only polls.
    */
   listen?: ListenSource;
+  /**
+   * How often the listener tests itself: it notifies its channel through `sql`, as producers do,
+   * and checks the notification arrives; also at every (re)connection. 0 disables the self-test
+   * altogether. Default 30000 ms (one `pg_notify` each time).
+   */
+  listenSelfTestIntervalMs?: number;
+  /**
+   * How long a self-test notification may take. When it does not arrive, `onError` gets an
+   * `IDEM_LISTEN_DEAF` error that says why, the dispatcher polls every `fallbackPollIntervalMs`
+   * until a later self-test passes, and the LISTEN connection is replaced. Default 5000 ms.
+   */
+  listenSelfTestTimeoutMs?: number;
+  /**
+   * Poll interval while notifications cannot be relied on: the listener is deaf (its self-test
+   * failed) or reconnecting. Default 250 ms, the interval without `listen`.
+   */
+  fallbackPollIntervalMs?: number;
   /**
    * Poll interval: the backstop for missed notifications and the latency when `listen` is unset.
    * Default 1000 ms with `listen`, 250 ms without (an idle poll is one short transaction).
@@ -111,7 +131,8 @@ export interface DispatcherCounters {
  * const dispatcher = createDispatcher({
  *   sql: fromPg(pool),
  *   publisher: rabbitMqPublisher({ url: process.env.AMQP_URL }),
- *   listen: process.env.DATABASE_URL,
+ *   // A direct connection for LISTEN when DATABASE_URL is a transaction-mode pooler.
+ *   listen: process.env.DATABASE_DIRECT_URL ?? process.env.DATABASE_URL,
  * });
  * await dispatcher.start();
  * // on shutdown:
@@ -132,6 +153,7 @@ export class OutboxDispatcher {
   private readonly backoff: Backoff;
   private readonly outageBackoff: Backoff;
   private readonly pollIntervalMs: number;
+  private readonly fallbackPollIntervalMs: number;
   private readonly publishTimeoutMs: number;
   private readonly retentionMs: number;
   private readonly cleanupIntervalMs: number;
@@ -169,6 +191,10 @@ export class OutboxDispatcher {
       'pollIntervalMs',
       options.pollIntervalMs ?? (options.listen ? 1000 : 250),
     );
+    this.fallbackPollIntervalMs = Math.min(
+      this.pollIntervalMs,
+      positiveInteger('fallbackPollIntervalMs', options.fallbackPollIntervalMs ?? 250),
+    );
     this.publishTimeoutMs = positiveInteger('publishTimeoutMs', options.publishTimeoutMs ?? 30_000);
     this.retentionMs = nonNegative(
       'publishedRetentionMs',
@@ -187,6 +213,26 @@ export class OutboxDispatcher {
         onConnected: () => this.wake(),
         onError: (error) => this.reportError(error, 'listen'),
         reconnectDelayMs: (failures) => this.outageBackoff(failures),
+        ...(options.listenSelfTestIntervalMs === 0
+          ? {}
+          : {
+              // Through `sql`, the way producers notify: a pooler between them and the listener is
+              // exactly what the test must catch.
+              sendSelfTest: (payload: string) =>
+                this.sql.query('SELECT pg_notify($1, $2)', [this.statements.channel, payload]),
+              selfTestIntervalMs: positiveInteger(
+                'listenSelfTestIntervalMs',
+                options.listenSelfTestIntervalMs ?? 30_000,
+              ),
+              selfTestTimeoutMs: positiveInteger(
+                'listenSelfTestTimeoutMs',
+                options.listenSelfTestTimeoutMs ?? 5000,
+              ),
+            }),
+        onDeaf: (error) => {
+          this.reportError(error, 'listen');
+          this.wake(); // events may be waiting since the test was sent
+        },
       });
     }
   }
@@ -207,6 +253,24 @@ export class OutboxDispatcher {
     await Promise.all(this.loops);
     this.loops = [];
     await this.listener?.stop();
+  }
+
+  /**
+   * What wakes the dispatcher: `'poll'` without `listen`; `'listening'` when notifications arrive
+   * (the last self-test passed, or none has run yet); `'deaf'` when a self-test notification did
+   * not arrive; `'connecting'` while the LISTEN connection is (re)connecting. In the last two the
+   * dispatcher polls every `fallbackPollIntervalMs`.
+   */
+  get wakeups(): 'poll' | 'listening' | 'deaf' | 'connecting' {
+    if (!this.listener) return 'poll';
+    if (this.listener.deaf) return 'deaf';
+    return this.listener.listening ? 'listening' : 'connecting';
+  }
+
+  /** The poll interval now: shorter while notifications cannot be relied on. */
+  private get currentPollIntervalMs(): number {
+    const wakeups = this.wakeups;
+    return wakeups === 'deaf' || wakeups === 'connecting' ? this.fallbackPollIntervalMs : this.pollIntervalMs;
   }
 
   /** Asks the loops to look for work now (what a notification does). */
@@ -237,6 +301,18 @@ export class OutboxDispatcher {
    * One batch: claim the heads of due keys and their runs, publish them wave by wave (one event
    * per key per wave), and mark the outcome, all in one transaction. With `tenants`, one batch per
    * tenant (each its own transaction), added up.
+   *
+   * This transaction (one pooled connection, the row locks on the batch's key heads) stays open
+   * while the publisher talks to the broker: on purpose. The locks are what keep one key's events
+   * in order and other dispatchers off the same keys, at no extra write per event; a lease column
+   * would cost a committed write to claim and another to release every event. What it costs: the
+   * batch's connection is busy for the broker's confirms, ~44 ms per 500 events for RabbitMQ with
+   * publisher confirms and ~27 ms for NATS JetStream (the publishers alone: 11,313 and 18,526
+   * events/s, bench/report.md), and a broker that stalls holds it up to `publishTimeoutMs`, after
+   * which the batch is abandoned; `idle_in_transaction_session_timeout` (set by the claim) ends a
+   * dispatcher frozen mid-batch. Give the dispatcher its own small pool where the producers' pool
+   * is tight. (The in-database publisher delivers each event in its own transaction on further
+   * connections of its inbox's pool, up to its `concurrency`, while this one waits.)
    */
   async runOnce(): Promise<BatchResult> {
     if (!this.tenants) return this.runBatch(null);
@@ -450,7 +526,7 @@ export class OutboxDispatcher {
       if (result.claimed > 0 || result.held > 0 || this.wakeRequested) continue;
       const untilRetry = this.nextRetryAt - this.clock.now();
       if (untilRetry <= 0) this.nextRetryAt = Infinity;
-      await this.idle(Math.max(0, Math.min(this.pollIntervalMs, untilRetry)), true);
+      await this.idle(Math.max(0, Math.min(this.currentPollIntervalMs, untilRetry)), true);
     }
   }
 

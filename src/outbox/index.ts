@@ -32,6 +32,7 @@ export {
 export { createBackoff, defaultBackoff, type Backoff, type BackoffPolicy } from './backoff.js';
 export { PublishError, isPublishError, describeError } from './errors.js';
 export type { ListenClient, ListenSource } from './listener.js';
+export { ListenerDeafError } from './listener.js';
 export { outboxChannel } from './statements.js';
 export {
   RabbitMqPublisher,

@@ -6,34 +6,40 @@
  * `RawBodyUnavailableError`, answered 500 and logged at error level, because the signed bytes are
  * gone.
  */
-import type { NextFunction, Request, RequestHandler, Response } from 'express';
+import type { IncomingMessage, ServerResponse } from 'node:http';
 import { isWebhookRequestError, RawBodyUnavailableError } from './errors.js';
 import { nodeHeaders } from './headers.js';
 import { sendNodeAnswer } from './node-http.js';
 import { parsedBodyMessage, readNodeBody } from './raw-body.js';
 import type { WebhookReceiver } from './receiver.js';
 
+/**
+ * An Express request, by the shape the handler reads (Express's `Request` is one). Declared here,
+ * not imported, so that idem/webhooks' types compile in an app without Express's types.
+ */
+export type ExpressRequestLike = IncomingMessage & { body?: unknown };
+
 /** Options of `expressWebhook`. */
-export interface ExpressWebhookOptions {
+export interface ExpressWebhookOptions<Req extends ExpressRequestLike = ExpressRequestLike> {
   /**
    * Where an earlier middleware kept the raw bytes, e.g. `(req) => req.rawBody` when
    * `express.json({ verify })` saved them. Default: read the stream, or use a Buffer `req.body`.
    */
-  rawBody?: (request: Request) => Uint8Array | undefined;
+  rawBody?: (request: Req) => Uint8Array | undefined;
 }
 
 /** An Express handler that verifies, stores and answers deliveries of one source. */
-export function expressWebhook(
+export function expressWebhook<Req extends ExpressRequestLike = ExpressRequestLike>(
   receiver: WebhookReceiver,
   source: string,
-  options: ExpressWebhookOptions = {},
-): RequestHandler {
+  options: ExpressWebhookOptions<Req> = {},
+): (request: Req, response: ServerResponse, next: (error?: unknown) => void) => void {
   const resolved = receiver.source(source);
-  return (request: Request, response: Response, next: NextFunction) => {
+  return (request, response, next) => {
     handle(request, response).catch(next);
   };
 
-  async function handle(request: Request, response: Response): Promise<void> {
+  async function handle(request: Req, response: ServerResponse): Promise<void> {
     let body: Uint8Array;
     try {
       body = await rawBytes(request, resolved.bodyLimit, options);
@@ -46,10 +52,10 @@ export function expressWebhook(
   }
 }
 
-async function rawBytes(
-  request: Request,
+async function rawBytes<Req extends ExpressRequestLike>(
+  request: Req,
   limit: number,
-  options: ExpressWebhookOptions,
+  options: ExpressWebhookOptions<Req>,
 ): Promise<Uint8Array> {
   const kept = options.rawBody?.(request);
   if (kept !== undefined) return kept;

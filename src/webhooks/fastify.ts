@@ -8,7 +8,8 @@
  * needs a Buffer body (a `parseAs: 'buffer'` content-type parser) and fails loudly with
  * `RawBodyUnavailableError` when Fastify's JSON parser already turned the body into an object.
  */
-import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import type { IncomingHttpHeaders } from 'node:http';
+import type { FastifyInstance, FastifyReply } from 'fastify';
 import {
   isWebhookRequestError,
   RawBodyUnavailableError,
@@ -28,15 +29,28 @@ export interface FastifyWebhooksOptions {
 }
 
 /** A Fastify plugin that mounts one POST route per entry of `routes`, with raw-body parsing. */
+/**
+ * Fastify's instance, request and reply, by the least of their shape (Fastify's own objects are
+ * these). Declared here, not imported, so that idem/webhooks' types compile in an app without
+ * Fastify.
+ */
+export type FastifyInstanceLike = object;
+export interface FastifyRequestLike {
+  headers: IncomingHttpHeaders;
+  body: unknown;
+}
+export type FastifyReplyLike = object;
+
 export function fastifyWebhooks(
   receiver: WebhookReceiver,
   options: FastifyWebhooksOptions,
-): (instance: FastifyInstance) => Promise<void> {
+): (instance: FastifyInstanceLike) => Promise<void> {
   const routes = Object.entries(options.routes).map(([path, source]) => ({
     path,
     source: receiver.source(source),
   }));
-  return async (instance) => {
+  return async (plugin) => {
+    const instance = plugin as FastifyInstance; // what Fastify's register passes
     // Route URLs as Fastify reports them, with the registration prefix.
     const byPath = new Map(routes.map((r) => [instance.prefix + r.path, r.source.name]));
     // Encapsulated: these parsers apply to the routes below only.
@@ -67,9 +81,10 @@ export function fastifyWebhooks(
 export function fastifyWebhookHandler(
   receiver: WebhookReceiver,
   source: string,
-): (request: FastifyRequest, reply: FastifyReply) => Promise<FastifyReply> {
+): (request: FastifyRequestLike, reply: FastifyReplyLike) => Promise<FastifyReplyLike> {
   receiver.source(source);
-  return async (request, reply) => {
+  return async (request, untypedReply) => {
+    const reply = untypedReply as FastifyReply; // what Fastify passes
     const parsed: unknown = request.body;
     let body: Uint8Array;
     if (parsed === undefined || parsed === null) body = new Uint8Array(0);

@@ -13,9 +13,21 @@ import { checkDeclaredLength, parsedBodyMessage, readWebBody } from './raw-body.
 import type { WebhookReceiver } from './receiver.js';
 
 /** A Hono handler that verifies, stores and answers deliveries of one source. */
-export function honoWebhook(receiver: WebhookReceiver, source: string): (c: Context) => Promise<Response> {
+/**
+ * A Hono context, by the least of its shape (Hono's `Context` is one). Declared here, not imported,
+ * so that idem/webhooks' types compile in an app without Hono.
+ */
+export interface HonoContextLike {
+  req: { raw: Request };
+}
+
+export function honoWebhook(
+  receiver: WebhookReceiver,
+  source: string,
+): (c: HonoContextLike) => Promise<Response> {
   const resolved = receiver.source(source);
-  return async (c) => {
+  return async (context) => {
+    const c = context as Context; // what Hono passes
     let body: Uint8Array;
     try {
       body = await rawBytes(c, resolved.bodyLimit);

@@ -89,6 +89,13 @@ export {
 } from './sender/sender.js';
 export { WebhookEndpoints, type WebhookEndpoint, type NewWebhookEndpoint } from './sender/endpoints.js';
 export {
+  DestinationRefusedError,
+  isDestinationRefused,
+  refusedKind,
+  type RefusedKind,
+  type LookupFunction,
+} from './sender/destination.js';
+export {
   signatureHeader,
   parseSigningSecret,
   generateWebhookSecret,

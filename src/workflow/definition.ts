@@ -11,18 +11,14 @@ export interface SagaRef {
   key: string;
 }
 
-/** What an action gets. */
-export interface ActionContext<I, Client = unknown> {
+/** What every action and compensation gets, whichever its kind. */
+export interface StepContext<I> {
   input: I;
   /**
-   * The step's transaction. It holds the saga's fence (a takeover waits for it) and commits with
-   * the step's recorded result, so local writes made through it happen exactly once.
-   */
-  tx: Transaction<Client>;
-  /**
-   * The action's idempotency key: derived from (tenant, saga, key, position, step name), the
-   * same on every retry, crash and takeover, and different for every step and for the
-   * compensation. Send it downstream. The outgoing client (`idem/client`) picks it up by itself.
+   * The idempotency key of this action (or compensation): derived from (tenant, saga, key,
+   * position, step name), the same on every retry, crash and takeover, and different for every
+   * step and for the compensation. Send it downstream. The outgoing client (`idem/client`) picks
+   * it up by itself.
    */
   key: string;
   saga: SagaRef;
@@ -32,10 +28,35 @@ export interface ActionContext<I, Client = unknown> {
   attempt: number;
 }
 
-/** What a compensation gets. */
-export interface CompensationContext<I, R, Client = unknown> extends ActionContext<I, Client> {
-  /** The compensation's own key (distinct from the action's). */
-  key: string;
+/** What a local action gets: the step's transaction. */
+export interface ActionContext<I, Client = unknown> extends StepContext<I> {
+  /**
+   * The step's transaction. It holds the saga's fence (a takeover waits for it) and commits with
+   * the step's recorded result, so local writes made through it happen exactly once. It stays
+   * open (a pooled connection and a row lock) while the action runs: keep the action to database
+   * work, and write a call to the outside world as the step's `call`.
+   */
+  tx: Transaction<Client>;
+}
+
+/** What an action's `call` gets: no transaction. */
+export interface ActionCallContext<I> extends StepContext<I> {
+  /**
+   * Aborted when this process lost the saga to a takeover while the call ran (its heartbeat found
+   * the fence raised). Pass it to `fetch` or your client: the result is refused either way, and
+   * the new holder repeats the call with the same key.
+   */
+  signal: AbortSignal;
+}
+
+/** What an action's `record` gets: the step's transaction and the call's answer. */
+export interface ActionRecordContext<I, R, Client = unknown> extends ActionContext<I, Client> {
+  /** What `call` returned (also the step's recorded result). */
+  response: R;
+}
+
+/** What every compensation knows about the action it undoes. */
+export interface CompensationFacts<R> {
   /** The action's key: look the effect up by it when `actionCompleted` is false. */
   actionKey: string;
   /**
@@ -49,18 +70,89 @@ export interface CompensationContext<I, R, Client = unknown> extends ActionConte
   result: R | undefined;
 }
 
-/** One step: an action and, usually, how to undo it. */
-export interface SagaStep<I = unknown, R = unknown, Client = unknown> {
-  /** Unique within the saga. Part of the derived keys: renaming a step changes its keys. */
-  name: string;
-  action(context: ActionContext<I, Client>): Promise<R>;
+/** What a local compensation gets. `key` is the compensation's own (distinct from the action's). */
+export interface CompensationContext<I, R, Client = unknown>
+  extends ActionContext<I, Client>, CompensationFacts<R> {}
+
+/** What `compensateCall` gets: no transaction. */
+export interface CompensationCallContext<I, R> extends ActionCallContext<I>, CompensationFacts<R> {}
+
+/** What `recordCompensation` gets: the step's transaction and the compensation call's answer. */
+export interface CompensationRecordContext<I, R, Client = unknown> extends CompensationContext<I, R, Client> {
+  /** What `compensateCall` returned (also the compensation's recorded result). */
+  response: unknown;
+}
+
+/** A step whose action is local: `action` runs inside the step's transaction. */
+export interface LocalAction<I, R, Client = unknown> {
   /**
-   * Undoes the action. Persisted (its key and the step) before the action runs, run at most
-   * once to completion, in reverse order, when a later step fails. Must be idempotent toward the
-   * outside world through its `key`. Omit it for steps with nothing to undo (a read).
+   * Runs inside the step's short transaction (`tx`), which commits with the recorded result.
+   * Keep it to database work: anything that leaves the database belongs in `call`.
+   */
+  action(context: ActionContext<I, Client>): Promise<R>;
+  call?: never;
+  record?: never;
+}
+
+/**
+ * A step whose action calls the outside world: `call` runs with no transaction and no pooled
+ * connection held (the fence is checked before it, a heartbeat keeps the lease while it runs);
+ * then one short transaction checks the fence again, runs `record` (optional local writes that
+ * go with the answer) and records the step's result, all committed together.
+ */
+export interface CallAction<I, R, Client = unknown> {
+  call(context: ActionCallContext<I>): Promise<R>;
+  record?(context: ActionRecordContext<I, R, Client>): Promise<unknown>;
+  action?: never;
+}
+
+/** How a step is undone locally: `compensate` runs inside the step's transaction. */
+export interface LocalCompensation<I, R, Client = unknown> {
+  /**
+   * Undoes the action inside a short transaction (`tx`). Persisted (its key and the step) before
+   * the action runs, run at most once to completion, in reverse order, when a later step fails.
+   * Omit it (and `compensateCall`) for steps with nothing to undo (a read).
    */
   compensate?(context: CompensationContext<I, R, Client>): Promise<unknown>;
+  compensateCall?: never;
+  recordCompensation?: never;
 }
+
+/** How a step is undone by calling the outside world, run like `call`. */
+export interface CallCompensation<I, R, Client = unknown> {
+  /**
+   * Undoes the action by calling out, with no transaction held; must be idempotent toward the
+   * outside world through its `key`. Persisted before the action runs, run at most once to
+   * completion, in reverse order, when a later step fails.
+   */
+  compensateCall(context: CompensationCallContext<I, R>): Promise<unknown>;
+  /** Local writes that go with the compensation's answer, committed with its record. */
+  recordCompensation?(context: CompensationRecordContext<I, R, Client>): Promise<unknown>;
+  compensate?: never;
+}
+
+/**
+ * One step: what it does — `action` (local: it gets `tx`) or `call` (to the outside world, with
+ * no transaction held; `record` for the local writes that go with its answer) — and, usually, how
+ * to undo it — `compensate` (local) or `compensateCall` (calls out; `recordCompensation`).
+ */
+export type SagaStep<I = unknown, R = unknown, Client = unknown> = {
+  /** Unique within the saga. Part of the derived keys: renaming a step changes its keys. */
+  name: string;
+} & (LocalAction<I, R, Client> | CallAction<I, R, Client>) &
+  (LocalCompensation<I, R, Client> | CallCompensation<I, R, Client>);
+
+/** @internal A step as the engine reads it, whatever its input, result and client types. */
+export interface AnyStep {
+  name: string;
+  action?: StepFunction;
+  call?: StepFunction;
+  record?: StepFunction;
+  compensate?: StepFunction;
+  compensateCall?: StepFunction;
+  recordCompensation?: StepFunction;
+}
+type StepFunction = (context: never) => Promise<unknown>;
 
 /** A saga: a name and its steps, in order. */
 export interface SagaDefinition<I = unknown, O = unknown, Client = unknown> {
@@ -78,10 +170,11 @@ export interface SagaDefinition<I = unknown, O = unknown, Client = unknown> {
  * const checkout = defineSaga<{ orderId: string; amount: number }>({
  *   name: 'checkout',
  *   steps: [
- *     step({ name: 'reserve', action: ({ input, key }) => stock.reserve(input.orderId, key),
- *            compensate: ({ key, actionKey }) => stock.release(actionKey, key) }),
- *     step({ name: 'charge', action: ({ input, key }) => payments.charge(input.amount, key),
- *            compensate: ({ key, actionKey }) => payments.refundByKey(actionKey, key) }),
+ *     step({ name: 'reserve', call: ({ input, key }) => stock.reserve(input.orderId, key),
+ *            compensateCall: ({ key, actionKey }) => stock.release(actionKey, key) }),
+ *     step({ name: 'charge', call: ({ input, key }) => payments.charge(input.amount, key),
+ *            record: ({ tx, input, response }) => markCharged(tx, input.orderId, response.id),
+ *            compensateCall: ({ key, actionKey }) => payments.refundByKey(actionKey, key) }),
  *   ],
  * });
  */
@@ -95,8 +188,30 @@ export function defineSaga<I, O = Record<string, unknown>, Client = unknown>(
     validateName('step name', s.name);
     if (names.has(s.name)) throw new InvalidArgumentError(`duplicate step name: ${s.name}`);
     names.add(s.name);
+    checkStep(s);
   }
   return definition;
+}
+
+/** Exactly one of `action` / `call`; at most one of `compensate` / `compensateCall`; no stray record. */
+function checkStep(s: AnyStep): void {
+  const given = (field: keyof AnyStep) => s[field] !== undefined;
+  const fn = (field: keyof AnyStep) => typeof s[field] === 'function';
+  const problem = (what: string) => new InvalidArgumentError(`step ${s.name}: ${what}`);
+  if (given('action') === given('call'))
+    throw problem('give exactly one of action (local) or call (outside)');
+  if (given('action') ? !fn('action') : !fn('call')) throw problem('action / call must be a function');
+  if (given('record') && (given('action') || !fn('record')))
+    throw problem('record goes with call, as a function');
+  if (given('compensate') && given('compensateCall')) {
+    throw problem('give at most one of compensate (local) or compensateCall (outside)');
+  }
+  for (const field of ['compensate', 'compensateCall', 'recordCompensation'] as const) {
+    if (given(field) && !fn(field)) throw problem(`${field} must be a function`);
+  }
+  if (given('recordCompensation') && !given('compensateCall')) {
+    throw problem('recordCompensation goes with compensateCall');
+  }
 }
 
 /** Types one step (its result type flows from `action` to `compensate`). */

@@ -1,10 +1,17 @@
 import { FencedError, InvalidArgumentError, isFenced, type OperationScope } from '../core/errors.js';
 import { deriveKey } from '../core/keys.js';
-import type { Transaction } from '../core/sql.js';
+import type { Queryable, Transaction } from '../core/sql.js';
 import { DecorrelatedJitter } from '../client/backoff.js';
-import { isRetryableFailure } from '../client/classify.js';
-import { withIdempotencyKey } from '../core/key-context.js';
-import type { SagaDefinition, SagaPoint, SagaRef, SagaStep } from './definition.js';
+import { isRetryableStepFailure } from '../steps/retryable.js';
+import {
+  describeFailure,
+  inHeldTransaction,
+  runCallStep,
+  runLocalStep,
+  type StepResult,
+} from '../steps/engine.js';
+import type { FencedLease } from '../steps/lease.js';
+import type { AnyStep, SagaDefinition, SagaPoint, SagaRef, SagaStep } from './definition.js';
 import { SagaFailedError, SagaStuckError } from './errors.js';
 import type { SagaStatus, SagaStepRecord } from './saga-record.js';
 import type { Sagas } from './sagas.js';
@@ -40,15 +47,59 @@ export function sagaScope(ref: SagaRef): OperationScope {
   return { tenant: ref.tenant, operation: `saga:${ref.saga}`, key: ref.key };
 }
 
+/** An action or a compensation, of either kind, as the engine calls it. */
+type StepBody =
+  | { local: (context: object) => Promise<unknown> }
+  | { call: (context: object) => Promise<unknown>; record?: (context: object) => Promise<unknown> };
+
+function actionOf(step: AnyStep): StepBody {
+  if (step.call) {
+    const { record } = step;
+    return {
+      call: (context) => step.call!(context as never),
+      ...(record ? { record: (context: object) => record.call(step, context as never) } : {}),
+    };
+  }
+  return { local: (context) => step.action!(context as never) };
+}
+
+/** How a step is undone, or null when it has nothing to undo. */
+function compensationOf(step: AnyStep): StepBody | null {
+  if (step.compensateCall) {
+    const { recordCompensation } = step;
+    return {
+      call: (context) => step.compensateCall!(context as never),
+      ...(recordCompensation
+        ? { record: (context: object) => recordCompensation.call(step, context as never) }
+        : {}),
+    };
+  }
+  if (step.compensate) return { local: (context) => step.compensate!(context as never) };
+  return null;
+}
+
+/** Whether the step has a compensation (its key is persisted with the step). */
+export function hasCompensation(step: AnyStep): boolean {
+  return compensationOf(step) !== null;
+}
+
 /**
  * One holder's run of one saga instance, from a claim or takeover to a final state. Every write
- * checks the fence; every step runs in a transaction that first takes the fence (row-locking the
- * saga), then runs the action or compensation, then records it and moves the cursor.
+ * checks the fence. Actions and compensations run through the shared step engine
+ * (`src/steps/engine.ts`, the same code as `idem.steps`): a local one in a short transaction that
+ * first takes the fence (row-locking the saga), then runs it, then records it and moves the
+ * cursor; one that calls out between two such short transactions, with a heartbeat on the lease.
  */
 export class SagaExecution<I, O, Client> {
   private readonly results: Record<string, unknown> = {};
   private readonly steps = new Map<number, SagaStepRecord>();
   private failure: { text: string; error: unknown } | null = null;
+  private readonly lease: FencedLease = {
+    hold: (tx) => this.takeFence(tx),
+    renew: async () =>
+      (await this.engine.sql.query(this.engine.statements.fence, this.fenceParams())).rowCount === 1,
+    lost: () => new FencedError(sagaScope(this.ref), this.fence),
+  };
 
   constructor(
     private readonly engine: Sagas<Client>,
@@ -124,7 +175,7 @@ export class SagaExecution<I, O, Client> {
         position,
         step.name,
         keys.action,
-        step.compensate ? keys.compensation : null,
+        hasCompensation(step) ? keys.compensation : null,
         now,
       ]);
     });
@@ -132,7 +183,7 @@ export class SagaExecution<I, O, Client> {
       position,
       name: step.name,
       actionKey: keys.action,
-      compensationKey: step.compensate ? keys.compensation : null,
+      compensationKey: hasCompensation(step) ? keys.compensation : null,
       state: 'registered',
       result: null,
       compensationResult: null,
@@ -153,24 +204,21 @@ export class SagaExecution<I, O, Client> {
     const jitter = new DecorrelatedJitter(this.engine.backoff);
     for (let attempt = 1; ; attempt++) {
       try {
-        const json = await this.engine.sql.transaction(async (tx) => {
-          await this.takeFence(tx);
-          await this.point({ at: 'action:before', position, step: step.name });
-          const value = await withIdempotencyKey(record.actionKey, () =>
-            step.action({
-              input: this.input,
-              tx,
-              key: record.actionKey,
-              saga: this.ref,
-              results: { ...this.results },
-              attempt,
-            }),
-          );
-          await this.point({ at: 'action:after', position, step: step.name });
-          const text = JSON.stringify(value ?? null);
-          await this.write(tx, 'stepDone', [this.fence, position, text, this.now()]);
-          return text;
-        });
+        const { json } = await this.runBody(
+          actionOf(step),
+          record.actionKey,
+          {
+            input: this.input,
+            key: record.actionKey,
+            saga: this.ref,
+            results: { ...this.results },
+            attempt,
+          },
+          { before: 'action:before', after: 'action:after', position, step: step.name },
+          async (tx, text) => {
+            await this.write(tx, 'stepDone', [this.fence, position, text, this.now()]);
+          },
+        );
         record.state = 'done';
         record.result = JSON.parse(json) as unknown;
         record.doneAt = this.engine.clock.now();
@@ -180,10 +228,60 @@ export class SagaExecution<I, O, Client> {
         return undefined;
       } catch (error) {
         if (error instanceof Halt || isFenced(error)) throw error;
-        if (attempt >= this.engine.actionAttempts || !isRetryableFailure(error)) return { error };
+        if (attempt >= this.engine.actionAttempts || !isRetryableStepFailure(error)) return { error };
         await this.engine.clock.sleep(delayFor(error, jitter, this.engine.maxRetryAfterMs));
       }
     }
+  }
+
+  /**
+   * Runs an action or a compensation through the step engine, with the hook points around it: a
+   * function inside one short transaction (the points inside it too, so a "crash" there rolls it
+   * back); `{ call, record? }` with no transaction while it calls, then `record` and `write` in
+   * one short transaction. `body` null: nothing to run (a step without a compensation), the
+   * result is null.
+   */
+  private runBody(
+    body: StepBody | null,
+    key: string,
+    context: object,
+    points: {
+      before: 'action:before' | 'compensation:before';
+      after: 'action:after' | 'compensation:after';
+      position: number;
+      step: string;
+    },
+    write: (tx: Transaction<Client>, json: string) => Promise<void>,
+  ): Promise<StepResult<unknown>> {
+    const { position, step } = points;
+    const runner = this.engine.runner;
+    if (body === null || 'local' in body) {
+      return runLocalStep(runner, this.lease, {
+        point: step,
+        key,
+        run: async (tx) => {
+          await this.point({ at: points.before, position, step });
+          const value = body === null ? null : await body.local({ ...context, tx });
+          await this.point({ at: points.after, position, step });
+          return value;
+        },
+        record: write,
+      });
+    }
+    return runCallStep(runner, this.lease, {
+      key,
+      call: async ({ signal }) => {
+        await this.point({ at: points.before, position, step });
+        const value = await body.call({ ...context, signal });
+        await this.point({ at: points.after, position, step });
+        return value;
+      },
+      record: (_sql, response, json) =>
+        inHeldTransaction(runner, this.lease, step, async (tx) => {
+          await body.record?.({ ...context, tx, response });
+          await write(tx, json);
+        }),
+    });
   }
 
   private async turnBack(position: number, error: unknown): Promise<void> {
@@ -214,36 +312,28 @@ export class SagaExecution<I, O, Client> {
   private async compensate(position: number, record: SagaStepRecord): Promise<void> {
     const step = this.definition.steps[position]!;
     const jitter = new DecorrelatedJitter(this.engine.backoff);
+    const key = record.compensationKey;
+    const body = key !== null ? compensationOf(step) : null;
     for (let attempt = 1; ; attempt++) {
       try {
-        await this.engine.sql.transaction(async (tx) => {
-          await this.takeFence(tx);
-          await this.point({ at: 'compensation:before', position, step: step.name });
-          let value: unknown = null;
-          if (step.compensate && record.compensationKey !== null) {
-            const key = record.compensationKey;
-            value = await withIdempotencyKey(key, () =>
-              step.compensate!({
-                input: this.input,
-                tx,
-                key,
-                actionKey: record.actionKey,
-                actionCompleted: record.doneAt !== null,
-                result: record.doneAt !== null ? record.result : undefined,
-                saga: this.ref,
-                results: { ...this.results },
-                attempt,
-              }),
-            );
-          }
-          await this.point({ at: 'compensation:after', position, step: step.name });
-          await this.write(tx, 'stepCompensated', [
-            this.fence,
-            position,
-            JSON.stringify(value ?? null),
-            this.now(),
-          ]);
-        });
+        await this.runBody(
+          body,
+          key ?? record.actionKey,
+          {
+            input: this.input,
+            key,
+            actionKey: record.actionKey,
+            actionCompleted: record.doneAt !== null,
+            result: record.doneAt !== null ? record.result : undefined,
+            saga: this.ref,
+            results: { ...this.results },
+            attempt,
+          },
+          { before: 'compensation:before', after: 'compensation:after', position, step: step.name },
+          async (tx, text) => {
+            await this.write(tx, 'stepCompensated', [this.fence, position, text, this.now()]);
+          },
+        );
         record.state = 'compensated';
         this.cursor = position - 1;
         await this.point({ at: 'compensation:recorded', position, step: step.name });
@@ -274,15 +364,19 @@ export class SagaExecution<I, O, Client> {
   }
 
   /** Checks the fence and direction, renews the lease, and row-locks the saga for this transaction. */
-  private async takeFence(tx: Transaction<Client>): Promise<void> {
-    const { rowCount } = await tx.query(this.engine.statements.fence, [
+  private async takeFence(tx: Queryable): Promise<void> {
+    const { rowCount } = await tx.query(this.engine.statements.fence, this.fenceParams());
+    if (rowCount !== 1) throw new FencedError(sagaScope(this.ref), this.fence);
+  }
+
+  private fenceParams(): unknown[] {
+    return [
       ...this.pk(),
       this.fence,
       new Date(this.engine.clock.now() + this.engine.leaseMs),
       this.now(),
       this.status satisfies SagaStatus,
-    ]);
-    if (rowCount !== 1) throw new FencedError(sagaScope(this.ref), this.fence);
+    ];
   }
 
   private async write(
@@ -318,7 +412,4 @@ function delayFor(error: unknown, jitter: DecorrelatedJitter, cap: number): numb
   return typeof asked === 'number' && asked >= 0 && asked <= cap ? asked : jitter.next();
 }
 
-export function describe(error: unknown): string {
-  const text = error instanceof Error ? `${error.name}: ${error.message}` : String(error);
-  return text.slice(0, 2000);
-}
+export const describe = describeFailure;

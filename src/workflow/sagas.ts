@@ -11,6 +11,7 @@ import { SagaFailedError, SagaStuckError, isSagaFailed, isSagaStuck } from './er
 import { Halt, SagaExecution, sagaScope, type SagaResult } from './execution.js';
 import { decodeSaga, decodeStep, type SagaRecord, type SagaStatus } from './saga-record.js';
 import { renderSagaStatements, type SagaStatements } from './statements.js';
+import { defaultHeartbeatMs, type StepRunner } from '../steps/engine.js';
 
 /** Options of `createSagas`. */
 export interface SagasOptions<Client = unknown> {
@@ -22,10 +23,18 @@ export interface SagasOptions<Client = unknown> {
   clock?: Clock;
   /**
    * Lease of the process driving a saga; another process may take the saga over after it
-   * lapses. Renewed at every step. Default 30000 ms: longer than any one action should take
-   * (a step's transaction also row-locks the saga, so a takeover cannot cut into a running step).
+   * lapses. Renewed at every step, and every `heartbeatMs` while a call runs, so a call may take
+   * longer than the lease. Default 30000 ms. A local action's transaction row-locks the saga, so a
+   * takeover cannot cut into it; a call is fenced instead (its result is refused after a takeover).
    */
   leaseMs?: number;
+  /**
+   * While an action or compensation written as `{ call }` runs, a background heartbeat renews the
+   * lease this often, on `clock`; if a renewal finds the saga taken over, the call's `signal` is
+   * aborted. Default `leaseMs / 3` (10000 ms): two beats may fail before the lease lapses. Must be
+   * less than `leaseMs`.
+   */
+  heartbeatMs?: number;
   /** Attempts of an action on retryable failures, in this process, before the saga turns back. Default 3. */
   actionAttempts?: number;
   /**
@@ -100,6 +109,7 @@ export class Sagas<Client = unknown> {
   readonly schema: string;
   readonly clock: Clock;
   readonly leaseMs: number;
+  readonly heartbeatMs: number;
   readonly actionAttempts: number;
   readonly compensationAttempts: number;
   readonly maxRetryAfterMs: number;
@@ -108,6 +118,8 @@ export class Sagas<Client = unknown> {
   readonly onStuck: SagasOptions<Client>['onStuck'];
   readonly retentionMs: number;
   /** @internal */ readonly statements: SagaStatements;
+  /** @internal How the shared step engine runs this engine's actions and compensations. */
+  readonly runner: StepRunner<Client>;
   private readonly definitions = new Map<string, SagaDefinition<never, unknown, Client>>();
 
   constructor(options: SagasOptions<Client>) {
@@ -116,6 +128,9 @@ export class Sagas<Client = unknown> {
     this.statements = renderSagaStatements(this.schema);
     this.clock = options.clock ?? systemClock;
     this.leaseMs = positive('leaseMs', options.leaseMs ?? 30_000);
+    this.heartbeatMs = positive('heartbeatMs', options.heartbeatMs ?? defaultHeartbeatMs(this.leaseMs));
+    if (this.heartbeatMs >= this.leaseMs)
+      throw new InvalidArgumentError('heartbeatMs must be less than leaseMs');
     this.actionAttempts = positive('actionAttempts', options.actionAttempts ?? 3);
     this.compensationAttempts = positive('compensationAttempts', options.compensationAttempts ?? 5);
     this.maxRetryAfterMs = options.maxRetryAfterMs ?? 30_000;
@@ -123,6 +138,7 @@ export class Sagas<Client = unknown> {
     this.hooks = options.hooks;
     this.onStuck = options.onStuck;
     this.retentionMs = positive('retentionMs', options.retentionMs ?? 30 * 86_400_000);
+    this.runner = { sql: this.sql, clock: this.clock, heartbeatMs: this.heartbeatMs };
     for (const definition of options.sagas ?? []) this.register(definition);
   }
 

@@ -92,11 +92,77 @@ export interface ActivityRun {
   deriveKey(name: string): string;
 }
 
+/** What the call of `runActivityCall` gets. */
+export interface ActivityCallRun extends ActivityRun {
+  /**
+   * Aborted when another attempt of this activity took it over while the call ran (this
+   * attempt's lease was lost). Pass it to `fetch` or your client.
+   */
+  signal: AbortSignal;
+}
+
+/** Options of `runActivityCall`. */
+export interface RunActivityCallOptions<R, Client> extends RunActivityOptions {
+  /**
+   * Local writes that go with the call's answer (`response`), in one short transaction that
+   * commits after the call's result is recorded. Default: none.
+   */
+  record?(tx: Transaction<Client>, response: R): Promise<unknown>;
+}
+
+/**
+ * Runs an activity that calls the outside world (a card charge) once per (workflow id, activity
+ * id), with no transaction and no pooled connection held while the call runs: `idem.steps` with
+ * one call (`op.call`), then `record` as a local step. The call sends the activity's key (also the
+ * current key for `idem/client`); its result is recorded, so a retried activity returns it without
+ * calling again, and one whose process died mid-call calls again with the same key, after the dead
+ * attempt's lease lapses (`leaseMs` of `idem`; until then a retry gets the retryable
+ * `InProgressError`, which Temporal retries).
+ *
+ * @example
+ * export async function chargeCard(order: Order): Promise<Charge> {
+ *   return runActivityCall(idem, Context.current(), async ({ signal }) => {
+ *     const res = await assertOk(await payments.fetch('/charges', { method: 'POST', body: JSON.stringify(order), signal }));
+ *     return (await res.json()) as Charge;
+ *   }, {
+ *     request: order,
+ *     record: (tx, charge) => tx.query('INSERT INTO charges (order_id, provider_id) VALUES ($1, $2)', [order.id, charge.id]),
+ *   });
+ * }
+ */
+export async function runActivityCall<R, Client>(
+  idem: Idem<Client>,
+  context: ActivityContextLike,
+  call: (activity: ActivityCallRun) => Promise<R>,
+  options: RunActivityCallOptions<R, Client> = {},
+): Promise<R> {
+  const scope = activityScope(context, options);
+  const deriveSub = (name: string) => activityKey(context, name);
+  const stop = startHeartbeats(context, options.heartbeatMs);
+  try {
+    const result = await idem.steps({ ...scope, request: options.request ?? null }, async (op) => {
+      // The downstream key is the activity's own (the one `activityKey` documents), not a step key.
+      const response = await op.call('call', ({ signal }) =>
+        withIdempotencyKey(scope.key, () => call({ key: scope.key, deriveKey: deriveSub, signal })),
+      );
+      if (options.record) await op.step('record', (tx) => options.record!(tx, response));
+      return response;
+    });
+    return result.value;
+  } finally {
+    stop();
+  }
+}
+
 /**
  * Runs an activity's body once per (workflow id, activity id) through `idem.run`: the body's
  * local writes and its result commit with the record, and a retry after a crash returns the
  * stored result, or runs again with the same downstream key if nothing was recorded. Inside,
  * the outgoing client (`idem/client`) sends the activity key without being told.
+ *
+ * The body runs inside one transaction, which stays open (a pooled connection, row locks) while
+ * it runs: use it for activities whose work is local or whose calls are quick. An activity that
+ * calls a slow downstream belongs in `runActivityCall`, which holds nothing while it calls.
  *
  * @example
  * // activities.ts
@@ -129,9 +195,10 @@ export async function runActivity<T, Client>(
 }
 
 /**
- * Like `runActivity` for an activity with several external steps: `idem.steps` records each
- * step's result, so a retried activity skips the finished steps and reruns the interrupted one
- * with the same key. Inside a step, the current key for the outgoing client is that step's key.
+ * Like `runActivityCall` for an activity with several steps: `idem.steps` records each step's
+ * result, so a retried activity skips the finished steps and reruns the interrupted one with the
+ * same key. Call out with `op.call` (no transaction held), write locally with `op.step`. Inside a
+ * step or call, the current key for the outgoing client is that step's key.
  */
 export async function runActivitySteps<T, Client>(
   idem: Idem<Client>,
@@ -164,6 +231,7 @@ function withStepKeys<Client>(op: MultiStepOperation<Client>): MultiStepOperatio
       return op.resumed;
     },
     step: (name, fn) => op.step(name, (tx, step) => withIdempotencyKey(step.key, () => fn(tx, step))),
+    call: (name, fn) => op.call(name, (call) => withIdempotencyKey(call.key, () => fn(call))),
     deriveKey: (name) => op.deriveKey(name),
     heartbeat: () => op.heartbeat(),
   };

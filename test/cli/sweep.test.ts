@@ -191,7 +191,7 @@ async function fill(db: TestSchema, expired: number): Promise<void> {
   }
   const oldSender = createWebhookSender({ sql, schema, clock: old, logger: silentLogger });
   await oldSender.endpoints.create({
-    url: 'http://127.0.0.1:9/hooks',
+    url: 'https://subscriber.example/hooks', // never delivered to: only its due delivery matters
     secrets: [standardSecret],
     eventTypes: ['someone.listens'],
   });
@@ -346,7 +346,7 @@ describe('idem sweep', () => {
     expect((await counts(db)).outbox).toBe(1);
   });
 
-  it('refuses unknown tables, bad numbers and a hostile schema name with exit code 2 and the usage, before connecting', async () => {
+  it('refuses unknown tables, bad numbers and a hostile schema name with one line and exit code 2, before connecting', async () => {
     const env = process.env.DATABASE_URL;
     // No database: a usage error must not need one.
     delete process.env.DATABASE_URL;
@@ -361,7 +361,7 @@ describe('idem sweep', () => {
       ]) {
         const result = await capture(argv);
         expect(result.code, argv.join(' ')).toBe(2);
-        expect(result.err, argv.join(' ')).toContain('usage: idem sweep');
+        expect(result.err, argv.join(' ')).toMatch(/^idem sweep: .+ \(idem sweep --help shows the usage\)$/);
       }
       const help = await capture(['--help']);
       expect(help.code).toBe(0);

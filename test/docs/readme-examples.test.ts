@@ -5,7 +5,7 @@
  * every module has its guarantees, its limits and an example, and the examples that can run
  * here run against PostgreSQL.
  */
-import { readdirSync, readFileSync } from 'node:fs';
+import { readdirSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { randomUUID } from 'node:crypto';
@@ -17,27 +17,11 @@ import { createIdem } from '../../src/operations/idem.js';
 import type { OutboxEvent } from '../../src/outbox/types.js';
 import { createTestSchema, databaseUrl, type TestSchema } from '../support/database.js';
 import { until } from '../support/poll.js';
+import { codeBlocks, read, root } from './markdown.js';
 
-const root = new URL('../../', import.meta.url);
-const read = (path: string) => readFileSync(new URL(path, root), 'utf8');
 const readme = read('README.md');
 const examplesDir = 'examples/readme/';
 const marker = /^\/\/ (examples\/readme\/[\w-]+\.ts)$/;
-
-/** Fenced code blocks of a markdown text, with their info string. */
-function codeBlocks(markdown: string): { lang: string; lines: string[] }[] {
-  const blocks: { lang: string; lines: string[] }[] = [];
-  let open: { lang: string; lines: string[] } | undefined;
-  for (const line of markdown.split('\n')) {
-    if (open) {
-      if (line.startsWith('```')) {
-        blocks.push(open);
-        open = undefined;
-      } else open.lines.push(line);
-    } else if (line.startsWith('```')) open = { lang: line.slice(3).trim(), lines: [] };
-  }
-  return blocks;
-}
 
 /** A README example file as the README shows it: without its leading `//` comment lines. */
 function exampleBody(path: string): string {

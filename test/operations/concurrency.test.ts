@@ -35,7 +35,8 @@ describe.each(concurrentAdapters)('concurrent duplicates on $name', (factory) =>
         idem.run(spec, async (tx) => {
           runs++;
           // Hold the claim a little, so the duplicates really arrive while it is in flight.
-          await tx.query('SELECT pg_sleep(0.05)');
+          // `::text`: pg_sleep returns void, which Prisma cannot read.
+          await tx.query('SELECT pg_sleep(0.05)::text');
           return { id: await insertEffect(tx, key) };
         }),
       ),

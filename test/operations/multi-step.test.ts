@@ -9,6 +9,7 @@ import { deriveKey } from '../../src/core/keys.js';
 import { createIdem } from '../../src/operations/idem.js';
 import { createClient, currentIdempotencyKey } from '../../src/client/index.js';
 import { createTestSchema, databaseUrl, type TestSchema } from '../support/database.js';
+import { partitionable } from '../support/partition.js';
 import { startFakeProvider, type FakeProvider } from '../support/fake-provider.js';
 
 const child = fileURLToPath(new URL('./fixtures/multi-step-child.ts', import.meta.url));
@@ -153,5 +154,165 @@ describe('multi-step operations', () => {
     ]);
     const final = await idem.steps(spec, async () => 'again');
     expect(final).toMatchObject({ replayed: true, value: 'successor' });
+  });
+
+  describe('calls to the outside world', () => {
+    const lease = 1000;
+    /** Polls `condition` every 5 ms (real time), for at most 5 s. */
+    const soon = async (condition: () => boolean | Promise<boolean>, what: string) => {
+      for (let i = 0; i < 1000; i++) {
+        if (await condition()) return;
+        await new Promise((resolve) => setTimeout(resolve, 5));
+      }
+      throw new Error(`timed out waiting for ${what}`);
+    };
+    const row = async (key: string) =>
+      (
+        await db.pool.query<{
+          fence: number;
+          locked_until: Date;
+          recovery_point: string | null;
+          state: string;
+        }>(
+          `SELECT fence, locked_until, recovery_point, state FROM "${db.schema}".requests WHERE idempotency_key = $1`,
+          [key],
+        )
+      ).rows[0]!;
+    const callRow = async (key: string, step: string) =>
+      (
+        await db.pool.query<{ kind: string; result: string | null; fence: number; started_at: Date | null }>(
+          `SELECT kind, result, fence, started_at FROM "${db.schema}".steps WHERE idempotency_key = $1 AND step = $2`,
+          [key, step],
+        )
+      ).rows[0];
+    const chargeAt = async (key: string, signal?: AbortSignal) => {
+      const response = await fetch(`${provider.url}/charges`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', 'idempotency-key': key },
+        body: JSON.stringify({ amount: 5 }),
+        ...(signal ? { signal } : {}),
+      });
+      return (await response.json()) as { id: string };
+    };
+    const gate = () => {
+      let open!: () => void;
+      const opened = new Promise<void>((resolve) => (open = resolve));
+      let reached!: () => void;
+      const arrived = new Promise<void>((resolve) => (reached = resolve));
+      return { open, opened, reached, arrived };
+    };
+
+    it("records the call's start before it runs, and its result after, with no transaction open between", async () => {
+      const clock = new ManualClock(Date.now());
+      const idem = createIdem({ sql: fromPg(db.pool), schema: db.schema, clock, leaseMs: lease });
+      const key = `start-${randomBytes(4).toString('hex')}`;
+      const g = gate();
+      const running = idem.steps({ tenant: 'acme', operation: 'pay', key }, (op) =>
+        op.call('charge', async ({ key: chargeKey }) => {
+          g.reached();
+          await g.opened;
+          return chargeAt(chargeKey);
+        }),
+      );
+      await g.arrived;
+      // While the call runs, operators see that an external call may have happened.
+      expect(await row(key)).toMatchObject({ state: 'pending', recovery_point: 'call:charge', fence: 1 });
+      expect(await callRow(key, 'charge')).toMatchObject({ kind: 'call', result: null, fence: 1 });
+      expect((await callRow(key, 'charge'))?.started_at).toBeInstanceOf(Date);
+      g.open();
+      const { value } = await running;
+      expect(await row(key)).toMatchObject({ state: 'completed', recovery_point: 'charge' });
+      expect(await callRow(key, 'charge')).toMatchObject({ kind: 'call', result: JSON.stringify(value) });
+    });
+
+    it('a heartbeat keeps a call three times longer than the lease alive; retries meanwhile are told to wait', async () => {
+      const clock = new ManualClock(Date.now());
+      const idem = createIdem({ sql: fromPg(db.pool), schema: db.schema, clock, leaseMs: lease, waitMs: 0 });
+      const spec = { tenant: 'acme', operation: 'pay', key: `beat-${randomBytes(4).toString('hex')}` };
+      const chargeKey = deriveKey(spec, 'charge');
+      const g = gate();
+      const running = idem.steps(spec, (op) =>
+        op.call('charge', async ({ key, signal }) => {
+          g.reached();
+          await g.opened;
+          expect(signal.aborted).toBe(false);
+          return chargeAt(key, signal);
+        }),
+      );
+      await g.arrived;
+      const heartbeat = idem.heartbeatMs; // a third of the lease
+      expect(heartbeat).toBe(333);
+      for (let beat = 1; beat <= 10; beat++) {
+        await soon(() => clock.waiting > 0, 'the heartbeat to wait for its next beat');
+        clock.advance(heartbeat + 1); // 10 beats: 3340 ms, more than three leases
+        const renewedUntil = clock.now() + lease;
+        await soon(async () => (await row(spec.key)).locked_until.getTime() === renewedUntil, `beat ${beat}`);
+        const duplicate = await idem.steps(spec, async () => 'duplicate').catch((e: unknown) => e);
+        expect(isInProgress(duplicate)).toBe(true);
+      }
+      g.open();
+      const result = await running;
+      expect(result.replayed).toBe(false);
+      expect(await row(spec.key)).toMatchObject({ state: 'completed', fence: 1 });
+      expect(provider.calls.filter((c) => c.key === chargeKey)).toHaveLength(1);
+      expect(clock.waiting).toBe(0); // the heartbeat stopped with the call
+    });
+
+    it("a takeover during a long call: the old holder's call is aborted and its record fenced; the new holder repeats the call with the same key", async () => {
+      const clock = new ManualClock(Date.now());
+      const stalled = partitionable(fromPg(db.pool));
+      const old = createIdem({ sql: stalled.sql, schema: db.schema, clock, leaseMs: lease, waitMs: 0 });
+      const successor = createIdem({
+        sql: fromPg(db.pool),
+        schema: db.schema,
+        clock,
+        leaseMs: lease,
+        waitMs: 0,
+      });
+      const spec = { tenant: 'acme', operation: 'pay', key: `takeover-${randomBytes(4).toString('hex')}` };
+      const chargeKey = deriveKey(spec, 'charge');
+      const g = gate();
+      let oldSignal: AbortSignal | undefined;
+      const first = old
+        .steps(spec, (op) =>
+          op.call('charge', async ({ key, signal }) => {
+            oldSignal = signal;
+            const charged = await chargeAt(key); // the provider charges...
+            g.reached();
+            await g.opened; // ...and the holder stalls before it can record the answer
+            return { ...charged, by: 'old' };
+          }),
+        )
+        .catch((e: unknown) => e);
+      await g.arrived;
+      await soon(() => clock.waiting > 0, 'the heartbeat to be armed');
+      stalled.cut(); // the old holder can no longer reach the database
+      clock.advance(lease + 1); // its heartbeat fires, but the renewal is stuck at the partition
+      await soon(() => stalled.waiting > 0, 'the renewal to hang');
+
+      const second = await successor.steps(spec, async (op) => {
+        expect(op.resumed).toBe(true);
+        expect(op.fence).toBe(2);
+        return op.call('charge', async ({ key }) => ({ ...(await chargeAt(key)), by: 'successor' }));
+      });
+      expect(second.value.by).toBe('successor');
+
+      stalled.heal(); // the stuck renewal goes through, finds the fence raised, aborts the call
+      await soon(() => oldSignal?.aborted === true, "the old holder's signal to abort");
+      g.open();
+      expect(isFenced(await first)).toBe(true);
+
+      const calls = provider.calls.filter((c) => c.key === chargeKey);
+      expect(calls).toHaveLength(2); // the old holder's call and the repeat, one key...
+      expect(provider.charges.get(chargeKey)?.id).toBe(second.value.id); // ...and one charge
+      expect(await callRow(spec.key, 'charge')).toMatchObject({
+        kind: 'call',
+        fence: 2,
+        result: JSON.stringify(second.value),
+      });
+      expect(await row(spec.key)).toMatchObject({ state: 'completed', fence: 2 });
+      const replay = await successor.steps(spec, async () => ({ id: 'x', by: 'x' }));
+      expect(replay).toMatchObject({ replayed: true, value: second.value });
+    });
   });
 });

@@ -68,6 +68,8 @@ afterAll(async () => {
   await pool?.end().catch(() => undefined);
   await database?.stop().catch(() => undefined);
   rmSync(dir, { recursive: true, force: true });
+  // As root in a private folder the data lives elsewhere (src/embedded/embedded-postgres.ts).
+  if (database) rmSync(database.dataDir, { recursive: true, force: true });
 }, 60_000);
 
 it('recovers from a PostgreSQL restart without operator action; every intent has one effect', async () => {
@@ -81,7 +83,7 @@ it('recovers from a PostgreSQL restart without operator action; every intent has
   const restart = (async () => {
     // Restart once the run is well under way, so requests are in flight when the server goes.
     while (answered < clients * 2) await new Promise((r) => setTimeout(r, 20));
-    await database.stop();
+    await database.stop({ waitForSessionsMs: 0 });
     await new Promise((r) => setTimeout(r, 500));
     database = await startEmbeddedPostgres({ dir, port, persistent: true });
     restarted();

@@ -521,7 +521,14 @@ describe('a schema distributable on tenant_id', () => {
       }),
     );
     try {
-      const sender = createWebhookSender({ sql, schema, clock, logger: silentLogger, tenants });
+      const sender = createWebhookSender({
+        sql,
+        schema,
+        clock,
+        logger: silentLogger,
+        tenants,
+        allowedDestinations: ['127.0.0.1'],
+      });
       for (const tenant of tenants) {
         await sender
           .endpointsOf(tenant)

@@ -275,7 +275,12 @@ describe('the same id under two tenants', () => {
       }),
     );
     try {
-      const sender = createWebhookSender({ sql: fromPg(db.pool), schema: db.schema, logger: silentLogger });
+      const sender = createWebhookSender({
+        sql: fromPg(db.pool),
+        schema: db.schema,
+        logger: silentLogger,
+        allowedDestinations: ['127.0.0.1'],
+      });
       await sender
         .endpointsOf('acme')
         .create({ id: 'main', url: `${server.url}/acme`, secrets: [standardSecret] });

@@ -10,38 +10,46 @@ import { fromPglite, fromPgliteTransaction } from '../../src/adapters/pglite.js'
 import { fromPostgresJs, fromPostgresJsTransaction } from '../../src/adapters/postgres.js';
 import type { Sql, Transaction } from '../../src/core/sql.js';
 import { migrate } from '../../src/migrate/migrate.js';
-import { databaseUrl } from './database.js';
+import { inject } from 'vitest';
+import { databaseUrl, dropAndEnd } from './database.js';
+import { requirePgBouncer } from './pgbouncer.js';
+import { knexFactory, mikroOrmFactory, prismaFactory, typeormFactory } from './orm-adapters.js';
 
 /** One driver, connected, with idem's tables in `schema`. */
-export interface AdapterUnderTest {
+export interface AdapterUnderTest<Client = unknown> {
   name: string;
-  sql: Sql;
+  sql: Sql<Client>;
   /** Opens the caller's own transaction the driver's way and hands idem a `Transaction` on it. */
-  userTransaction<T>(fn: (tx: Transaction) => Promise<T>): Promise<T>;
+  userTransaction<T>(fn: (tx: Transaction<Client>) => Promise<T>): Promise<T>;
   /** True when the driver can hold several connections (concurrency tests apply). */
   concurrent: boolean;
-  close(): Promise<void>;
+  /** Drops `schema` (unless `keepSchema`) and disconnects. */
+  close(options?: { keepSchema?: boolean }): Promise<void>;
 }
 
-export interface AdapterFactory {
+export interface AdapterFactory<Client = unknown> {
   name: string;
-  create(schema: string): Promise<AdapterUnderTest>;
+  /** Connects to `url` (default: the test database); `schema` is the one the tests use. */
+  create(schema: string, url?: string): Promise<AdapterUnderTest<Client>>;
 }
 
-export const adapterFactories: AdapterFactory[] = [
-  {
-    name: 'pg',
-    async create(schema) {
-      const pool = new pg.Pool({ connectionString: databaseUrl(), max: 10 });
+export { knexFactory, mikroOrmFactory, prismaFactory, typeormFactory };
+
+/** node-postgres on `url`; `prepare` as the adapter's option. */
+function pgFactory(name: string, url: () => string, prepare: boolean): AdapterFactory {
+  return {
+    name,
+    async create(schema, target) {
+      const pool = new pg.Pool({ connectionString: target ?? url(), max: 10 });
       return {
-        name: 'pg',
-        sql: fromPg(pool),
+        name,
+        sql: fromPg(pool, { prepare }),
         concurrent: true,
         async userTransaction(fn) {
           const client = await pool.connect();
           try {
             await client.query('BEGIN');
-            const value = await fn(fromPgClient(client));
+            const value = await fn(fromPgClient(client, { prepare }));
             await client.query('COMMIT');
             return value;
           } catch (error) {
@@ -51,15 +59,32 @@ export const adapterFactories: AdapterFactory[] = [
             client.release();
           }
         },
-        close: () =>
+        close: (options) =>
           dropAndEnd(
             schema,
             () => pool.end(),
             (q) => pool.query(q),
+            options,
           ),
       };
     },
-  },
+  };
+}
+
+/**
+ * The core contract suite once more through PgBouncer in transaction mode, what managed PostgreSQL
+ * puts in front of applications, with named statements off as docs/deployment.md says. Locally
+ * without pgbouncer it is skipped loudly; under CI=true its absence fails the files that use it.
+ */
+function pgBouncerFactories(): AdapterFactory[] {
+  if (inject('pgbouncerUrl')) return [pgFactory('pg via pgbouncer', () => inject('pgbouncerUrl'), false)];
+  requirePgBouncer(); // throws under CI, warns otherwise
+  return [];
+}
+
+export const adapterFactories: AdapterFactory[] = [
+  pgFactory('pg', databaseUrl, true),
+  ...pgBouncerFactories(),
   {
     name: 'postgres.js',
     async create(schema) {
@@ -118,6 +143,10 @@ export const adapterFactories: AdapterFactory[] = [
       };
     },
   },
+  prismaFactory,
+  typeormFactory,
+  knexFactory,
+  mikroOrmFactory,
   {
     name: 'pglite',
     async create() {
@@ -132,15 +161,6 @@ export const adapterFactories: AdapterFactory[] = [
     },
   },
 ];
-
-async function dropAndEnd(
-  schema: string,
-  end: () => Promise<unknown>,
-  query: (q: string) => PromiseLike<unknown>,
-) {
-  await query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
-  await end();
-}
 
 /** Creates the adapter, migrates idem's tables and a business table `effects` into `schema`. */
 export async function prepareAdapter(factory: AdapterFactory, schema: string): Promise<AdapterUnderTest> {

@@ -26,3 +26,14 @@ export async function createTestSchema(options: { poolSize?: number } = {}): Pro
     },
   };
 }
+
+/** Drops `schema` (unless `keepSchema`), then ends the connection. */
+export async function dropAndEnd(
+  schema: string,
+  end: () => Promise<unknown>,
+  query: (q: string) => PromiseLike<unknown>,
+  options: { keepSchema?: boolean } = {},
+) {
+  if (!options.keepSchema) await query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
+  await end();
+}

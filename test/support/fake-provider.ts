@@ -4,6 +4,7 @@ import type { AddressInfo } from 'node:net';
 /**
  * A real HTTP "card provider" on 127.0.0.1 that honours its own Idempotency-Key: one charge per key,
  * whatever the number of calls. It records every call, so tests can count effects and see keys.
+ * `latencyMs` delays every answer (a slow provider).
  */
 export interface FakeProvider {
   url: string;
@@ -12,7 +13,7 @@ export interface FakeProvider {
   close(): Promise<void>;
 }
 
-export async function startFakeProvider(): Promise<FakeProvider> {
+export async function startFakeProvider(options: { latencyMs?: number } = {}): Promise<FakeProvider> {
   const calls: FakeProvider['calls'] = [];
   const charges = new Map<string, { id: string; amount: number }>();
   const server: Server = createServer((req, res) => {
@@ -22,6 +23,13 @@ export async function startFakeProvider(): Promise<FakeProvider> {
       const body = chunks.length ? (JSON.parse(Buffer.concat(chunks).toString()) as { amount?: number }) : {};
       const key = req.headers['idempotency-key'] as string | undefined;
       calls.push({ key, body });
+      if (options.latencyMs) {
+        setTimeout(() => answer(key, body), options.latencyMs);
+        return;
+      }
+      answer(key, body);
+    });
+    const answer = (key: string | undefined, body: { amount?: number }) => {
       if (!key) {
         res.writeHead(400).end();
         return;
@@ -32,7 +40,7 @@ export async function startFakeProvider(): Promise<FakeProvider> {
         charges.set(key, charge);
       }
       res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify(charge));
-    });
+    };
   });
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   const { port } = server.address() as AddressInfo;

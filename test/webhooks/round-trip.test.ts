@@ -117,6 +117,8 @@ it('every event takes effect once, through lost answers and retries, on every fr
     clock,
     logger: silentLogger,
     breaker: false,
+    // The subscribers are servers on loopback, which the sender refuses unless allowed.
+    allowedDestinations: ['127.0.0.1'],
   });
   const proxies: Awaited<ReturnType<typeof lossyProxy>>[] = [];
   for (const framework of frameworks) {

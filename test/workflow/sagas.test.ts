@@ -1,6 +1,8 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { fromPg } from '../../src/adapters/pg.js';
 import { assertOk, createClient } from '../../src/client/index.js';
+import { currentIdempotencyKey } from '../../src/core/key-context.js';
+import { ManualClock } from '../../src/core/clock.js';
 import { isFenced, isInProgress, isKeyReused } from '../../src/core/errors.js';
 import type { Queryable } from '../../src/core/sql.js';
 import {
@@ -16,6 +18,7 @@ import {
 } from '../../src/workflow/index.js';
 import { startProvider, type Provider } from '../client/support/provider.js';
 import { createTestSchema, type TestSchema } from '../support/database.js';
+import { partitionable } from '../support/partition.js';
 import { SteppingClock } from './support/stepping-clock.js';
 
 interface TripInput {
@@ -47,40 +50,48 @@ describe('sagas', () => {
     await db.close();
   });
 
-  /** Calls the provider with the current step's key (picked up by the client) and books a local row. */
-  async function effect(tx: Queryable, sagaKey: string, kind: string, key: string): Promise<string> {
-    const res = await assertOk(
-      await http.fetch(`${provider.url}/effects/${kind}`, { method: 'POST', body: sagaKey }),
-    );
-    await tx.query(`INSERT INTO "${db.schema}".ledger (saga_key, entry, step_key) VALUES ($1, $2, $3)`, [
-      sagaKey,
-      kind,
-      key,
-    ]);
-    return ((await res.json()) as { id: string }).id;
+  /**
+   * A step body that calls the provider with no transaction open (the client sends the step's key
+   * by itself), then books a local row, with the key it was given, in the transaction that records
+   * the result. `fail` throws after the provider's effect, like a timeout after the work was done.
+   */
+  function callEffect(kind: string, fail?: (input: TripInput) => boolean) {
+    return {
+      call: async ({ input, key }: { input: TripInput; key: string }) => {
+        const res = await assertOk(
+          await http.fetch(`${provider.url}/effects/${kind}`, { method: 'POST', body: input.trip }),
+        );
+        const id = ((await res.json()) as { id: string }).id;
+        expect(currentIdempotencyKey()).toBe(key);
+        if (fail?.(input)) throw new TypeError(`${kind} booked but no seat confirmed`);
+        return id;
+      },
+      record: async ({ tx, input, key }: { tx: Queryable; input: TripInput; key: string }) => {
+        await tx.query(`INSERT INTO "${db.schema}".ledger (saga_key, entry, step_key) VALUES ($1, $2, $3)`, [
+          input.trip,
+          kind,
+          key,
+        ]);
+      },
+    };
   }
+
+  /** The same, as a step's action (`call` + `record`) or its compensation. */
+  const action = (kind: string, fail?: (input: TripInput) => boolean) => callEffect(kind, fail);
+  const compensation = (kind: string) => {
+    const { call, record } = callEffect(kind);
+    return { compensateCall: call, recordCompensation: record };
+  };
 
   const trip = defineSaga<TripInput, { hotel: unknown; charge: unknown; flight: unknown }>({
     name: 'trip',
     steps: [
-      step({
-        name: 'hotel',
-        action: ({ tx, input, key }) => effect(tx, input.trip, 'hotel', key),
-        compensate: ({ tx, input, key }) => effect(tx, input.trip, 'hotel-cancel', key),
-      }),
-      step({
-        name: 'charge',
-        action: ({ tx, input, key }) => effect(tx, input.trip, 'charge', key),
-        compensate: ({ tx, input, key }) => effect(tx, input.trip, 'refund', key),
-      }),
+      step({ name: 'hotel', ...action('hotel'), ...compensation('hotel-cancel') }),
+      step({ name: 'charge', ...action('charge'), ...compensation('refund') }),
       step({
         name: 'flight',
-        action: async ({ tx, input, key }) => {
-          const id = await effect(tx, input.trip, 'flight', key);
-          if (input.flightFails) throw new TypeError('flight booked but no seat confirmed');
-          return id;
-        },
-        compensate: ({ tx, input, key }) => effect(tx, input.trip, 'flight-cancel', key),
+        ...action('flight', (input) => input.flightFails),
+        ...compensation('flight-cancel'),
       }),
     ],
     result: (results) => ({ hotel: results.hotel, charge: results.charge, flight: results.flight }),
@@ -171,7 +182,7 @@ describe('sagas', () => {
     };
     const error = await sagas.run(trip, spec).catch((e: unknown) => e);
     expect(isSagaFailed(error)).toBe(true);
-    expect((error as Error).message).toContain('no seat confirmed');
+    expect((error as Error).message).toContain('flight booked but no seat confirmed');
     expect(((error as Error).cause as Error).name).toBe('TypeError');
     expectCompensatedOnce(spec.input.trip);
     // The flight action's local row rolled back with its failure; every compensation's row committed.
@@ -436,12 +447,128 @@ describe('sagas', () => {
       other.run(renamed, { tenant: 'acme', key, input: { trip: key, flightFails: false } }),
     ).rejects.toThrow(/keep steps append-only/);
   });
+
+  it('local actions and compensations run in the step transaction; defineSaga refuses a step with both or neither kind', async () => {
+    const key = `local-${++counter}`;
+    const book = (tx: Queryable, entry: string, stepKey: string) =>
+      tx.query(`INSERT INTO "${db.schema}".ledger (saga_key, entry, step_key) VALUES ($1, $2, $3)`, [
+        key,
+        entry,
+        stepKey,
+      ]);
+    const local = defineSaga<{ fail: boolean }>({
+      name: 'local-only',
+      steps: [
+        step({
+          name: 'debit',
+          action: async ({ tx, key: stepKey }) => (await book(tx, 'debit', stepKey)).rowCount,
+          compensate: async ({ tx, key: stepKey, actionCompleted, result }) => {
+            expect(actionCompleted).toBe(true);
+            expect(result).toBe(1);
+            await book(tx, 'credit', stepKey);
+          },
+        }),
+        step({
+          name: 'check',
+          action: async ({ tx, input, key: stepKey }) => {
+            await book(tx, 'check', stepKey);
+            if (input.fail) throw new RangeError('over the limit');
+          },
+        }),
+      ],
+    });
+    const sagas = engine({ sagas: [local] });
+    await expect(sagas.run(local, { tenant: 'acme', key, input: { fail: true } })).rejects.toSatisfy(
+      isSagaFailed,
+    );
+    // The failing action's own row rolled back with it; the compensation's committed.
+    expect(await ledger(key)).toEqual(['debit', 'credit']);
+
+    const bad = (fields: Record<string, unknown>) => () =>
+      defineSaga({ name: 'bad', steps: [{ name: 'x', ...fields } as never] });
+    const fn = async () => null;
+    expect(bad({ action: fn, call: fn })).toThrow(/exactly one of action/);
+    expect(bad({})).toThrow(/exactly one of action/);
+    expect(bad({ action: fn, record: fn })).toThrow(/record goes with call/);
+    expect(bad({ call: fn, compensate: fn, compensateCall: fn })).toThrow(/at most one of compensate/);
+    expect(bad({ call: fn, recordCompensation: fn })).toThrow(/recordCompensation goes with compensateCall/);
+    expect(bad({ call: { not: 'a function' } })).toThrow(/must be a function/);
+  });
+
+  it('a call longer than the lease keeps it by heartbeats; a takeover during a call fences the old holder, which cannot record', async () => {
+    const clock = new ManualClock(Date.now());
+    const key = `long-call-${++counter}`;
+    let release!: () => void;
+    const released = new Promise<void>((resolve) => (release = resolve));
+    let reached!: () => void;
+    const atCall = new Promise<void>((resolve) => (reached = resolve));
+    let oldSignal: AbortSignal | undefined;
+    const long = defineSaga<{ n: number }>({
+      name: 'long-call',
+      steps: [
+        step({
+          name: 'pay',
+          call: async ({ signal, key: stepKey }) => {
+            oldSignal ??= signal;
+            if (signal === oldSignal) {
+              reached();
+              await released;
+            }
+            return stepKey;
+          },
+          record: async ({ tx, response }) => {
+            await tx.query(
+              `INSERT INTO "${db.schema}".ledger (saga_key, entry, step_key) VALUES ($1, 'pay', $2)`,
+              [key, response],
+            );
+          },
+        }),
+      ],
+    });
+    const leaseMs = 900;
+    const options = { sql: fromPg(db.pool), schema: db.schema, clock, leaseMs, sagas: [long as never] };
+    const stalled = partitionable(fromPg(db.pool));
+    const holder = createSagas({ ...options, sql: stalled.sql });
+    const first = holder.run(long, { tenant: 'acme', key, input: { n: 1 } }).catch((e: unknown) => e);
+    await atCall;
+    // Three leases long, the heartbeat keeps it: a second process is told to wait.
+    for (let beat = 0; beat < 9; beat++) {
+      await waitFor(() => clock.waiting > 0);
+      clock.advance(holder.heartbeatMs + 1);
+      const renewed = clock.now() + leaseMs;
+      await waitFor(
+        async () => (await holder.get({ tenant: 'acme', saga: 'long-call', key }))?.lockedUntil === renewed,
+      );
+    }
+    await expect(createSagas(options).run(long, { tenant: 'acme', key, input: { n: 1 } })).rejects.toSatisfy(
+      isInProgress,
+    );
+    // Now the holder stalls (partitioned from the database); its lease lapses and it is taken over.
+    await waitFor(() => clock.waiting > 0);
+    stalled.cut();
+    clock.advance(leaseMs + 1);
+    const taken = await createSagas(options).run(long, { tenant: 'acme', key, input: { n: 1 } });
+    expect(taken.resumed).toBe(true);
+    stalled.heal();
+    await waitFor(() => oldSignal?.aborted === true);
+    release();
+    expect(isFenced(await first)).toBe(true);
+    expect(await ledger(key)).toEqual(['pay']); // recorded once, by the new holder
+  });
 });
 
 function label(point: SagaPoint): string {
   return [point.at, 'position' in point ? point.position : '', 'status' in point ? point.status : ''].join(
     ':',
   );
+}
+
+async function waitFor(condition: () => boolean | Promise<boolean>): Promise<void> {
+  for (let i = 0; i < 1000; i++) {
+    if (await condition()) return;
+    await new Promise((resolve) => setTimeout(resolve, 5));
+  }
+  throw new Error('condition not reached');
 }
 
 async function until(condition: () => boolean): Promise<void> {

@@ -154,11 +154,11 @@ describe('seed scenario 7: an activity finishes its external call, then its proc
 
     const stepsContext = fakeContext({ activityId: 'multi-1', activityType: 'reserveAndCharge' });
     const keys = await runActivitySteps(idem, stepsContext, async (op) => {
-      const reserve = await op.step('reserve', async () => {
-        await client.fetch('/effects/reserve', { method: 'POST', body: '{}' });
+      const reserve = await op.call('reserve', async ({ signal }) => {
+        await client.fetch('/effects/reserve', { method: 'POST', body: '{}', signal });
         return provider.requests.at(-1)!.key;
       });
-      const pay = await op.step('pay', async () => {
+      const pay = await op.call('pay', async () => {
         await client.fetch('/effects/pay', { method: 'POST', body: '{}' });
         return provider.requests.at(-1)!.key;
       });

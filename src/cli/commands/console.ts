@@ -2,39 +2,31 @@
  * `idem console [--port 4000] [--host 127.0.0.1] [--schema idem]`: the operator console for the
  * idem tables in DATABASE_URL. Beyond loopback it needs CONSOLE_TOKEN, and refuses to start without.
  */
-import { parseArgs } from 'node:util';
 import Fastify from 'fastify';
 import { consolePlugin } from '../../console/plugin.js';
 import { checkExposure, isLoopback } from '../../console/access.js';
-import { openDatabase } from '../database.js';
+import { parseCommand, usageError } from '../args.js';
+import { checkMigrated, openDatabase } from '../database.js';
 
-const usage = 'usage: idem console [--port 4000] [--host 127.0.0.1] [--schema idem]';
+const usage = `usage: idem console [--port 4000] [--host 127.0.0.1] [--schema idem]
+
+Serves the operator console for the idem tables in DATABASE_URL at http://<host>:<port>/console.
+Beyond loopback every route needs CONSOLE_TOKEN (the command refuses to start without it).
+
+  --port N        port to listen on (default 4000; 0 picks a free one)
+  --host ADDRESS  address to bind (default 127.0.0.1)
+  --schema NAME   schema of idem's tables (default idem)`;
 
 export async function run(argv: string[], signal?: AbortSignal): Promise<number> {
-  let values: { port: string; host: string; schema: string; help?: boolean };
-  try {
-    ({ values } = parseArgs({
-      args: argv,
-      options: {
-        port: { type: 'string', default: '4000' },
-        host: { type: 'string', default: '127.0.0.1' },
-        schema: { type: 'string', default: 'idem' },
-        help: { type: 'boolean', short: 'h' },
-      },
-    }) as { values: typeof values });
-  } catch (error) {
-    console.error(`idem console: ${(error as Error).message}\n${usage}`);
-    return 2;
-  }
-  if (values.help) {
-    console.log(usage);
-    return 0;
-  }
+  const args = parseCommand('console', usage, argv, {
+    port: { type: 'string', default: '4000' },
+    host: { type: 'string', default: '127.0.0.1' },
+    schema: { type: 'string', default: 'idem' },
+  });
+  if (args.exitCode !== undefined) return args.exitCode;
+  const { values } = args;
   const port = Number(values.port);
-  if (!Number.isInteger(port) || port < 0 || port > 65535) {
-    console.error(`idem console: --port must be 0–65535\n${usage}`);
-    return 2;
-  }
+  if (!/^\d+$/.test(values.port) || port > 65535) return usageError('console', '--port must be 0–65535');
   const token = process.env.CONSOLE_TOKEN || undefined;
   // Checked before anything opens: no database connection, no socket, for an unsafe setup.
   try {
@@ -46,7 +38,10 @@ export async function run(argv: string[], signal?: AbortSignal): Promise<number>
   const db = await openDatabase({ poolSize: 5 });
   const app = Fastify({ logger: false });
   try {
-    await app.register(consolePlugin, { pool: db.pool, schema: values.schema, host: values.host, token });
+    // Before listening: against a database without idem's tables every page would be an error.
+    await checkMigrated(db, values.schema);
+    // db.sql honours IDEM_PREPARE (a pooler that keeps no prepared statements).
+    await app.register(consolePlugin, { sql: db.sql, schema: values.schema, host: values.host, token });
     await app.listen({ port, host: values.host });
     const address = app.server.address();
     const bound = typeof address === 'object' && address ? address.port : port;

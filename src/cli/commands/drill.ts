@@ -5,6 +5,7 @@ import { streamProgress, silentProgress } from '../../drill/progress.js';
 import { renderJson } from '../../drill/report-json.js';
 import { renderTable } from '../../drill/report-table.js';
 import { runDrills } from '../../drill/runner.js';
+import { argumentProblem, usageError } from '../args.js';
 
 /**
  * `idem drill --url URL [--body JSON] [--header 'Name: value']… [--json out.json]`: runs the
@@ -12,6 +13,10 @@ import { runDrills } from '../../drill/runner.js';
  * ran passed, 1 when one failed (or none ran), 2 for unusable arguments.
  */
 export async function run(argv: string[]): Promise<number> {
+  if (argv.includes('--help') || argv.includes('-h')) {
+    process.stdout.write(drillUsage);
+    return 0;
+  }
   let command;
   try {
     command = await parseDrillArgs(argv);
@@ -32,8 +37,7 @@ export async function run(argv: string[]): Promise<number> {
     return report.ok ? 0 : 1;
   } catch (error) {
     if (isIdemError(error) && error.code === 'IDEM_INVALID_ARGUMENT') {
-      process.stderr.write(`idem drill: ${error.message}\n\n${drillUsage}`);
-      return 2;
+      return usageError('drill', argumentProblem(error.message));
     }
     throw error;
   }

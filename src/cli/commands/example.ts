@@ -7,9 +7,18 @@ import { isKeyReused } from '../../core/errors.js';
 import { migrate } from '../../migrate/migrate.js';
 import { createIdem } from '../../operations/idem.js';
 import { refused } from '../../operations/outcome.js';
+import { parseCommand } from '../args.js';
 import { openDatabase } from '../database.js';
 
-export async function run(): Promise<number> {
+const usage = `usage: idem example
+
+Runs a small keyed operation end to end in schema idem_example: a first execution, a retry, 20
+concurrent retries, the key reused with another payload, and a declined card replayed. Exit code 0
+when each has exactly one effect. The database is DATABASE_URL, else an embedded PostgreSQL.`;
+
+export async function run(argv: string[]): Promise<number> {
+  const args = parseCommand('example', usage, argv, {});
+  if (args.exitCode !== undefined) return args.exitCode;
   const db = await openDatabase({ allowEmbedded: true });
   try {
     const schema = 'idem_example';

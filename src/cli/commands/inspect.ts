@@ -1,22 +1,28 @@
-import { parseArgs } from 'node:util';
 import { createIdem } from '../../operations/idem.js';
-import { openDatabase } from '../database.js';
+import { parseCommand, usageError } from '../args.js';
+import { checkMigrated, openDatabase } from '../database.js';
+
+const usage = `usage: idem inspect <tenant> <operation> <key> [--schema idem]
+
+Prints one key's record as JSON: state, fingerprint, lease, fence, recovery point, the stored
+response's status and size. Exit code 1 when there is no such key.
+
+  --schema NAME   schema of idem's tables (default idem)`;
 
 /** `idem inspect <tenant> <operation> <key> [--schema idem]`: prints one key's row as JSON. */
 export async function run(argv: string[]): Promise<number> {
-  const { values, positionals } = parseArgs({
-    args: argv,
-    allowPositionals: true,
-    options: { schema: { type: 'string', default: 'idem' } },
-  });
-  const [tenant, operation, key] = positionals;
+  const args = parseCommand('inspect', usage, argv, { schema: { type: 'string', default: 'idem' } }, 3);
+  if (args.exitCode !== undefined) return args.exitCode;
+  const [tenant, operation, key] = args.positionals;
   if (!tenant || !operation || !key) {
-    console.error('usage: idem inspect <tenant> <operation> <key> [--schema idem]');
-    return 2;
+    const missing = ['<tenant>', '<operation>', '<key>'].slice(args.positionals.length).join(' ');
+    return usageError('inspect', `missing ${missing}`);
   }
+  const { schema } = args.values;
   const db = await openDatabase();
   try {
-    const row = await createIdem({ sql: db.sql, schema: values.schema }).inspect({ tenant, operation, key });
+    await checkMigrated(db, schema);
+    const row = await createIdem({ sql: db.sql, schema }).inspect({ tenant, operation, key });
     if (!row) {
       console.log('no such key');
       return 1;

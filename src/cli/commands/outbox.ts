@@ -1,6 +1,6 @@
-import { parseArgs } from 'node:util';
 import { createOutbox } from '../../outbox/outbox.js';
-import { openDatabase } from '../database.js';
+import { integerOption, parseCommand, usageError } from '../args.js';
+import { checkMigrated, openDatabase } from '../database.js';
 
 const usage = `usage:
   idem outbox redrive (--id ID | --topic T [--key K] | --all) [--schema idem]
@@ -14,44 +14,40 @@ const usage = `usage:
 
 /** `idem outbox <redrive|stats|dead|cleanup>`: operator tools for the outbox. */
 export async function run(argv: string[]): Promise<number> {
-  let parsed;
-  try {
-    parsed = parseArgs({
-      args: argv,
-      allowPositionals: true,
-      options: {
-        schema: { type: 'string', default: 'idem' },
-        id: { type: 'string' },
-        topic: { type: 'string' },
-        key: { type: 'string' },
-        all: { type: 'boolean', default: false },
-        limit: { type: 'string', default: '20' },
-        'retention-ms': { type: 'string', default: '86400000' },
-        cdc: { type: 'boolean', default: false },
-        help: { type: 'boolean', short: 'h', default: false },
-      },
-    });
-  } catch (error) {
-    console.error(`${(error as Error).message}\n\n${usage}`);
-    return 2;
-  }
-  const { values, positionals } = parsed;
+  const args = parseCommand(
+    'outbox',
+    usage,
+    argv,
+    {
+      schema: { type: 'string', default: 'idem' },
+      id: { type: 'string' },
+      topic: { type: 'string' },
+      key: { type: 'string' },
+      all: { type: 'boolean', default: false },
+      limit: { type: 'string', default: '20' },
+      'retention-ms': { type: 'string', default: '86400000' },
+      cdc: { type: 'boolean', default: false },
+    },
+    1,
+  );
+  if (args.exitCode !== undefined) return args.exitCode;
+  const { values, positionals } = args;
   const [command] = positionals;
-  if (values.help || !command) {
-    console.log(usage);
-    return command || values.help ? 0 : 2;
+  if (!command) return usageError('outbox', 'missing command: redrive, stats, dead or cleanup');
+  if (!['redrive', 'stats', 'dead', 'cleanup'].includes(command)) {
+    return usageError('outbox', `unknown command '${command}': redrive, stats, dead or cleanup`);
   }
   if (command === 'redrive' && !values.id && !values.topic && !values.all) {
     // Redriving everything is a deliberate act: say so with --all.
-    console.error(`idem outbox redrive needs --id, --topic or --all\n\n${usage}`);
-    return 2;
+    return usageError('outbox', 'redrive needs --id, --topic or --all');
   }
-  if (!['redrive', 'stats', 'dead', 'cleanup'].includes(command)) {
-    console.error(`idem outbox: unknown command '${command}'\n\n${usage}`);
-    return 2;
-  }
+  const limit = integerOption('limit', values.limit, 1);
+  if (typeof limit === 'string') return usageError('outbox', limit);
+  const retentionMs = integerOption('retention-ms', values['retention-ms']);
+  if (typeof retentionMs === 'string') return usageError('outbox', retentionMs);
   const db = await openDatabase();
   try {
+    await checkMigrated(db, values.schema);
     const outbox = createOutbox({ sql: db.sql, schema: values.schema });
     switch (command) {
       case 'redrive': {
@@ -66,7 +62,7 @@ export async function run(argv: string[]): Promise<number> {
         return 0;
       }
       case 'dead': {
-        const dead = await outbox.listDead({ topic: values.topic, limit: Number(values.limit) });
+        const dead = await outbox.listDead({ topic: values.topic, limit });
         for (const e of dead) {
           console.log(
             `${e.id}  ${e.topic}  key=${e.key}  type=${e.type}  attempts=${e.attempts}  dead=${e.deadAt?.toISOString()}\n    ${e.lastError}`,
@@ -77,7 +73,7 @@ export async function run(argv: string[]): Promise<number> {
       }
       default: {
         const deleted = await outbox.cleanup({
-          retentionMs: Number(values['retention-ms']),
+          retentionMs,
           capturedByCdc: values.cdc,
         });
         console.log(`deleted ${deleted} rows`);

@@ -3,7 +3,6 @@
  * bounded batches (one short statement per batch that skips locked rows), with a pause between
  * batches, and prints the count per table. `--only` picks tables. Run it from cron.
  */
-import { parseArgs } from 'node:util';
 import { createClaims } from '../../claims/claims.js';
 import { createInbox } from '../../inbox/inbox.js';
 import { quoteSchema } from '../../migrate/schema-name.js';
@@ -12,7 +11,8 @@ import { createOutbox, defaultPublishedRetentionMs } from '../../outbox/outbox.j
 import { createWebhookProcessor } from '../../webhooks/processor.js';
 import { createWebhookSender } from '../../webhooks/sender/sender.js';
 import { createSagas } from '../../workflow/sagas.js';
-import { openDatabase, type CliDatabase } from '../database.js';
+import { parseCommand, usageError as commandUsageError } from '../args.js';
+import { checkMigrated, openDatabase, type CliDatabase } from '../database.js';
 
 const day = 86_400_000;
 const defaultMessagesRetentionMs = 30 * day;
@@ -58,39 +58,19 @@ interface SweepSettings {
 }
 
 export async function run(argv: string[]): Promise<number> {
-  let values: {
-    schema: string;
-    only?: string;
-    'batch-size': string;
-    'pause-ms': string;
-    'outbox-retention-ms': string;
-    'webhook-messages-retention-ms': string;
-    'sagas-retention-ms': string;
-    help?: boolean;
-  };
-  try {
-    ({ values } = parseArgs({
-      args: argv,
-      options: {
-        schema: { type: 'string', default: 'idem' },
-        only: { type: 'string' },
-        'batch-size': { type: 'string', default: '1000' },
-        // A short pause between batches leaves room for live traffic: flat out, a sweep halved
-        // first-execution throughput beside it (0.53×, bench/scaling.bench.ts).
-        'pause-ms': { type: 'string', default: '20' },
-        'outbox-retention-ms': { type: 'string', default: String(defaultPublishedRetentionMs) },
-        'webhook-messages-retention-ms': { type: 'string', default: String(defaultMessagesRetentionMs) },
-        'sagas-retention-ms': { type: 'string', default: String(defaultSagasRetentionMs) },
-        help: { type: 'boolean', short: 'h' },
-      },
-    }) as { values: typeof values });
-  } catch (error) {
-    return usageError((error as Error).message);
-  }
-  if (values.help) {
-    console.log(usage);
-    return 0;
-  }
+  const args = parseCommand('sweep', usage, argv, {
+    schema: { type: 'string', default: 'idem' },
+    only: { type: 'string' },
+    'batch-size': { type: 'string', default: '1000' },
+    // A short pause between batches leaves room for live traffic: flat out, a sweep halved
+    // first-execution throughput beside it (0.53×, bench/scaling.bench.ts).
+    'pause-ms': { type: 'string', default: '20' },
+    'outbox-retention-ms': { type: 'string', default: String(defaultPublishedRetentionMs) },
+    'webhook-messages-retention-ms': { type: 'string', default: String(defaultMessagesRetentionMs) },
+    'sagas-retention-ms': { type: 'string', default: String(defaultSagasRetentionMs) },
+  });
+  if (args.exitCode !== undefined) return args.exitCode;
+  const { values } = args;
   try {
     quoteSchema(values.schema);
   } catch (error) {
@@ -116,6 +96,7 @@ export async function run(argv: string[]): Promise<number> {
 
   const db = await openDatabase();
   try {
+    await checkMigrated(db, values.schema);
     const settings = {
       schema: values.schema,
       batchSize,
@@ -145,8 +126,7 @@ export async function run(argv: string[]): Promise<number> {
 }
 
 function usageError(message: string): number {
-  console.error(`idem sweep: ${message}\n${usage}`);
-  return 2;
+  return commandUsageError('sweep', message);
 }
 
 /** The tables `--only` names, in the sweep's order, or an error message. */

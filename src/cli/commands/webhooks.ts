@@ -1,7 +1,7 @@
-import { parseArgs } from 'node:util';
 import { isIdemError } from '../../core/errors.js';
 import { listParkedEntities, skipEntityGap } from '../../webhooks/entities.js';
-import { openDatabase } from '../database.js';
+import { integerOption, parseCommand, usageError } from '../args.js';
+import { checkMigrated, openDatabase } from '../database.js';
 
 const usage = `usage:
   idem webhooks parked [--scope S] [--limit 100] [--json] [--schema idem]
@@ -12,48 +12,37 @@ const usage = `usage:
 
 /** `idem webhooks <parked|skip>`: operator tools for order-aware webhook processing. */
 export async function run(argv: string[]): Promise<number> {
-  let parsed;
-  try {
-    parsed = parseArgs({
-      args: argv,
-      allowPositionals: true,
-      options: {
-        schema: { type: 'string', default: 'idem' },
-        scope: { type: 'string' },
-        key: { type: 'string' },
-        through: { type: 'string' },
-        reason: { type: 'string' },
-        limit: { type: 'string', default: '100' },
-        json: { type: 'boolean', default: false },
-        help: { type: 'boolean', short: 'h', default: false },
-      },
-    });
-  } catch (error) {
-    console.error(`${(error as Error).message}\n\n${usage}`);
-    return 2;
-  }
-  const { values, positionals } = parsed;
+  const args = parseCommand(
+    'webhooks',
+    usage,
+    argv,
+    {
+      schema: { type: 'string', default: 'idem' },
+      scope: { type: 'string' },
+      key: { type: 'string' },
+      through: { type: 'string' },
+      reason: { type: 'string' },
+      limit: { type: 'string', default: '100' },
+      json: { type: 'boolean', default: false },
+    },
+    1,
+  );
+  if (args.exitCode !== undefined) return args.exitCode;
+  const { values, positionals } = args;
   const [command] = positionals;
-  if (values.help || !command) {
-    console.log(usage);
-    return command || values.help ? 0 : 2;
-  }
+  if (!command) return usageError('webhooks', 'missing command: parked or skip');
   if (command !== 'parked' && command !== 'skip') {
-    console.error(`idem webhooks: unknown command '${command}'\n\n${usage}`);
-    return 2;
+    return usageError('webhooks', `unknown command '${command}': parked or skip`);
   }
-  const limit = Number(values.limit);
-  if (!Number.isSafeInteger(limit) || limit <= 0) {
-    console.error(`--limit must be a positive integer\n\n${usage}`);
-    return 2;
-  }
+  const limit = integerOption('limit', values.limit, 1);
+  if (typeof limit === 'string') return usageError('webhooks', limit);
   if (command === 'skip' && (!values.scope || !values.key)) {
     // Skipping is an operator's decision about one entity: name it.
-    console.error(`idem webhooks skip needs --scope and --key\n\n${usage}`);
-    return 2;
+    return usageError('webhooks', 'skip needs --scope and --key');
   }
   const db = await openDatabase();
   try {
+    await checkMigrated(db, values.schema);
     if (command === 'parked') {
       const parked = await listParkedEntities(db.sql, { schema: values.schema, scope: values.scope, limit });
       if (values.json) {

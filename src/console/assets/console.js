@@ -506,6 +506,13 @@
               }. A retry with the same key takes it over (fence ${r.fence} → ${r.fence + 1}) and resumes from there.`,
             )
           : null,
+        r.error
+          ? h(
+              'p',
+              { class: 'callout callout-danger', id: 'failed-callout' },
+              `Failed for good${r.errorStep ? ` at step “${r.errorStep}”` : ' between steps'}: ${r.error}. Every retry of this key gets this failure (IDEM_STEP_FAILED) and nothing runs again; the steps below say which external calls started.`,
+            )
+          : null,
         facts([
           ['Tenant', mono(r.tenant)],
           ['Operation', mono(r.operation)],

@@ -7,7 +7,7 @@ import {
   type RedriveResult,
 } from '../../outbox/outbox.js';
 import { ageMs, iso, num, str, text, type ConsoleDatabase } from '../database.js';
-import { limit, optionalName, type Query } from '../params.js';
+import { InvalidParameterError, limit, optionalName, type Query } from '../params.js';
 import { previewText, type BodyPreview } from '../preview.js';
 import { redactHeaders } from '../redact.js';
 
@@ -107,18 +107,24 @@ export async function redriveOutbox(db: ConsoleDatabase, body: unknown): Promise
   const input = (body ?? {}) as Record<string, unknown>;
   if (typeof input !== 'object' || Array.isArray(input))
     throw new InvalidArgumentError('body must be an object');
+  for (const field of Object.keys(input)) {
+    if (!['id', 'topic', 'key', 'all'].includes(field)) {
+      throw new InvalidParameterError(field, 'is not a field of a redrive (id, topic, key, all)');
+    }
+  }
   const filter: RedriveFilter = {};
   for (const field of ['id', 'topic', 'key'] as const) {
     const value = input[field];
     if (value === undefined || value === null || value === '') continue;
-    if (typeof value !== 'string' || value.length > 255)
-      throw new InvalidArgumentError(`${field} must be a string`);
-    filter[field] = value;
+    filter[field] = optionalName({ [field]: value }, field);
+  }
+  if (input.all !== undefined && typeof input.all !== 'boolean') {
+    throw new InvalidParameterError('all', 'must be true or false');
   }
   if (Object.keys(filter).length === 0 && input.all !== true) {
     throw new InvalidArgumentError('name an id, topic or key to redrive, or send { "all": true }');
   }
-  return createOutbox({ sql: db.sql, schema: db.schema, clock: db.clock }).redrive(filter);
+  return db.write(() => createOutbox({ sql: db.sql, schema: db.schema, clock: db.clock }).redrive(filter));
 }
 
 function parseObject(value: unknown): unknown {

@@ -141,6 +141,10 @@ export interface RequestDetail extends RequestSummary {
   /** The stored `body` bytes: text when UTF-8, else a hex dump. */
   body: BodyPreview | null;
   steps: { step: string; fence: number; completedAt: string | null; result: BodyPreview | null }[];
+  /** A multi-step operation that failed for good: the error, as stored (never sent to clients). */
+  error: string | null;
+  /** The step it failed at. */
+  errorStep: string | null;
 }
 
 export async function readRequest(db: ConsoleDatabase, query: Query): Promise<RequestDetail | null> {
@@ -191,6 +195,8 @@ export async function readRequest(db: ConsoleDatabase, query: Query): Promise<Re
       result: previewText(response ? JSON.stringify({ v: 1, ...response }) : (r.result as string | null)),
       response,
       body: previewBytes(r.body as Uint8Array | null),
+      error: str(r.error),
+      errorStep: str(r.error_step),
       steps: steps.rows.map((s) => ({
         step: text(s.step),
         fence: num(s.fence),

@@ -5,6 +5,7 @@
  */
 import type { JetStreamClient } from '@nats-io/jetstream';
 import type { MsgHdrs, NatsConnection } from '@nats-io/transport-node';
+import type { NatsConnectionLike } from '../../brokers/nats-types.js';
 import { describeError, PublishError } from '../errors.js';
 import type { OutboxEvent, Publisher, PublishResult } from '../types.js';
 
@@ -13,7 +14,7 @@ export interface NatsPublisherOptions {
    * A connection you manage, or server URLs (the publisher connects, lets the client reconnect,
    * and drains it on `close`).
    */
-  connection: NatsConnection | { servers: string | string[] };
+  connection: NatsConnectionLike | { servers: string | string[] };
   /** Subject of an event. Default: its topic. A stream must capture the subject. */
   subject?: (event: OutboxEvent) => string;
   /** How long to wait for each PubAck. Default 5000 ms. */
@@ -110,7 +111,7 @@ export class NatsPublisher implements Publisher {
         // Keep reconnecting forever: the dispatcher treats the gap as an outage and waits.
         nc = await connect({ servers: connection.servers, maxReconnectAttempts: -1 });
       } else {
-        nc = connection;
+        nc = connection as NatsConnection;
       }
       return { nc, js: jetstream(nc) };
     })();

@@ -3,6 +3,8 @@
  * rather than a silent drop, and the event id as AMQP `message_id` so consumers dedupe on it.
  */
 import type { ChannelModel, ConfirmChannel, Message } from 'amqplib';
+import { connectAmqp } from '../../brokers/amqp-connect.js';
+import type { AmqpChannelModel } from '../../brokers/amqp-types.js';
 import { describeError, PublishError } from '../errors.js';
 import type { OutboxEvent, Publisher, PublishResult } from '../types.js';
 
@@ -18,7 +20,7 @@ export interface RabbitMqPublisherOptions {
    * factory returning a connected amqplib `ChannelModel` (called again after a loss; the
    * publisher closes what it returns).
    */
-  connection: string | (() => Promise<ChannelModel>);
+  connection: string | (() => Promise<AmqpChannelModel>);
   /** Default: exchange = the event's topic, routing key = its type. */
   route?: (event: OutboxEvent) => AmqpRoute;
   /**
@@ -211,13 +213,6 @@ export class RabbitMqPublisher implements Publisher {
 
 export function rabbitMqPublisher(options: RabbitMqPublisherOptions): RabbitMqPublisher {
   return new RabbitMqPublisher(options);
-}
-
-/** @internal Connects from a URL (loading amqplib on first use) or calls the factory. */
-export async function connectAmqp(connection: string | (() => Promise<ChannelModel>)): Promise<ChannelModel> {
-  if (typeof connection === 'function') return connection();
-  const amqp = await import('amqplib');
-  return amqp.connect(connection);
 }
 
 function asError(error: unknown, fallback: string): Error {

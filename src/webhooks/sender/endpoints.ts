@@ -6,6 +6,7 @@ import { randomUUID } from 'node:crypto';
 import { toMillis, type Clock } from '../../core/clock.js';
 import { InvalidArgumentError } from '../../core/errors.js';
 import type { Queryable } from '../../core/sql.js';
+import type { DestinationPolicy } from './destination.js';
 import { parseSigningSecret } from './sign.js';
 import type { SenderStatements } from './statements.js';
 
@@ -43,10 +44,16 @@ export class WebhookEndpoints {
     private readonly clock: Clock,
     /** The tenant these endpoints belong to. */
     readonly tenant: string,
+    private readonly destinations?: DestinationPolicy,
   ) {}
 
+  /**
+   * Adds an endpoint. An `http:`/`https:` URL whose host is a refused IP literal (`127.0.0.1`,
+   * `[::ffff:10.0.0.1]`, `169.254.169.254`…) is refused here with `InvalidArgumentError`, so a
+   * customer registering one hears it at once; host names are checked when a delivery connects.
+   */
   async create(endpoint: NewWebhookEndpoint): Promise<WebhookEndpoint> {
-    validate(endpoint.url, endpoint.secrets);
+    validate(endpoint.url, endpoint.secrets, this.destinations);
     const { rows } = await this.sql.query(this.statements.insertEndpoint, [
       endpoint.id ?? randomUUID(),
       endpoint.url,
@@ -77,7 +84,11 @@ export class WebhookEndpoints {
     change: { url?: string; secrets?: string[]; eventTypes?: string[] | null },
   ): Promise<WebhookEndpoint | undefined> {
     if (change.url !== undefined || change.secrets !== undefined) {
-      validate(change.url ?? 'https://placeholder.invalid/', change.secrets ?? ['whsec_AAAA']);
+      validate(
+        change.url ?? 'https://placeholder.invalid/',
+        change.secrets ?? ['whsec_AAAA'],
+        this.destinations,
+      );
     }
     const { rows } = await this.sql.query(this.statements.updateEndpoint, [
       id,
@@ -118,7 +129,7 @@ export class WebhookEndpoints {
   }
 }
 
-function validate(url: string, secrets: string[]): void {
+function validate(url: string, secrets: string[], destinations: DestinationPolicy | undefined): void {
   let parsed: URL;
   try {
     parsed = new URL(url);
@@ -128,6 +139,8 @@ function validate(url: string, secrets: string[]): void {
   if (parsed.protocol !== 'https:' && parsed.protocol !== 'http:') {
     throw new InvalidArgumentError('an endpoint url must be http: or https:');
   }
+  const refused = destinations?.literalRefusal(parsed);
+  if (refused) throw new InvalidArgumentError(`an endpoint url may not point there: ${refused.message}`);
   if (secrets.length === 0) throw new InvalidArgumentError('an endpoint needs at least one signing secret');
   for (const secret of secrets) parseSigningSecret(secret);
 }

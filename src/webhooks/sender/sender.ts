@@ -3,13 +3,15 @@
  * message id as `webhook-id` on every attempt. Each (message, endpoint) delivery retries on its own
  * schedule with jitter, never earlier than a `Retry-After` asks; 410 Gone disables the endpoint; a
  * circuit breaker per endpoint stops hammering one that keeps failing; every HTTP attempt is a row
- * in `webhook_delivery_attempts` with its status and latency.
+ * in `webhook_delivery_attempts` with its status and latency. Loopback, private, link-local and
+ * other special-purpose destinations are refused unless allowed (see destination.ts): such a
+ * delivery fails at once with the reason, without a request.
  */
 import { performance } from 'node:perf_hooks';
 import {
   circuitBreaker,
   ConsecutiveBreaker,
-  handleAll,
+  handleWhen,
   isBrokenCircuitError,
   type CircuitBreakerPolicy,
 } from 'cockatiel';
@@ -19,7 +21,9 @@ import type { Queryable, Sql } from '../../core/sql.js';
 import { defaultTenant, validateTenant, validateTenants } from '../../core/tenant.js';
 import { defaultSchema } from '../../migrate/schema-name.js';
 import { consoleLogger, errorMessage, type WebhookLogger } from '../logger.js';
+import { DestinationPolicy, isDestinationRefused, type LookupFunction } from './destination.js';
 import { WebhookEndpoints } from './endpoints.js';
+import { WebhookHttpClient } from './http-post.js';
 import { parseRetryAfter } from './retry-after.js';
 import { parseSigningSecret, signatureHeader, type SigningKey } from './sign.js';
 import { senderStatements, type SenderStatements } from './statements.js';
@@ -91,7 +95,28 @@ export interface WebhookSenderOptions<Client = unknown> {
   concurrency?: number;
   /** How often idle workers look for due deliveries, in ms. Default 1000. */
   pollIntervalMs?: number;
-  /** Default: the global `fetch`. */
+  /**
+   * Destinations the sender may reach although they are loopback, private, link-local, multicast,
+   * unspecified or otherwise special-purpose (IPv4 or IPv6, IPv4 inside IPv6 included): CIDR blocks
+   * (`10.0.0.0/8`, `fd00::/8`), single addresses (`127.0.0.1`, `::1`) or host names (exact,
+   * case-insensitive; such a name is reached whatever it resolves to). Default none: every such
+   * destination is refused, checked on the address actually connected to, after DNS, so a name
+   * that resolves to an internal address is refused too. A refused delivery fails at once, with the
+   * reason as its error; endpoints with a refused literal address cannot be created. For tests on
+   * 127.0.0.1, pass `['127.0.0.1']`; for an internal deployment, its blocks or names.
+   */
+  allowedDestinations?: readonly string[];
+  /**
+   * The DNS lookup for endpoint host names, as `dns.lookup` with `{ all: true }`. Default
+   * `dns.lookup`. Every address it returns is checked against the destination rules.
+   */
+  lookup?: LookupFunction;
+  /**
+   * Sends attempts with this `fetch` instead of idem's own client. Default: idem's node:http
+   * client, which checks destinations at connect time. A custom `fetch` connects as it likes: idem
+   * then checks only a URL whose host is an IP literal, so a host name that resolves to an
+   * internal address is **not** refused; give one only with your own egress control.
+   */
   fetch?: typeof fetch;
   /** Default `idem-webhooks`. */
   userAgent?: string;
@@ -168,7 +193,7 @@ interface ClaimedDelivery {
 class UnhealthyAnswer extends Error {
   constructor(
     readonly status: number,
-    readonly headers: Headers,
+    readonly retryAfter: string | undefined,
   ) {
     super(`HTTP ${status}`);
   }
@@ -195,7 +220,9 @@ export class WebhookSender<Client = unknown> {
   private readonly leaseMs: number;
   private readonly concurrency: number;
   private readonly pollIntervalMs: number;
-  private readonly fetch: typeof fetch;
+  private readonly fetch: typeof fetch | undefined;
+  private readonly destinations: DestinationPolicy;
+  private readonly client: WebhookHttpClient;
   private readonly userAgent: string;
   private readonly logger: WebhookLogger;
   private readonly tenants: readonly string[] | undefined;
@@ -213,7 +240,15 @@ export class WebhookSender<Client = unknown> {
     this.tenant = options.tenant ?? defaultTenant;
     validateTenant(this.tenant);
     this.tenants = validateTenants(options.tenants);
-    this.endpoints = new WebhookEndpoints(this.sql, this.statements, this.clock, this.tenant);
+    this.destinations = new DestinationPolicy(options.allowedDestinations ?? [], options.lookup);
+    this.client = new WebhookHttpClient(this.destinations);
+    this.endpoints = new WebhookEndpoints(
+      this.sql,
+      this.statements,
+      this.clock,
+      this.tenant,
+      this.destinations,
+    );
     this.random = options.random ?? Math.random;
     this.schedule = options.schedule ?? standardRetrySchedule;
     for (const delay of this.schedule) nonNegative('schedule', delay);
@@ -232,7 +267,7 @@ export class WebhookSender<Client = unknown> {
       throw new InvalidArgumentError('leaseMs must be longer than timeoutMs');
     this.concurrency = positive('concurrency', options.concurrency ?? 8);
     this.pollIntervalMs = positive('pollIntervalMs', options.pollIntervalMs ?? 1000);
-    this.fetch = options.fetch ?? globalThis.fetch;
+    this.fetch = options.fetch;
     this.userAgent = options.userAgent ?? 'idem-webhooks';
     this.logger = options.logger ?? consoleLogger;
   }
@@ -240,7 +275,7 @@ export class WebhookSender<Client = unknown> {
   /** The endpoints of one tenant. */
   endpointsOf(tenant: string): WebhookEndpoints {
     validateTenant(tenant);
-    return new WebhookEndpoints(this.sql, this.statements, this.clock, tenant);
+    return new WebhookEndpoints(this.sql, this.statements, this.clock, tenant, this.destinations);
   }
 
   /** Attempts per delivery: the first plus one per scheduled delay. */
@@ -316,12 +351,13 @@ export class WebhookSender<Client = unknown> {
     for (let i = 0; i < this.concurrency; i++) this.loops.push(this.loop());
   }
 
-  /** Stops the workers after their current attempt. */
+  /** Stops the workers after their current attempt, and closes idle connections. */
   async stop(): Promise<void> {
     this.running = false;
     this.notify();
     await Promise.all(this.loops);
     this.loops = [];
+    this.client.close();
   }
 
   /** Wakes idle workers now. */
@@ -475,10 +511,14 @@ export class WebhookSender<Client = unknown> {
     const key = `${tenant}\u0000${endpointId}`;
     let breaker = this.breakers.get(key);
     if (!breaker) {
-      breaker = circuitBreaker(handleAll, {
-        halfOpenAfter: this.breakerOptions.halfOpenAfterMs,
-        breaker: new ConsecutiveBreaker(this.breakerOptions.consecutiveFailures),
-      });
+      // A refused destination is no sign of the endpoint's health: it fails on its own, at once.
+      breaker = circuitBreaker(
+        handleWhen((error) => !isDestinationRefused(error)),
+        {
+          halfOpenAfter: this.breakerOptions.halfOpenAfterMs,
+          breaker: new ConsecutiveBreaker(this.breakerOptions.consecutiveFailures),
+        },
+      );
       this.breakers.set(key, breaker);
     }
     return breaker;
@@ -541,17 +581,17 @@ export class WebhookSender<Client = unknown> {
     const breaker = this.breakerFor(row.tenant_id, row.endpoint_id);
     const t0 = performance.now();
     let status: number | undefined;
-    let answerHeaders: Headers | undefined;
+    let retryAfterHeader: string | undefined;
     let failure: unknown;
     try {
       const send = async (signal?: AbortSignal) => {
         const answer = await this.post(row.url, headers, body, signal);
-        if (countsAgainstBreaker(answer.status)) throw new UnhealthyAnswer(answer.status, answer.headers);
+        if (countsAgainstBreaker(answer.status)) throw new UnhealthyAnswer(answer.status, answer.retryAfter);
         return answer;
       };
       const answer = breaker ? await breaker.execute(({ signal }) => send(signal)) : await send();
       status = answer.status;
-      answerHeaders = answer.headers;
+      retryAfterHeader = answer.retryAfter;
     } catch (error) {
       if (isBrokenCircuitError(error)) {
         const next = new Date(
@@ -568,7 +608,7 @@ export class WebhookSender<Client = unknown> {
       }
       if (error instanceof UnhealthyAnswer) {
         status = error.status;
-        answerHeaders = error.headers;
+        retryAfterHeader = error.retryAfter;
       } else {
         failure = error;
       }
@@ -581,8 +621,10 @@ export class WebhookSender<Client = unknown> {
     let next = new Date(now);
     if (status !== undefined && status >= 200 && status < 300) outcome = 'delivered';
     else if (status === 410) outcome = 'gone';
+    // Not retried: the same URL resolves to the same kind of address until someone changes it.
+    else if (isDestinationRefused(failure)) outcome = 'failed';
     else {
-      retryAfterMs = parseRetryAfter(answerHeaders?.get('retry-after'), now);
+      retryAfterMs = parseRetryAfter(retryAfterHeader, now);
       if (retryAfterMs !== undefined) retryAfterMs = Math.min(retryAfterMs, this.maxRetryAfterMs);
       if (row.attempts >= this.maxAttempts) outcome = 'failed';
       else {
@@ -674,24 +716,28 @@ export class WebhookSender<Client = unknown> {
     return Math.round(delay * (1 + this.jitter * (2 * this.random() - 1)));
   }
 
+  /** One attempt. A redirect is never followed: it is a failed attempt (update the endpoint's URL). */
   private async post(
     url: string,
     headers: Record<string, string>,
     body: Uint8Array,
     signal?: AbortSignal,
-  ): Promise<{ status: number; headers: Headers }> {
+  ): Promise<{ status: number; retryAfter: string | undefined }> {
     const timeout = AbortSignal.timeout(this.timeoutMs);
+    const both = signal ? AbortSignal.any([signal, timeout]) : timeout;
+    if (!this.fetch) return this.client.post(url, headers, body, both);
+    const refused = this.destinations.literalRefusal(new URL(url));
+    if (refused) throw refused;
     const response = await this.fetch(url, {
       method: 'POST',
       headers,
       body: body as Uint8Array<ArrayBuffer>,
-      // A redirect is a failed attempt: the endpoint's URL should be updated instead.
       redirect: 'manual',
-      signal: signal ? AbortSignal.any([signal, timeout]) : timeout,
+      signal: both,
     });
     // The answer's body is not needed; releasing it frees the connection.
     await response.body?.cancel().catch(() => undefined);
-    return { status: response.status, headers: response.headers };
+    return { status: response.status, retryAfter: response.headers.get('retry-after') ?? undefined };
   }
 }
 

@@ -1,6 +1,7 @@
 /**
- * The same service four times: Express 5, Fastify 5, Hono 4 on @hono/node-server, and plain
- * node:http, each using the idempotency integration its own way and listening on 127.0.0.1.
+ * The same service six times: Express 5, Fastify 5, Hono 4 on @hono/node-server, plain node:http,
+ * and NestJS on Express and on Fastify (test/nestjs/support/apps.ts), each using the idempotency
+ * integration its own way and listening on 127.0.0.1.
  *
  * Routes (all covered ones behind the contract):
  *   POST  /orders        transaction mode; inserts an order; 201 with Location, Set-Cookie, X-Trace
@@ -28,6 +29,7 @@ import { idempotency as fastifyIdempotency } from '../../../src/http/fastify.js'
 import { idempotency as honoIdempotency, type IdemVariables } from '../../../src/http/hono.js';
 import { withIdempotency, type IdempotentRequest } from '../../../src/http/node-http.js';
 import type { IdempotencyOptions } from '../../../src/http/options.js';
+import { nestFrameworks } from '../../nestjs/support/apps.js';
 import { business, type Reply } from './business.js';
 import type { Harness } from './harness.js';
 
@@ -39,7 +41,7 @@ export interface RunningApp {
 }
 
 export interface Framework {
-  name: 'express' | 'fastify' | 'hono' | 'node-http';
+  name: 'express' | 'fastify' | 'hono' | 'node-http' | 'nestjs-express' | 'nestjs-fastify';
   start(h: Harness): Promise<RunningApp>;
 }
 
@@ -334,5 +336,11 @@ const nodeHttpFramework: Framework = {
   },
 };
 
-export const frameworks: Framework[] = [expressFramework, fastifyFramework, honoFramework, nodeHttpFramework];
+export const frameworks: Framework[] = [
+  expressFramework,
+  fastifyFramework,
+  honoFramework,
+  nodeHttpFramework,
+  ...nestFrameworks,
+];
 export type { IdempotencyContext };

@@ -100,19 +100,17 @@ export function business(h: Harness) {
     /** Two external calls with derived keys, as recorded steps; a gate can hold it between them. */
     async checkout(idem: IdempotencyContext, body: Body, gate: string | undefined): Promise<Reply> {
       countRun(idem);
-      const reservation = await idem.step('reserve', async (_tx, { key }) =>
-        h.provider.call('/reserve', key),
-      );
+      const reservation = await idem.call('reserve', ({ key }) => h.provider.call('/reserve', key));
       if (gate === 'crash' && h.crash) h.crash();
       else if (gate) await h.gates.wait(gate);
-      const charge = await idem.step('charge', async (tx, { key }) => {
-        const result = await h.provider.call('/charge', key);
-        await tx.query(
-          `INSERT INTO ${s}.payments (tenant, key, status, charge) VALUES ($1, $2, 'charged', $3)`,
-          [idem.tenant, idem.key, result.id],
-        );
-        return result;
-      });
+      const charge = await idem.call('charge', ({ key }) => h.provider.call('/charge', key));
+      await idem.step('record-charge', (tx) =>
+        tx.query(`INSERT INTO ${s}.payments (tenant, key, status, charge) VALUES ($1, $2, 'charged', $3)`, [
+          idem.tenant,
+          idem.key,
+          charge.id,
+        ]),
+      );
       return {
         status: 201,
         json: { reservation: reservation.id, charge: charge.id, amount: body?.amount, resumed: idem.resumed },

@@ -1,6 +1,6 @@
 /**
  * A Temporal-style activity worker in its own process, for seed scenario 7. It runs one
- * activity attempt through `runActivity` with a fake activity context (no Temporal server):
+ * activity attempt through `runActivityCall` with a fake activity context (no Temporal server):
  * it charges a card at the provider (a real HTTP server in the parent), then records the charge.
  * With MODE=crash-after-call it prints CALLED after the provider answered and waits to be killed
  * with SIGKILL, before anything is recorded.
@@ -11,7 +11,7 @@ import pg from 'pg';
 import { fromPg } from '../../../src/adapters/pg.js';
 import { assertOk, createClient } from '../../../src/client/index.js';
 import { createIdem } from '../../../src/operations/idem.js';
-import { runActivity, type ActivityContextLike } from '../../../src/workflow/temporal.js';
+import { runActivityCall, type ActivityContextLike } from '../../../src/workflow/temporal.js';
 
 const env = (name: string): string => {
   const value = process.env[name];
@@ -20,7 +20,8 @@ const env = (name: string): string => {
 };
 
 const pool = new pg.Pool({ connectionString: env('DATABASE_URL'), max: 2 });
-const idem = createIdem({ sql: fromPg(pool), schema: env('SCHEMA'), waitMs: 10_000 });
+// A short lease: the retry after a SIGKILL takes the dead attempt over once it lapses.
+const idem = createIdem({ sql: fromPg(pool), schema: env('SCHEMA'), waitMs: 10_000, leaseMs: 500 });
 const payments = createClient({ baseUrl: env('PROVIDER_URL'), breaker: false });
 
 // What Context.current() would be inside a Temporal worker.
@@ -35,25 +36,29 @@ const context: ActivityContextLike = {
 };
 
 const order = { orderId: 'order-42', amount: 4200 };
-const charge = await runActivity(
+// The call runs with no transaction open; the charge row is written after, with its result.
+const charge = await runActivityCall(
   idem,
   context,
-  async (tx, { key }) => {
+  async ({ key, signal }) => {
     const res = await assertOk(
-      await payments.fetch('/effects/charge', { method: 'POST', body: JSON.stringify(order) }),
+      await payments.fetch('/effects/charge', { method: 'POST', body: JSON.stringify(order), signal }),
     );
     const body = (await res.json()) as { id: string };
     if (process.env.MODE === 'crash-after-call') {
       process.stdout.write(`CALLED ${key}\n`);
       await new Promise(() => undefined); // the parent kills this process here
     }
-    await tx.query(`INSERT INTO "${env('SCHEMA')}".charges (order_id, provider_id) VALUES ($1, $2)`, [
-      order.orderId,
-      body.id,
-    ]);
     return { chargeId: body.id, key };
   },
-  { request: order },
+  {
+    request: order,
+    record: (tx, answer) =>
+      tx.query(`INSERT INTO "${env('SCHEMA')}".charges (order_id, provider_id) VALUES ($1, $2)`, [
+        order.orderId,
+        answer.chargeId,
+      ]),
+  },
 );
 process.stdout.write(`DONE ${JSON.stringify(charge)}\n`);
 await pool.end();
