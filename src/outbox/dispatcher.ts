@@ -353,7 +353,8 @@ export class OutboxDispatcher {
       const claimed = rows.filter((row) => row.id !== null && row.id !== undefined);
       const events = claimed.map(decodeEvent);
       // Where the claim read each event: the mark finds published events by it (see markStatement).
-      const rowOf = new Map(claimed.map((row) => [row.id as string, row.row as string]));
+      // By event, not by id: two tenants' events may share an id.
+      const rowOf = new Map(events.map((event, i) => [event, claimed[i]!.row as string]));
       const result: BatchResult = {
         claimed: events.length,
         published: 0,
@@ -403,7 +404,7 @@ export class OutboxDispatcher {
             : deleting
               ? 'markDeletingTenant'
               : 'markTenant';
-        const published = settled.published.map((e) => rowOf.get(e.id));
+        const published = settled.published.map((e) => rowOf.get(e));
         await tx.query(
           this.statements[mark],
           [
@@ -436,7 +437,7 @@ export class OutboxDispatcher {
 
   /**
    * Publishes a batch so that no event goes out before an earlier event of its key has been
-   * confirmed: wave n holds the n-th event of every key whose earlier events all succeeded. With
+   * confirmed: each wave holds the next event of every key whose earlier events all succeeded. With
    * many keys that is one call per batch; a single hot key costs one call per event.
    */
   private async publishInWaves(events: OutboxEvent[]): Promise<Settled> {
@@ -448,9 +449,19 @@ export class OutboxDispatcher {
       else byKey.set(id, [event]);
     }
     const settled: Settled = { published: [], failed: [] };
-    let runs = [...byKey.values()];
-    for (let depth = 0; runs.length > 0; depth++) {
-      const wave = runs.map((run) => run[depth]!);
+    // Each run's next event; a run leaves once its event failed or it has none left.
+    let runs = [...byKey.values()].map((events) => ({ events, next: 0 }));
+    while (runs.length > 0) {
+      // A publisher reports results by event id, and two tenants' events may share one (an id the
+      // producer chose): a wave holds each id once, and a run whose next id is taken waits a wave.
+      const ids = new Set<string>();
+      const inWave = runs.filter((run) => {
+        const id = run.events[run.next]!.id;
+        if (ids.has(id)) return false;
+        ids.add(id);
+        return true;
+      });
+      const wave = inWave.map((run) => run.events[run.next]!);
       let results: readonly PublishResult[];
       try {
         results = await this.publishWithTimeout(wave);
@@ -460,14 +471,15 @@ export class OutboxDispatcher {
         break;
       }
       const byId = new Map(results.map((r) => [r.id, r]));
-      const next: OutboxEvent[][] = [];
-      for (let i = 0; i < wave.length; i++) {
-        const event = wave[i]!;
+      const stopped = new Set<(typeof runs)[number]>();
+      for (const run of inWave) {
+        const event = run.events[run.next]!;
         const r = byId.get(event.id);
         if (r?.ok) {
           settled.published.push(event);
-          if (runs[i]!.length > depth + 1) next.push(runs[i]!);
+          if (++run.next === run.events.length) stopped.add(run);
         } else {
+          stopped.add(run);
           settled.failed.push({
             event,
             failure: r ?? {
@@ -480,7 +492,7 @@ export class OutboxDispatcher {
           });
         }
       }
-      runs = next;
+      runs = runs.filter((run) => !stopped.has(run));
     }
     return settled;
   }

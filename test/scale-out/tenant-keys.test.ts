@@ -208,6 +208,41 @@ describe('the same id under two tenants', () => {
     ]);
   });
 
+  it('outbox: two tenants’ events with one id in one batch each get their own outcome', async () => {
+    const sql = fromPg(db.pool);
+    const outbox = createOutbox({ sql, schema: db.schema, clock });
+    const id = '0190f5b4-7c1e-7000-8000-0000000000cc';
+    await sql.transaction(async (tx) => {
+      for (const tenant of ['t-fails', 't-works']) {
+        await outbox.add(tx, { tenant, id, topic: 'shared-id', key: tenant, type: 't', payload: { tenant } });
+      }
+    });
+    // Results are reported by id: the two events go out in separate waves, so each outcome is its own.
+    const waves: string[][] = [];
+    const publisher: Publisher = {
+      publish: async (events) => {
+        waves.push(events.map((e) => e.tenant ?? ''));
+        return events.map((e) =>
+          e.tenant === 't-fails'
+            ? { id: e.id, ok: false as const, error: new Error('no'), retryable: true }
+            : { id: e.id, ok: true as const },
+        );
+      },
+    };
+    const result = await createDispatcher({
+      sql,
+      schema: db.schema,
+      clock,
+      publisher,
+      topics: ['shared-id'],
+    }).drain();
+    expect(result).toMatchObject({ published: 1, retried: 1 });
+    expect(waves.map((w) => w.length)).toEqual([1, 1]);
+    expect(await outbox.read(id, { tenant: 't-works' })).toMatchObject({ attempts: 0 });
+    expect((await outbox.read(id, { tenant: 't-works' }))?.publishedAt).not.toBeNull();
+    expect(await outbox.read(id, { tenant: 't-fails' })).toMatchObject({ attempts: 1, publishedAt: null });
+  });
+
   it('webhooks: a delivery id and an entity version are per tenant of the source', async () => {
     const sql = fromPg(db.pool);
     const receiver = createWebhookReceiver({
