@@ -116,11 +116,11 @@ function sameTenant(pin: Pin, alias: string, outer: string): string {
 
 /**
  * Rows of `alias` whose (tenant_id, id) is one of the pairs in `source` (a relation with tenant_id
- * and id). The two `= ANY(ARRAY(…))` conditions keep primary-key lookups in a prepared statement's
- * generic plan (a join alone would hash-join against a sequential scan of the outbox); the IN makes
- * the match exact when one id exists under two tenants, as a hash semi-join of the few rows found.
- * (An `id ‖ tenant = ANY(…)` filter instead was a linear search per row: 500-event claims took
- * 2–5 ms more.)
+ * and id): the failed events of a batch across tenants. The two `= ANY(ARRAY(…))` conditions keep
+ * primary-key lookups in a prepared statement's generic plan (a join alone would hash-join against
+ * a sequential scan of the outbox); the IN makes the match exact when one id exists under two
+ * tenants, as a hash semi-join of the few rows found (an `id ‖ tenant = ANY(…)` filter would be a
+ * linear search of the array per row).
  */
 function pairs(alias: string, source: string): string {
   return `${alias}.tenant_id = ANY(ARRAY(SELECT DISTINCT tenant_id FROM ${source}))

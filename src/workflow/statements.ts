@@ -95,13 +95,10 @@ export function renderSagaStatements(schema: string) {
       WHERE status = ANY($1::text[]) AND ($2::text IS NULL OR saga = $2)
       ORDER BY updated_at, tenant_id, saga, saga_key LIMIT $3`,
 
-    /**
-     * Deletes finished sagas past their retention, with their steps (ON DELETE CASCADE), in one
-     * bounded batch that skips rows someone holds. Uses the partial index sagas_finished.
-     */
-    sweep: sweepStatement(s, ''),
+    /** Deletes finished sagas past their retention (see `sweepStatement`). */
+    sweep: sweepStatement(s, null),
     /** `sweep` of one tenant ($3), for a sweeper scoped to tenants. */
-    sweepTenant: sweepStatement(s, 'tenant_id = $3 AND '),
+    sweepTenant: sweepStatement(s, '$3'),
 
     /** Unfinished sagas whose holder is gone (recovery). Uses the partial index sagas_unfinished. */
     lapsed: `SELECT tenant_id, saga, saga_key FROM ${s}.sagas
@@ -112,18 +109,19 @@ export function renderSagaStatements(schema: string) {
 
 /**
  * Deletes finished sagas past their retention, with their steps (ON DELETE CASCADE), in one
- * bounded batch that skips rows someone holds. Uses the partial index sagas_finished. `pin`
- * limits it to one tenant.
+ * bounded batch that skips rows someone holds. Uses the partial index sagas_finished. `tenant`
+ * (a parameter) limits it to one tenant.
  */
-function sweepStatement(s: string, pin: string): string {
+function sweepStatement(s: string, tenant: string | null): string {
   return `WITH due AS (
         SELECT tenant_id, saga, saga_key FROM ${s}.sagas
-        WHERE ${pin}status IN ('completed', 'compensated') AND finished_at <= $1
+        WHERE ${tenant === null ? '' : `tenant_id = ${tenant} AND `}status IN ('completed', 'compensated')
+          AND finished_at <= $1
         ORDER BY finished_at LIMIT $2 FOR UPDATE SKIP LOCKED
       ), gone AS (
         DELETE FROM ${s}.sagas x USING due
-        WHERE ${pin.replace('tenant_id', 'x.tenant_id')}x.tenant_id = due.tenant_id AND x.saga = due.saga
-          AND x.saga_key = due.saga_key
+        WHERE ${tenant === null ? '' : `x.tenant_id = ${tenant} AND `}x.tenant_id = due.tenant_id
+          AND x.saga = due.saga AND x.saga_key = due.saga_key
         RETURNING 1
       )
       SELECT count(*)::int AS deleted FROM gone`;
