@@ -278,21 +278,26 @@ console.log(
     .map((l) => l.toFixed(1))
     .join(' ')}`,
 );
-for (const [name, path] of Object.entries(paths).filter(([name]) => name.includes(values.only ?? ''))) {
-  const samples = sides.map(() => [] as number[]);
-  for (let r = 0; r < rounds; r++) {
-    // Alternate the order too, so a drift in the machine's load does not favour one side.
-    const order = r % 2 === 0 ? sides.map((_, i) => i) : sides.map((_, i) => sides.length - 1 - i);
-    for (const i of order) samples[i]!.push(await path(sides[i]!));
+try {
+  for (const [name, path] of Object.entries(paths).filter(([name]) => name.includes(values.only ?? ''))) {
+    const samples = sides.map(() => [] as number[]);
+    for (let r = 0; r < rounds; r++) {
+      // Alternate the order too, so a drift in the machine's load does not favour one side.
+      const order = r % 2 === 0 ? sides.map((_, i) => i) : sides.map((_, i) => sides.length - 1 - i);
+      for (const i of order) samples[i]!.push(await path(sides[i]!));
+    }
+    const base = median(samples[0]!);
+    console.log(`\n${name}`);
+    sides.forEach((side, i) => {
+      const m = median(samples[i]!);
+      console.log(
+        `  ${side.name.padEnd(24)} median ${round(m, 0).toString().padStart(7)}  ×${round(m / base, 3)}  rounds ${samples[i]!.map((x) => round(x, 0)).join(' ')}`,
+      );
+    });
   }
-  const base = median(samples[0]!);
-  console.log(`\n${name}`);
-  sides.forEach((side, i) => {
-    const m = median(samples[i]!);
-    console.log(
-      `  ${side.name.padEnd(24)} median ${round(m, 0).toString().padStart(7)}  ×${round(m / base, 3)}  rounds ${samples[i]!.map((x) => round(x, 0)).join(' ')}`,
-    );
-  });
+} finally {
+  // Also after a failed round: the schemas are this run's own.
+  for (const schema of new Set(sides.map((s) => s.schema)))
+    await pool.query(`DROP SCHEMA "${schema}" CASCADE`);
+  await pool.end();
 }
-for (const schema of new Set(sides.map((s) => s.schema))) await pool.query(`DROP SCHEMA "${schema}" CASCADE`);
-await pool.end();
