@@ -54,7 +54,7 @@ Try:
     -H 'Authorization: Bearer sk_test_acme' -H 'Idempotency-Key: order-1001' \\
     -H 'Content-Type: application/json' -d '{"amount":1250,"currency":"eur","customer":"alice"}'
   (send it again: the same status and body, with Idempotent-Replayed: true)
-  curl ${demo.url}/v1/ledger?customer=alice -H 'Authorization: Bearer sk_test_acme'
+  curl '${demo.url}/v1/ledger?customer=alice' -H 'Authorization: Bearer sk_test_acme'
   open ${demo.url}/console
 Ctrl-C stops it.`);
     if (!stopRequested) await new Promise<void>((resolve) => (requestStop = resolve));
