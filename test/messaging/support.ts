@@ -3,6 +3,7 @@ import { randomBytes } from 'node:crypto';
 import net from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
+import pg from 'pg';
 
 /** A name no other test run uses: queues, streams and subjects are shared by everyone on the broker. */
 export function uniqueName(prefix: string): string {
@@ -94,8 +95,13 @@ export interface Child {
 
 export function spawnChild(script: string, env: Record<string, string>): Child {
   const path = fileURLToPath(new URL(`./children/${script}`, import.meta.url));
+  // A name for the child's PostgreSQL sessions (node-postgres reads PGAPPNAME), so that `exited`
+  // can wait until the server has closed them: a SIGKILLed child's backend holds its row locks
+  // until PostgreSQL notices the dead socket, and on a loaded machine a dispatcher started at once
+  // would skip those rows (SKIP LOCKED) and publish nothing.
+  const appName = `idem-test-child-${randomBytes(4).toString('hex')}`;
   const child = spawn(process.execPath, ['--import', 'tsx', path], {
-    env: { ...process.env, ...env },
+    env: { ...process.env, PGAPPNAME: appName, ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   const output: string[] = [];
@@ -111,7 +117,10 @@ export function spawnChild(script: string, env: Record<string, string>): Child {
   child.stderr.on('data', onData);
   const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
     child.on('exit', (code, signal) => resolve({ code, signal })),
-  );
+  ).then(async (status) => {
+    if (env.DATABASE_URL) await sessionsClosed(env.DATABASE_URL, appName);
+    return status;
+  });
   return {
     process: child,
     output,
@@ -141,4 +150,22 @@ export function spawnChild(script: string, env: Record<string, string>): Child {
       });
     },
   };
+}
+
+/** Waits (up to 10 s) until PostgreSQL has no session left named `appName`. */
+async function sessionsClosed(url: string, appName: string): Promise<void> {
+  const client = new pg.Client({ connectionString: url });
+  await client.connect();
+  try {
+    for (let waited = 0; waited < 10_000; waited += 25) {
+      const { rows } = await client.query<{ n: number }>(
+        'SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = $1',
+        [appName],
+      );
+      if (rows[0]!.n === 0) return;
+      await sleep(25);
+    }
+  } finally {
+    await client.end();
+  }
 }

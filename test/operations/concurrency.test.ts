@@ -116,7 +116,9 @@ describe('whole-transaction retry on deadlock (pg)', () => {
     const { counted, calls } = deadlockingTransfers(['a-to-b', 'b-to-a']);
     const results = await Promise.all(calls);
     expect(results.map((r) => r.value)).toEqual(['ok', 'ok']);
-    expect(counted.attempts).toBe(3); // two first attempts, one retried victim
+    // Two first attempts and at least one retried victim (a loaded machine may see a second
+    // deadlock between the retry and the winner); each transfer still takes effect once.
+    expect(counted.attempts).toBeGreaterThanOrEqual(3);
     const { rows } = await adapter.sql.query<{ id: number; balance: number }>(
       `SELECT id, balance FROM "${schema}".accounts ORDER BY id`,
     );
