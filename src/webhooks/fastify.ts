@@ -28,7 +28,6 @@ export interface FastifyWebhooksOptions {
   routes: Record<string, string>;
 }
 
-/** A Fastify plugin that mounts one POST route per entry of `routes`, with raw-body parsing. */
 /**
  * Fastify's instance, request and reply, by the least of their shape (Fastify's own objects are
  * these). Declared here, not imported, so that idem/webhooks' types compile in an app without
@@ -41,6 +40,13 @@ export interface FastifyRequestLike {
 }
 export type FastifyReplyLike = object;
 
+/** Fastify's own default `bodyLimit` (1 MiB), when the server sets none. */
+const fastifyDefaultBodyLimit = 1_048_576;
+
+/**
+ * A Fastify plugin that mounts one POST route per entry of `routes`, with raw-body parsing. Each
+ * route's body limit is the source's `bodyLimit`, never more than the server's own.
+ */
 export function fastifyWebhooks(
   receiver: WebhookReceiver,
   options: FastifyWebhooksOptions,
@@ -53,6 +59,7 @@ export function fastifyWebhooks(
     const instance = plugin as FastifyInstance; // what Fastify's register passes
     // Route URLs as Fastify reports them, with the registration prefix.
     const byPath = new Map(routes.map((r) => [instance.prefix + r.path, r.source.name]));
+    const limits = new Map<string, number>();
     // Encapsulated: these parsers apply to the routes below only.
     instance.removeAllContentTypeParsers();
     instance.addContentTypeParser('*', { parseAs: 'buffer' }, (_request, body, done) => done(null, body));
@@ -61,7 +68,9 @@ export function fastifyWebhooks(
       let mapped: WebhookRequestError | undefined;
       if (isWebhookRequestError(error)) mapped = error;
       else if (error.code === 'FST_ERR_CTP_BODY_TOO_LARGE')
-        mapped = new WebhookBodyTooLargeError(receiver.source(source).bodyLimit);
+        mapped = new WebhookBodyTooLargeError(
+          limits.get(request.routeOptions.url ?? '') ?? receiver.source(source).bodyLimit,
+        );
       else if (
         error.code === 'FST_ERR_CTP_INVALID_MEDIA_TYPE' ||
         error.code === 'FST_ERR_CTP_INVALID_CONTENT_LENGTH'
@@ -71,8 +80,13 @@ export function fastifyWebhooks(
       if (!mapped) return reply.send(error);
       return sendAnswer(reply, receiver.reject(source, mapped), mapped.status === 413);
     });
+    // A route's bodyLimit overrides the server's, so it is never set above it: the smaller of the
+    // source's limit and the server's (Fastify's default is 1 MiB) applies.
+    const serverLimit = instance.initialConfig.bodyLimit ?? fastifyDefaultBodyLimit;
     for (const { path, source } of routes) {
-      instance.post(path, { bodyLimit: source.bodyLimit }, fastifyWebhookHandler(receiver, source.name));
+      const bodyLimit = Math.min(source.bodyLimit, serverLimit);
+      limits.set(instance.prefix + path, bodyLimit);
+      instance.post(path, { bodyLimit }, fastifyWebhookHandler(receiver, source.name));
     }
   };
 }

@@ -19,6 +19,7 @@ import {
   createWebhookReceiver,
   expressWebhook,
   fastifyWebhookHandler,
+  fastifyWebhooks,
   githubVerifier,
   honoWebhook,
   hmacVerifier,
@@ -460,6 +461,29 @@ describe('secrets and signatures', () => {
     const stored = rows.map((r: { h: string }) => r.h).join('\n');
     for (const header of ['webhook-signature', 'x-hub-signature-256', 'stripe-signature', 'x-signature"']) {
       expect(stored).not.toContain(header);
+    }
+  });
+});
+
+describe('fastifyWebhooks and the server’s body limit', () => {
+  it('never raises it: a server limit below the receiver’s is the one that applies (413, nothing stored)', async () => {
+    const serverLimit = 2048; // the receiver's is 4096
+    const app = Fastify({ bodyLimit: serverLimit });
+    await app.register(fastifyWebhooks(receiver, { routes: { '/hooks/standard': 'standard' } }));
+    const url = await app.listen({ port: 0, host: '127.0.0.1' });
+    try {
+      const before = await receipts();
+      const body = JSON.stringify({ type: 'thing.happened', pad: 'x'.repeat(3000) });
+      const answer = await post(
+        `${url}/hooks/standard`,
+        signStandard({ id: 'fastify-server-limit', body, timestampMs: clock.now() }),
+      );
+      expect(answer.status).toBe(413);
+      expect(JSON.parse(answer.body)).toMatchObject({ code: 'IDEM_WEBHOOK_TOO_LARGE' });
+      expect(JSON.parse(answer.body).detail).toContain(String(serverLimit));
+      expect(await receipts()).toBe(before);
+    } finally {
+      await app.close();
     }
   });
 });
