@@ -31,6 +31,22 @@ const connectionLostMessages: ReadonlySet<string> = new Set([
 ]);
 const connectionLostCodes: ReadonlySet<string> = new Set(['CONNECTION_CLOSED']);
 
+/**
+ * Prisma's transient errors, which carry no SQLSTATE: the database unreachable or timing out
+ * (P1001, P1002, P1008), the connection closed (P1017), no pool connection in time (P2024), an
+ * interactive transaction that could not start or expired (P2028: rolled back, nothing committed)
+ * and a write conflict or deadlock (P2034).
+ */
+const prismaTransientCodes: ReadonlySet<string> = new Set([
+  'P1001',
+  'P1002',
+  'P1008',
+  'P1017',
+  'P2024',
+  'P2028',
+  'P2034',
+]);
+
 const retryableSqlStates: ReadonlySet<string> = new Set([
   SqlState.serializationFailure,
   SqlState.deadlockDetected,
@@ -42,10 +58,28 @@ const retryableSqlStates: ReadonlySet<string> = new Set([
 ]);
 
 /**
+ * What Prisma's driver adapters report, without a SQLSTATE, for a connection that failed or was
+ * lost (`meta.driverAdapterError.cause.kind`), e.g. inside a P2010 raw-query error.
+ */
+const prismaTransientKinds: ReadonlySet<string> = new Set([
+  'DatabaseNotReachable',
+  'ConnectionClosed',
+  'SocketTimeout',
+  'TooManyConnections',
+  'TransactionAlreadyClosed',
+]);
+
+function prismaAdapterKind(error: object): string | undefined {
+  const meta = (error as { meta?: { driverAdapterError?: { cause?: { kind?: unknown } } } }).meta;
+  const kind = meta?.driverAdapterError?.cause?.kind;
+  return typeof kind === 'string' ? kind : undefined;
+}
+
+/**
  * Whether an error is transient: the same intent may succeed if tried again with the same key.
  * An error can say so itself with a boolean `retryable` property; otherwise PostgreSQL
  * serialization, deadlock, lock-timeout, cancel, shutdown and class-08 connection errors, a
- * driver's lost connection, and Node network errors, are retryable. Everything else is not.
+ * driver's lost connection, Prisma's transient errors, and Node network errors, are retryable. Everything else is not.
  */
 export function isRetryable(error: unknown): boolean {
   if (typeof error !== 'object' || error === null) return false;
@@ -56,8 +90,13 @@ export function isRetryable(error: unknown): boolean {
   if (state !== undefined) {
     return retryableSqlStates.has(state) || state.startsWith(SqlState.connectionExceptionClass);
   }
+  const kind = prismaAdapterKind(error);
+  if (kind !== undefined && prismaTransientKinds.has(kind)) return true;
   const code = (error as { code?: unknown }).code;
-  if (typeof code === 'string' && (retryableNetworkCodes.has(code) || connectionLostCodes.has(code)))
+  if (
+    typeof code === 'string' &&
+    (retryableNetworkCodes.has(code) || connectionLostCodes.has(code) || prismaTransientCodes.has(code))
+  )
     return true;
   if (error instanceof Error && code === undefined && connectionLostMessages.has(error.message)) return true;
   const cause = (error as { cause?: unknown }).cause;

@@ -6,6 +6,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { isRetryable } from '../../src/core/retryable.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { fromPrisma } from '../../src/adapters/prisma.js';
 import { isIdemError } from '../../src/core/errors.js';
@@ -378,9 +379,27 @@ describe('Prisma specifics', () => {
         })
         .catch((e: unknown) => e);
       expect(String(error)).toMatch(/expired transaction|timeout/i);
+      // Rolled back, nothing committed: the caller may retry (Prisma's P2028 carries no SQLSTATE).
+      expect(isRetryable(error)).toBe(true);
       expect(await short.inspect({ tenant: 'acme', operation: 'slow', key })).toBeNull();
     } finally {
       await second.close({ keepSchema: true });
+    }
+  });
+});
+
+describe('Prisma transient errors', () => {
+  it('a database that cannot be reached is a retryable failure, not a permanent one', async () => {
+    const schema = `idem_prisma_down_${randomBytes(3).toString('hex')}`;
+    const down = await prismaFactory.create(schema, 'postgres://postgres@127.0.0.1:1/test');
+    try {
+      const idem = createIdem({ sql: down.sql, schema, transactionRetries: 0 });
+      const error = await idem
+        .run({ tenant: 'acme', operation: 'down', key: 'k' }, async () => 'never')
+        .catch((e: unknown) => e);
+      expect(isRetryable(error)).toBe(true);
+    } finally {
+      await down.close({ keepSchema: true }).catch(() => undefined);
     }
   });
 });
