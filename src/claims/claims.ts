@@ -7,7 +7,8 @@ import { validateKey, validateName } from '../core/keys.js';
 import type { Queryable, Sql, Transaction } from '../core/sql.js';
 import { validateTenant, validateTenants } from '../core/tenant.js';
 import { defaultSchema } from '../migrate/schema-name.js';
-import { persistedBackoff } from '../client/backoff.js';
+import { createBackoff, type Backoff } from '../core/resilience/backoff.js';
+import { positive, positiveInteger } from '../core/validate.js';
 import { isRetryableFailure } from '../client/classify.js';
 import { claimDefaults, type ClaimsOptions, type EnqueueResult, type EnqueueSpec } from './options.js';
 import { renderClaimStatements, type ClaimStatements } from './statements.js';
@@ -72,8 +73,7 @@ export class Claims<Client = unknown> {
   readonly leaseMs: number;
   /** @internal */ readonly statements: ClaimStatements;
   private readonly maxAttempts: number;
-  private readonly retryBaseMs: number;
-  private readonly retryMaxMs: number;
+  private readonly backoff: Backoff;
   private readonly retentionMs: number;
 
   constructor(options: ClaimsOptions<Client>) {
@@ -83,8 +83,7 @@ export class Claims<Client = unknown> {
     this.clock = options.clock ?? systemClock;
     this.leaseMs = positive('leaseMs', options.leaseMs ?? claimDefaults.leaseMs);
     this.maxAttempts = positiveInteger('maxAttempts', options.maxAttempts ?? claimDefaults.maxAttempts);
-    this.retryBaseMs = positive('retryBaseMs', options.retryBaseMs ?? claimDefaults.retryBaseMs);
-    this.retryMaxMs = positive('retryMaxMs', options.retryMaxMs ?? claimDefaults.retryMaxMs);
+    this.backoff = createBackoff(options.backoff, claimDefaults.backoff);
     this.retentionMs = positive('retentionMs', options.retentionMs ?? claimDefaults.retentionMs);
     this.workerId = options.workerId ?? `${hostname()}:${process.pid}:${randomBytes(3).toString('hex')}`;
   }
@@ -371,7 +370,7 @@ export class Claims<Client = unknown> {
   async fail(task: ClaimedTask, error: unknown, options: FailOptions = {}): Promise<FailResult> {
     const retryable = options.retryable ?? isRetryableFailure(error);
     const now = this.clock.now();
-    const delay = options.retryAfterMs ?? persistedBackoff(task.attempts, this.retryBaseMs, this.retryMaxMs);
+    const delay = options.retryAfterMs ?? this.backoff(task.attempts);
     const { rows } = await this.sql.query<{ state: 'ready' | 'dead'; visible_at: unknown }>(
       this.statements.fail,
       [
@@ -540,16 +539,4 @@ function oneTenant(tenants: readonly string[]): string | null {
 function describe(error: unknown): string {
   const text = error instanceof Error ? `${error.name}: ${error.message}` : String(error);
   return text.slice(0, 2000);
-}
-
-function positive(name: string, value: number): number {
-  if (!(Number.isFinite(value) && value > 0))
-    throw new InvalidArgumentError(`${name} must be a positive number`);
-  return value;
-}
-
-function positiveInteger(name: string, value: number): number {
-  if (!(Number.isInteger(value) && value > 0))
-    throw new InvalidArgumentError(`${name} must be a positive integer`);
-  return value;
 }

@@ -1,6 +1,6 @@
 import type { Transaction } from '../core/sql.js';
 import { validateTenants } from '../core/tenant.js';
-import { sleepUnlessAborted } from '../client/sleep.js';
+import { sleepUnlessAborted } from '../core/resilience/sleep.js';
 import type { Claims, RunOutcome } from './claims.js';
 import type { ClaimedTask } from './task.js';
 

@@ -3,12 +3,29 @@ import { InvalidArgumentError } from '../core/errors.js';
 import type { Sql } from '../core/sql.js';
 import { validateTenants } from '../core/tenant.js';
 import { defaultSchema } from '../migrate/schema-name.js';
-import { createBackoff, type Backoff, type BackoffPolicy } from './backoff.js';
+import { createBackoff, type Backoff, type BackoffOptions } from '../core/resilience/backoff.js';
 import { describeError, PublishError } from './errors.js';
 import { NotificationListener, type ListenSource } from './listener.js';
 import { decodeEvent, defaultPublishedRetentionMs, Outbox } from './outbox.js';
 import type { OutboxStatements } from './statements.js';
 import type { OutboxEvent, PublishFailure, Publisher, PublishResult } from './types.js';
+
+/** The dispatcher's default `backoff`: 1 s doubling to 5 minutes, equal jitter. */
+export const dispatcherBackoff: BackoffOptions = {
+  strategy: 'exponential',
+  baseMs: 1000,
+  maxMs: 300_000,
+  factor: 2,
+  jitter: 'equal',
+};
+
+/** The dispatcher's default `outageBackoff`: 250 ms doubling to 30 s, equal jitter. */
+const outageBackoff: BackoffOptions = {
+  strategy: 'exponential',
+  baseMs: 250,
+  maxMs: 30_000,
+  jitter: 'equal',
+};
 
 /** Options of `createDispatcher`. */
 export interface DispatcherOptions {
@@ -36,8 +53,11 @@ export interface DispatcherOptions {
   batchSize?: number;
   /** Failed attempts after which an event is parked as dead (its key waits for a redrive). Default 10. */
   maxAttempts?: number;
-  /** Backoff between attempts of one event. Default 1 s doubling to 5 min, equal jitter. */
-  backoff?: BackoffPolicy;
+  /**
+   * Backoff between attempts of one event. Default `dispatcherBackoff`: 1 s doubling to 5 min,
+   * equal jitter (a delay in [d/2, d]).
+   */
+  backoff?: BackoffOptions;
   /**
    * A connection for LISTEN: a PostgreSQL connection string (loads `pg`) or a factory returning a
    * `pg.Client`-shaped client. Producers NOTIFY at commit, so dispatch starts within milliseconds.
@@ -76,9 +96,10 @@ export interface DispatcherOptions {
   publishTimeoutMs?: number;
   /**
    * Pause after the publisher could not reach its destination (`publish` threw or timed out):
-   * no attempt is counted, so an outage never parks events. Default 250 ms doubling to 30 s.
+   * no attempt is counted, so an outage never parks events. Default 250 ms doubling to 30 s,
+   * equal jitter.
    */
-  outageBackoff?: BackoffPolicy;
+  outageBackoff?: BackoffOptions;
   /**
    * Keep published rows this long, then delete them in small batches. 0 deletes each event as it
    * is marked (fastest). Default 86400000 ms (24 hours).
@@ -182,11 +203,8 @@ export class OutboxDispatcher {
     this.tenants = validateTenants(options.tenants);
     this.batchSize = positiveInteger('batchSize', options.batchSize ?? 500);
     this.maxAttempts = positiveInteger('maxAttempts', options.maxAttempts ?? 10);
-    this.backoff = createBackoff(options.backoff, options.random);
-    this.outageBackoff = createBackoff(
-      { baseMs: 250, maxMs: 30_000, ...options.outageBackoff },
-      options.random,
-    );
+    this.backoff = createBackoff(options.backoff, dispatcherBackoff, options.random);
+    this.outageBackoff = createBackoff(options.outageBackoff, outageBackoff, options.random);
     this.pollIntervalMs = positiveInteger(
       'pollIntervalMs',
       options.pollIntervalMs ?? (options.listen ? 1000 : 250),

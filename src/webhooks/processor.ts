@@ -25,7 +25,7 @@ import { InvalidArgumentError } from '../core/errors.js';
 import type { Sql, Transaction } from '../core/sql.js';
 import { validateTenant, validateTenants } from '../core/tenant.js';
 import { defaultSchema } from '../migrate/schema-name.js';
-import { exponentialBackoff, type BackoffOptions } from './backoff.js';
+import { createBackoff, type BackoffOptions } from '../core/resilience/backoff.js';
 import {
   listParkedEntities,
   skipEntityGap,
@@ -113,6 +113,14 @@ export type WebhookHandlers<Client = unknown> = Record<
   Record<string, WebhookHandler<Client> | ((tx: Transaction<Client>, event: WebhookEvent) => Promise<void>)>
 >;
 
+/** The processor's default `backoff`: 5 s doubling to at most 1 hour, equal jitter. */
+export const processorBackoff: BackoffOptions = {
+  strategy: 'exponential',
+  baseMs: 5000,
+  maxMs: 3_600_000,
+  jitter: 'equal',
+};
+
 /** Options of `createWebhookProcessor`. */
 export interface WebhookProcessorOptions<Client = unknown> {
   /** A pool: every receipt is processed in its own transaction. */
@@ -141,7 +149,10 @@ export interface WebhookProcessorOptions<Client = unknown> {
    * default backoff). Waiting for a busy entity or a missing version is not an attempt.
    */
   maxAttempts?: number;
-  /** Backoff between attempts. Default: 5 s doubling to at most 1 hour, with equal jitter. */
+  /**
+   * Backoff between attempts. Default `processorBackoff`: 5 s doubling to at most 1 hour, equal
+   * jitter (a delay in [d/2, d]).
+   */
   backoff?: BackoffOptions;
   /**
    * `sequence` handlers: how long a later version waits for a missing one before its entity is
@@ -304,7 +315,7 @@ export class WebhookProcessor<Client = unknown> {
     this.gapTimeoutMs = positiveInteger('gapTimeoutMs', options.gapTimeoutMs ?? 900_000);
     this.entityBusyRetryMs = positiveInteger('entityBusyRetryMs', options.entityBusyRetryMs ?? 500);
     this.random = options.random ?? Math.random;
-    this.delay = exponentialBackoff(options.backoff ?? {}, this.random);
+    this.delay = createBackoff(options.backoff, processorBackoff, this.random);
     this.logger = options.logger ?? consoleLogger;
     this.tenants = validateTenants(options.tenants);
     for (const [source, byType] of Object.entries(options.handlers)) {

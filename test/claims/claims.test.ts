@@ -159,7 +159,7 @@ describe('claims', () => {
 
   it('retries a retryable failure with backoff, then dead-letters; an operator can redrive', async () => {
     const queue = newQueue();
-    const claims = make('w', { maxAttempts: 3, retryBaseMs: 1000, retryMaxMs: 8000 });
+    const claims = make('w', { maxAttempts: 3, backoff: { baseMs: 1000, maxMs: 8000 } });
     await claims.enqueue({ tenant: 'acme', queue, key: 'flaky', payload: {} });
     const transient = Object.assign(new Error('connect ECONNREFUSED'), { code: 'ECONNREFUSED' });
     const delays: number[] = [];

@@ -8,15 +8,13 @@
  * delivery fails at once with the reason, without a request.
  */
 import { performance } from 'node:perf_hooks';
-import {
-  circuitBreaker,
-  ConsecutiveBreaker,
-  handleWhen,
-  isBrokenCircuitError,
-  type CircuitBreakerPolicy,
-} from 'cockatiel';
+import { ConsecutiveBreaker } from 'cockatiel';
 import { systemClock, toMillis, type Clock } from '../../core/clock.js';
 import { InvalidArgumentError } from '../../core/errors.js';
+import { createBackoff, type Backoff, type BackoffOptions } from '../../core/resilience/backoff.js';
+import { CircuitBreaker, isCircuitOpen } from '../../core/resilience/circuit-breaker.js';
+import { isUnhealthyStatus } from '../../core/resilience/http-failure.js';
+import { parseRetryAfter, retryDelay } from '../../core/resilience/retry-after.js';
 import type { Queryable, Sql } from '../../core/sql.js';
 import { defaultTenant, validateTenant, validateTenants } from '../../core/tenant.js';
 import { defaultSchema } from '../../migrate/schema-name.js';
@@ -24,7 +22,6 @@ import { consoleLogger, errorMessage, type WebhookLogger } from '../logger.js';
 import { DestinationPolicy, isDestinationRefused, type LookupFunction } from './destination.js';
 import { WebhookEndpoints } from './endpoints.js';
 import { WebhookHttpClient } from './http-post.js';
-import { parseRetryAfter } from './retry-after.js';
 import { parseSigningSecret, signatureHeader, type SigningKey } from './sign.js';
 import { senderStatements, type SenderStatements } from './statements.js';
 
@@ -47,6 +44,13 @@ export const standardRetrySchedule: readonly number[] = [
   20 * hour,
   24 * hour,
 ];
+
+/** The sender's default `backoff`: the Standard Webhooks schedule, each delay varied by ±20 %. */
+export const senderBackoff: BackoffOptions = {
+  strategy: 'schedule',
+  delaysMs: standardRetrySchedule,
+  jitter: 0.2,
+};
 
 /** A message to deliver. */
 export interface WebhookMessage {
@@ -74,17 +78,27 @@ export interface WebhookSenderOptions<Client = unknown> {
   clock?: Clock;
   /** Random numbers in [0, 1) for jitter. Default `Math.random`. */
   random?: () => number;
-  /** Delays before attempt 2, 3, … in ms. Default `standardRetrySchedule` (10 attempts over ~75 hours). */
-  schedule?: readonly number[];
-  /** Share by which each scheduled delay varies, ±. Default 0.2. */
-  jitter?: number;
-  /** Longest `Retry-After` honoured, in ms; a longer one is capped. Default 24 hours. */
+  /**
+   * Delays between attempts. Default `senderBackoff`: the Standard Webhooks schedule
+   * (`standardRetrySchedule`, 10 attempts over ~75 hours), each delay varied by ±20 %.
+   */
+  backoff?: BackoffOptions;
+  /**
+   * Attempts per delivery, the first included. Default: one more than the schedule's delays when
+   * `backoff` is a schedule (10 with the default), else 10.
+   */
+  maxAttempts?: number;
+  /**
+   * The longest wait a `Retry-After` may ask for, in ms; a longer ask is capped to it. Default 24
+   * hours. The wait is never shorter than the backoff's.
+   */
   maxRetryAfterMs?: number;
   /** Per-attempt timeout in ms (the spec recommends 15–30 s). Default 15 000. */
   timeoutMs?: number;
   /**
-   * The circuit breaker per endpoint (in this process): after `consecutiveFailures` failures in a
-   * row (network error, timeout, 408, 429, 5xx) no request is made for `halfOpenAfterMs`; due
+   * The circuit breaker per endpoint (in this process, on `clock`): after `consecutiveFailures`
+   * unhealthy failures in a row (network error, timeout, 408, 5xx except 501: see
+   * `isUnhealthyStatus`; not 429) no request is made for `halfOpenAfterMs`; due
    * deliveries to it are put back without spending an attempt. `false` disables it.
    * Default `{ consecutiveFailures: 5, halfOpenAfterMs: 30 000 }`.
    */
@@ -189,16 +203,6 @@ interface ClaimedDelivery {
   enabled: boolean;
 }
 
-/** A non-2xx answer that counts against the endpoint's breaker. */
-class UnhealthyAnswer extends Error {
-  constructor(
-    readonly status: number,
-    readonly retryAfter: string | undefined,
-  ) {
-    super(`HTTP ${status}`);
-  }
-}
-
 /** Delivers messages to subscriber endpoints. */
 export class WebhookSender<Client = unknown> {
   readonly schema: string;
@@ -209,13 +213,13 @@ export class WebhookSender<Client = unknown> {
   readonly tenant: string;
   /** @internal */ readonly sql: Sql<Client>;
   private readonly statements: SenderStatements;
-  private readonly random: () => number;
-  private readonly schedule: readonly number[];
-  private readonly jitter: number;
+  private readonly backoff: Backoff;
+  /** Attempts per delivery, the first included. */
+  readonly maxAttempts: number;
   private readonly maxRetryAfterMs: number;
   private readonly timeoutMs: number;
   private readonly breakerOptions: { consecutiveFailures: number; halfOpenAfterMs: number } | false;
-  private readonly breakers = new Map<string, CircuitBreakerPolicy>();
+  private readonly breakers = new Map<string, CircuitBreaker>();
   private readonly keys = new Map<string, SigningKey>();
   private readonly leaseMs: number;
   private readonly concurrency: number;
@@ -249,10 +253,9 @@ export class WebhookSender<Client = unknown> {
       this.tenant,
       this.destinations,
     );
-    this.random = options.random ?? Math.random;
-    this.schedule = options.schedule ?? standardRetrySchedule;
-    for (const delay of this.schedule) nonNegative('schedule', delay);
-    this.jitter = Math.min(1, nonNegative('jitter', options.jitter ?? 0.2));
+    this.backoff = createBackoff(options.backoff, senderBackoff, options.random);
+    const schedule = options.backoff ? options.backoff.delaysMs : senderBackoff.delaysMs;
+    this.maxAttempts = positive('maxAttempts', options.maxAttempts ?? (schedule ? schedule.length + 1 : 10));
     this.maxRetryAfterMs = nonNegative('maxRetryAfterMs', options.maxRetryAfterMs ?? 24 * hour);
     this.timeoutMs = positive('timeoutMs', options.timeoutMs ?? 15 * second);
     this.breakerOptions =
@@ -276,11 +279,6 @@ export class WebhookSender<Client = unknown> {
   endpointsOf(tenant: string): WebhookEndpoints {
     validateTenant(tenant);
     return new WebhookEndpoints(this.sql, this.statements, this.clock, tenant, this.destinations);
-  }
-
-  /** Attempts per delivery: the first plus one per scheduled delay. */
-  get maxAttempts(): number {
-    return this.schedule.length + 1;
   }
 
   /**
@@ -506,19 +504,16 @@ export class WebhookSender<Client = unknown> {
     return Promise.all(rows.map((row) => this.attempt(row)));
   }
 
-  private breakerFor(tenant: string, endpointId: string): CircuitBreakerPolicy | undefined {
+  private breakerFor(tenant: string, endpointId: string): CircuitBreaker | undefined {
     if (this.breakerOptions === false) return undefined;
     const key = `${tenant}\u0000${endpointId}`;
     let breaker = this.breakers.get(key);
     if (!breaker) {
-      // A refused destination is no sign of the endpoint's health: it fails on its own, at once.
-      breaker = circuitBreaker(
-        handleWhen((error) => !isDestinationRefused(error)),
-        {
-          halfOpenAfter: this.breakerOptions.halfOpenAfterMs,
-          breaker: new ConsecutiveBreaker(this.breakerOptions.consecutiveFailures),
-        },
-      );
+      breaker = new CircuitBreaker(endpointId, {
+        clock: this.clock,
+        halfOpenAfterMs: this.breakerOptions.halfOpenAfterMs,
+        breaker: new ConsecutiveBreaker(this.breakerOptions.consecutiveFailures),
+      });
       this.breakers.set(key, breaker);
     }
     return breaker;
@@ -584,16 +579,19 @@ export class WebhookSender<Client = unknown> {
     let retryAfterHeader: string | undefined;
     let failure: unknown;
     try {
-      const send = async (signal?: AbortSignal) => {
-        const answer = await this.post(row.url, headers, body, signal);
-        if (countsAgainstBreaker(answer.status)) throw new UnhealthyAnswer(answer.status, answer.retryAfter);
-        return answer;
-      };
-      const answer = breaker ? await breaker.execute(({ signal }) => send(signal)) : await send();
+      const send = () => this.post(row.url, headers, body);
+      const answer = breaker
+        ? await breaker.execute(send, (outcome) =>
+            // A refused destination is no sign of the endpoint's health: it fails on its own, at once.
+            'error' in outcome
+              ? !isDestinationRefused(outcome.error)
+              : isUnhealthyStatus(outcome.value.status),
+          )
+        : await send();
       status = answer.status;
       retryAfterHeader = answer.retryAfter;
     } catch (error) {
-      if (isBrokenCircuitError(error)) {
+      if (isCircuitOpen(error)) {
         const next = new Date(
           this.clock.now() + (this.breakerOptions ? this.breakerOptions.halfOpenAfterMs : 0),
         );
@@ -606,12 +604,7 @@ export class WebhookSender<Client = unknown> {
         ]);
         return { ...base, outcome: 'circuit-open', nextAttemptAt: next };
       }
-      if (error instanceof UnhealthyAnswer) {
-        status = error.status;
-        retryAfterHeader = error.retryAfter;
-      } else {
-        failure = error;
-      }
+      failure = error;
     }
     const latencyMs = performance.now() - t0;
     const now = this.clock.now();
@@ -629,7 +622,7 @@ export class WebhookSender<Client = unknown> {
       if (row.attempts >= this.maxAttempts) outcome = 'failed';
       else {
         outcome = 'retry';
-        next = new Date(now + Math.max(this.scheduledDelay(row.attempts), retryAfterMs ?? 0));
+        next = new Date(now + retryDelay(this.backoff(row.attempts), retryAfterMs, this.maxRetryAfterMs));
       }
     }
     const error =
@@ -710,12 +703,6 @@ export class WebhookSender<Client = unknown> {
     ]);
   }
 
-  /** The scheduled delay after `attempt` attempts, with ± jitter. */
-  private scheduledDelay(attempt: number): number {
-    const delay = this.schedule[Math.min(attempt, this.schedule.length) - 1] ?? 0;
-    return Math.round(delay * (1 + this.jitter * (2 * this.random() - 1)));
-  }
-
   /** One attempt. A redirect is never followed: it is a failed attempt (update the endpoint's URL). */
   private async post(
     url: string,
@@ -744,10 +731,6 @@ export class WebhookSender<Client = unknown> {
 /** Creates a sender. See `WebhookSenderOptions`. */
 export function createWebhookSender<Client>(options: WebhookSenderOptions<Client>): WebhookSender<Client> {
   return new WebhookSender(options);
-}
-
-function countsAgainstBreaker(status: number): boolean {
-  return status === 408 || status === 429 || status >= 500;
 }
 
 function encodePayload(payload: unknown): Buffer {
