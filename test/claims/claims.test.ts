@@ -347,7 +347,7 @@ describe('claims', () => {
       },
       {
         batchSize: 2,
-        pollMs: 100,
+        pollIntervalMs: 100,
         signal: controller.signal,
       },
     );

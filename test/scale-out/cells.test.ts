@@ -163,7 +163,7 @@ describe('cells: one idem per group of tenants, each on its own PostgreSQL', () 
           },
           {
             signal: stop.signal,
-            pollMs: 50,
+            pollIntervalMs: 50,
             onError: (error) => workerErrors[cell.name as 'a' | 'b'].push(error),
           },
         ),

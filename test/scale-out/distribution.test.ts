@@ -557,7 +557,7 @@ describe('a schema distributable on tenant_id', () => {
         if (++done >= 8) controller.abort();
         return null;
       },
-      { tenants, signal: controller.signal, pollMs: 1 },
+      { tenants, signal: controller.signal, pollIntervalMs: 1 },
     );
     await claims.enqueue({ tenant: 'acme', queue: 'mail', key: 'm-1', payload: {} });
     await claims.enqueue({ tenant: 'acme', queue: 'mail', key: 'm-2', payload: {} });

@@ -17,6 +17,7 @@ import { isUnhealthyStatus } from '../../core/resilience/http-failure.js';
 import { parseRetryAfter, retryDelay } from '../../core/resilience/retry-after.js';
 import type { Queryable, Sql } from '../../core/sql.js';
 import { defaultTenant, validateTenant, validateTenants } from '../../core/tenant.js';
+import { drainRounds, PollingWorker, type WorkerErrorHandler } from '../../core/worker/polling-worker.js';
 import { defaultSchema } from '../../migrate/schema-name.js';
 import { consoleLogger, errorMessage, type WebhookLogger } from '../logger.js';
 import { DestinationPolicy, isDestinationRefused, type LookupFunction } from './destination.js';
@@ -136,6 +137,11 @@ export interface WebhookSenderOptions<Client = unknown> {
   userAgent?: string;
   /** Default: warnings and errors to stderr as JSON. */
   logger?: WebhookLogger;
+  /**
+   * Errors the workers survive (a claim that failed: the database unreachable). Default: the
+   * logger's `error`.
+   */
+  onError?: WorkerErrorHandler<'batch'>;
   /** The tenant of messages that name none, and of `endpoints`. Default `''`, the default tenant. */
   tenant?: string;
   /**
@@ -232,9 +238,7 @@ export class WebhookSender<Client = unknown> {
   private readonly tenants: readonly string[] | undefined;
   /** Where the next claim of a sender scoped to tenants starts, so each gets its turn. */
   private nextTenant = 0;
-  private running = false;
-  private loops: Promise<void>[] = [];
-  private wake = signal();
+  private readonly worker: PollingWorker;
 
   constructor(options: WebhookSenderOptions<Client>) {
     this.sql = options.sql;
@@ -273,6 +277,18 @@ export class WebhookSender<Client = unknown> {
     this.fetch = options.fetch;
     this.userAgent = options.userAgent ?? 'idem-webhooks';
     this.logger = options.logger ?? consoleLogger;
+    const onError =
+      options.onError ??
+      ((error: unknown) =>
+        this.logger.error?.('webhook sender could not claim deliveries', { error: errorMessage(error) }));
+    this.worker = new PollingWorker({
+      concurrency: this.concurrency,
+      clock: this.clock,
+      pollIntervalMs: () => this.pollIntervalMs,
+      onError: (error) => onError(error, 'batch'),
+      // One delivery per round and loop, so `concurrency` loops attempt that many at once.
+      round: async () => ({ idleMs: (await this.runOnce(1)).length > 0 ? 0 : this.pollIntervalMs }),
+    });
   }
 
   /** The endpoints of one tenant. */
@@ -333,36 +349,26 @@ export class WebhookSender<Client = unknown> {
 
   /** Attempts due deliveries until none is due (bounded by `maxRounds`). */
   async drain(options: { limit?: number; maxRounds?: number } = {}): Promise<AttemptResult[]> {
-    const results: AttemptResult[] = [];
-    for (let round = 0; round < (options.maxRounds ?? 10_000); round++) {
-      const batch = await this.runOnce(options.limit ?? this.concurrency);
-      if (batch.length === 0) break;
-      results.push(...batch);
-    }
-    return results;
+    return drainRounds(() => this.runOnce(options.limit ?? this.concurrency), options.maxRounds);
   }
 
   /** Starts `concurrency` workers. Idempotent. */
-  start(): void {
-    if (this.running) return;
-    this.running = true;
-    for (let i = 0; i < this.concurrency; i++) this.loops.push(this.loop());
+  async start(): Promise<void> {
+    this.worker.start();
   }
 
-  /** Stops the workers after their current attempt, and closes idle connections. */
+  /**
+   * Stops the workers (idle ones at once, busy ones after their current attempt), and closes idle
+   * connections.
+   */
   async stop(): Promise<void> {
-    this.running = false;
-    this.notify();
-    await Promise.all(this.loops);
-    this.loops = [];
+    await this.worker.stop();
     this.client.close();
   }
 
   /** Wakes idle workers now. */
   notify(): void {
-    const current = this.wake;
-    this.wake = signal();
-    current.resolve();
+    this.worker.notify();
   }
 
   /**
@@ -472,20 +478,6 @@ export class WebhookSender<Client = unknown> {
       }
     }
     return { deleted };
-  }
-
-  private async loop(): Promise<void> {
-    while (this.running) {
-      let attempted = 0;
-      try {
-        attempted = (await this.runOnce(1)).length;
-      } catch (error) {
-        this.logger.error?.('webhook sender could not claim deliveries', { error: errorMessage(error) });
-      }
-      if (attempted === 0 && this.running) {
-        await Promise.race([this.clock.sleep(this.pollIntervalMs), this.wake.promise]);
-      }
-    }
   }
 
   private async attemptDue(options: {
@@ -740,12 +732,6 @@ function encodePayload(payload: unknown): Buffer {
   const json = JSON.stringify(payload);
   if (json === undefined) throw new InvalidArgumentError('a webhook payload must be bytes, text or JSON');
   return Buffer.from(json, 'utf8');
-}
-
-function signal(): { promise: Promise<void>; resolve: () => void } {
-  let resolve!: () => void;
-  const promise = new Promise<void>((r) => (resolve = r));
-  return { promise, resolve };
 }
 
 function positive(name: string, value: number): number {
