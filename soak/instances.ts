@@ -1,5 +1,5 @@
 /**
- * The demo's app instances, each a child process running `idem demo` (HTTP, outbox dispatcher,
+ * The demo's app instances, each a child process running the demo as `npm start` does (HTTP, outbox dispatcher,
  * broker consumer, webhook processor and receipt worker), started, killed with SIGKILL and
  * started again on the same port.
  */
@@ -86,7 +86,7 @@ export class AppInstance {
     this.child = new Child({
       name: this.name,
       command: process.execPath,
-      args: ['--import', 'tsx', 'src/cli/main.ts', 'demo'],
+      args: ['--import', 'tsx', 'demo/main.ts'], // what `npm start` runs
       env,
       cwd: e.repoDir,
       logFile: join(e.runDir, `${this.name.replace('#', '-')}.log`),

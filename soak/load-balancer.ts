@@ -2,7 +2,7 @@
  * The merchant's load balancer in front of the app instances, for the provider's webhooks: each
  * delivery goes to a random instance, and to the next one when that one refuses the connection
  * (it was just killed). Without it, the provider's short redelivery schedule (8 attempts over
- * about 50 s, src/demo/provider.ts) aimed at one URL could outlast a slow restart and drop a
+ * about 50 s, demo/provider.ts) aimed at one URL could outlast a slow restart and drop a
  * refund that a real provider, retrying for days, would deliver: a loss of the simulation, not of
  * idem. Only connection failures move on; an answer, whatever its status, goes back as it is.
  */

@@ -1,5 +1,5 @@
 /**
- * The fake card provider (src/demo/provider.ts) as its own process, so the soak can kill -9 every
+ * The fake card provider (demo/provider.ts) as its own process, so the soak can kill -9 every
  * app instance while the provider, which stands for someone else's system, keeps its charges.
  *
  * Environment:
@@ -13,8 +13,8 @@
  *
  * Prints `provider listening on <url>` once it listens; stops on SIGTERM or SIGINT.
  */
-import { demoWebhookSecret } from '../src/demo/config.js';
-import { startProvider } from '../src/demo/provider.js';
+import { demoWebhookSecret } from '../demo/config.js';
+import { startProvider } from '../demo/provider.js';
 import { startLoadBalancer } from './load-balancer.js';
 
 const targets = (process.env.WEBHOOK_TARGETS ?? '').split(',').filter((url) => url !== '');

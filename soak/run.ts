@@ -16,7 +16,7 @@ import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import { fromPg } from '../src/adapters/pg.js';
-import { demoSchemaSql } from '../src/demo/schema.js';
+import { demoSchemaSql } from '../demo/schema.js';
 import { startEmbeddedPostgres, type EmbeddedDatabase } from '../src/embedded/embedded-postgres.js';
 import { migrate } from '../src/migrate/migrate.js';
 import { createBroker } from './broker.js';

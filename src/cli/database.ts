@@ -2,7 +2,7 @@
 import pg from 'pg';
 import { fromPg } from '../adapters/pg.js';
 import type { Sql } from '../core/sql.js';
-import { booleanSetting } from '../demo/config.js';
+import { booleanSetting } from './settings.js';
 import { startEmbeddedPostgres } from '../embedded/embedded-postgres.js';
 import { migrations } from '../migrate/migrate.js';
 import { quoteSchema } from '../migrate/schema-name.js';

@@ -24,7 +24,7 @@ const commands: Record<string, { summary: string; load: () => Promise<CommandMod
     summary: 'webhook tools: idem webhooks parked | skip --scope S --key K',
     load: () => load('webhooks'),
   },
-  demo: { summary: 'run the payments demo service', load: () => load('demo') },
+  demo: { summary: 'run the payments demo (from a checkout of the repository)', load: () => load('demo') },
   console: { summary: 'serve the operator console for DATABASE_URL', load: () => load('console') },
   drill: { summary: 'run conformance drills against an Idempotency-Key endpoint', load: () => load('drill') },
   bench: { summary: 'run the benchmark suite', load: () => load('bench') },

@@ -10,7 +10,7 @@
  * all work unchanged. The whole body is buffered: covered routes are not for streaming responses.
  */
 import type { OutgoingHttpHeaders, ServerResponse } from 'node:http';
-import type { CapturedResponse } from './options.js';
+import type { CapturedResponse } from './captured-response.js';
 import { headerMap, headerPairs } from './response-headers.js';
 
 export interface NodeResponseCapture {

@@ -2,19 +2,15 @@ import { InvalidArgumentError } from '../core/errors.js';
 import type { ResourcePointer } from '../core/errors.js';
 import type { Idem } from '../operations/idem.js';
 import type { RetentionPolicy } from '../operations/options.js';
+import type { CapturedResponse } from './captured-response.js';
 import { defaultProblemTypeBase } from './problem.js';
 import { defaultReplayHeaders, neverReplayed } from './response-headers.js';
 
 /** What to do with a response the handler produced. */
 export type StoreDecision = 'completed' | 'refused' | 'discard';
 
-/** The handler's response as idem captured it: status, every header, and the body bytes. */
-export interface CapturedResponse {
-  status: number;
-  /** Lower-case names; a header sent several times (Set-Cookie) appears several times. */
-  headers: [string, string][];
-  body: Uint8Array;
-}
+// Its own module, so that problem.ts (which options.ts reads a default from) need not import this one.
+export type { CapturedResponse } from './captured-response.js';
 
 /** What a request is, as the option callbacks see it. */
 export interface RouteInfo {

@@ -1,5 +1,5 @@
 import type { ResourcePointer } from '../core/errors.js';
-import type { CapturedResponse } from './options.js';
+import type { CapturedResponse } from './captured-response.js';
 
 /**
  * Every answer idem gives instead of the handler's is an RFC 9457 problem document

@@ -1,5 +1,5 @@
 import { IdemError } from '../core/errors.js';
-import type { CapturedResponse } from './options.js';
+import type { CapturedResponse } from './captured-response.js';
 
 /**
  * The stored form of an HTTP response. The status and the selected headers go into the operation's

@@ -7,7 +7,7 @@ import type { ConsumerMessages, JsMsg } from '@nats-io/jetstream';
 import type { NatsConnection } from '@nats-io/transport-node';
 import type { JetStreamMessage, NatsConnectionLike } from '../brokers/nats-types.js';
 import type { Transaction } from '../core/sql.js';
-import { describeError } from '../outbox/errors.js';
+import { describeError } from '../core/describe-error.js';
 import type { Inbox, InboxContext } from './inbox.js';
 import type { ConsumerCounters } from './rabbitmq-consumer.js';
 import { resolveRetry, type ConsumerRetryOptions, type ResolvedRetry } from './retry.js';

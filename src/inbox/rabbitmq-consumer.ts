@@ -6,7 +6,7 @@
  */
 import type { ChannelModel, ConfirmChannel, ConsumeMessage, Options } from 'amqplib';
 import type { Transaction } from '../core/sql.js';
-import { describeError } from '../outbox/errors.js';
+import { describeError } from '../core/describe-error.js';
 import { connectAmqp } from '../brokers/amqp-connect.js';
 import type { AmqpChannelModel, AmqpConsumeMessage } from '../brokers/amqp-types.js';
 import type { Inbox, InboxContext } from './inbox.js';

@@ -1,6 +1,5 @@
 import { SpanStatusCode, trace, type Span } from '@opentelemetry/api';
 import { isIdemError, type OperationScope } from '../core/errors.js';
-import type { OperationResult } from '../operations/outcome.js';
 
 /** How one call of an operation ended. */
 export type OperationEventKind =
@@ -30,15 +29,24 @@ export type OperationObserver = (event: OperationEvent) => void;
 const tracer = trace.getTracer('idem');
 
 /**
+ * What `observe` reads of an operation's result (an `OperationResult` has it): declared here so
+ * that observability depends on no module it observes.
+ */
+export interface ObservedResult {
+  replayed: boolean;
+  state: 'completed' | 'failed';
+}
+
+/**
  * Runs one operation call inside an OpenTelemetry span (a no-op unless the application registered
  * a tracer provider) and reports its outcome to the observer.
  */
-export async function observe<T>(
+export async function observe<R extends ObservedResult>(
   name: string,
   scope: OperationScope,
   observer: OperationObserver | undefined,
-  call: () => Promise<OperationResult<T>>,
-): Promise<OperationResult<T>> {
+  call: () => Promise<R>,
+): Promise<R> {
   const started = performance.now();
   return tracer.startActiveSpan(
     name,

@@ -16,15 +16,5 @@ export const isPublishError = (error: unknown): error is PublishError =>
   (error as { code?: unknown }).code === 'IDEM_PUBLISH_FAILED' &&
   (error as Record<symbol, unknown>)[Symbol.for('idem.error')] === true;
 
-/** A short, single-line description of an error for `last_error` columns and headers. */
-export function describeError(error: unknown, max = 1000): string {
-  let text: string;
-  if (error instanceof Error) {
-    const code = (error as { code?: unknown }).code;
-    text = `${error.name}${typeof code === 'string' ? ` ${code}` : ''}: ${error.message}`;
-  } else {
-    text = String(error);
-  }
-  text = text.replace(/\s+/g, ' ').trim();
-  return text.length > max ? `${text.slice(0, max - 1)}…` : text;
-}
+// Still public through `idem/outbox`; it lives in core, where the inbox's consumers import it too.
+export { describeError } from '../core/describe-error.js';

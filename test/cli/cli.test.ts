@@ -6,6 +6,9 @@
  */
 import { execFile } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
+import { copyFileSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -165,5 +168,53 @@ describe('database problems: one line naming the setting and the fix, exit 1', (
     expect(describeError(error, 'console')).toBe(
       'idem console needs the package an-optional-package-nobody-installed, which is not installed: npm install an-optional-package-nobody-installed',
     );
+  });
+});
+
+describe('idem demo outside a checkout', () => {
+  it('says the demo is not in the package, and where it is: exit 1, or 0 for --help', async () => {
+    // The command as an installed package holds it: the same file, with no demo/ three folders up.
+    const root = mkdtempSync(join(tmpdir(), 'idem-installed-'));
+    try {
+      const commands = join(root, 'package', 'cli', 'commands');
+      mkdirSync(commands, { recursive: true });
+      copyFileSync(
+        fileURLToPath(new URL('../../src/cli/commands/demo.ts', import.meta.url)),
+        join(commands, 'demo.ts'),
+      );
+      writeFileSync(join(root, 'package.json'), '{ "type": "module" }\n');
+      const runner = join(root, 'run.ts');
+      writeFileSync(
+        runner,
+        "import { run } from './package/cli/commands/demo.ts';\nprocess.exitCode = await run(process.argv.slice(2));\n",
+      );
+      const tsx = new URL('../../node_modules/tsx/dist/loader.mjs', import.meta.url).href;
+      const runDemo = (args: string[]) =>
+        new Promise<Run>((resolve) => {
+          execFile(
+            process.execPath,
+            ['--import', tsx, runner, ...args],
+            { cwd: root },
+            (error, stdout, stderr) => {
+              resolve({
+                code: error ? (typeof error.code === 'number' ? error.code : 1) : 0,
+                stdout,
+                stderr,
+              });
+            },
+          );
+        });
+      const [plain, help] = await Promise.all([runDemo([]), runDemo(['--help'])]);
+      expect(plain.code).toBe(1);
+      expect(plain.stderr).toBe(
+        "idem demo: the payments demo is not part of the installed package: it lives in idem's source repository; clone it, then run `npm ci && npm start` there\n",
+      );
+      expect(help.code).toBe(0);
+      expect(help.stdout).toMatch(
+        /^usage: idem demo .*\n\nNot available here: the payments demo is not part/,
+      );
+    } finally {
+      rmSync(root, { recursive: true, force: true });
+    }
   });
 });

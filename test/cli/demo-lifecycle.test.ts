@@ -1,5 +1,5 @@
 /**
- * `npm start` with no DATABASE_URL, as a newcomer meets it: the demo command on an embedded
+ * `npm start` with no DATABASE_URL, as a newcomer meets it: the demo (demo/main.ts) on an embedded
  * PostgreSQL, in a folder of its own (as root, a private one: the server's data goes where the
  * `postgres` user can reach it).
  * - A second start on the same folder exits 1 within 15 s with one line naming the running server.
@@ -15,7 +15,7 @@ import { fileURLToPath } from 'node:url';
 import { afterAll, expect, it } from 'vitest';
 import { isAlive } from '../../src/embedded/process-info.js';
 
-const main = fileURLToPath(new URL('../../src/cli/main.ts', import.meta.url));
+const main = fileURLToPath(new URL('../../demo/main.ts', import.meta.url));
 // By path: the demo runs in a folder of its own, where `--import tsx` would not resolve.
 const tsx = new URL('../../node_modules/tsx/dist/loader.mjs', import.meta.url).href;
 const cwd = mkdtempSync(join(tmpdir(), 'idem-demo-lifecycle-'));
@@ -40,7 +40,7 @@ function startDemo(): Demo {
   const env: NodeJS.ProcessEnv = { ...process.env, PORT: '0', PROVIDER_PORT: '0' };
   for (const name of ['DATABASE_URL', 'AMQP_URL', 'NATS_URL', 'PROVIDER_URL', 'IDEM_SCHEMA'])
     delete env[name];
-  const child = spawn(process.execPath, ['--import', tsx, main, 'demo'], {
+  const child = spawn(process.execPath, ['--import', tsx, main], {
     cwd,
     env,
     stdio: ['ignore', 'pipe', 'pipe'],

@@ -3,8 +3,9 @@
  * the demo's own tables, and a payment made through the demo's API shows up there.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { demoConsole, type RequestDetail, type RequestList } from '../../src/console/index.js';
-import { randomSchema, type DemoHandle } from '../../src/demo/server.js';
+import { demoConsole } from '../../demo/console.js';
+import type { RequestDetail, RequestList } from '../../src/console/index.js';
+import { randomSchema, type DemoHandle } from '../../demo/server.js';
 import { dropDemoSchemas, startTestDemo } from '../support/demo.js';
 
 describe('console in the demo', () => {

@@ -20,9 +20,9 @@ import { randomUUID } from 'node:crypto';
 import { spawn } from 'node:child_process';
 import { createInterface } from 'node:readline';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { demoConsole } from '../../src/console/index.js';
+import { demoConsole } from '../../demo/console.js';
 import { consolePlugin } from '../../src/console/plugin.js';
-import { randomSchema, type DemoHandle } from '../../src/demo/server.js';
+import { randomSchema, type DemoHandle } from '../../demo/server.js';
 import { dropDemoSchemas, startTestDemo } from '../support/demo.js';
 
 const streams = 150;

@@ -6,7 +6,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { randomSchema, reachableUrl, type DemoHandle } from '../../src/demo/server.js';
+import { randomSchema, reachableUrl, type DemoHandle } from '../../demo/server.js';
 import { dropDemoSchemas, startTestDemo } from '../support/demo.js';
 import { until } from '../support/poll.js';
 

@@ -3,8 +3,8 @@
  * other HOST the demo refuses to start, before it touches a database or a port, and says why.
  */
 import { describe, expect, it } from 'vitest';
-import { checkWebhookSecret, demoWebhookSecret, readConfig } from '../../src/demo/config.js';
-import { startDemo } from '../../src/demo/server.js';
+import { checkWebhookSecret, demoWebhookSecret, readConfig } from '../../demo/config.js';
+import { startDemo } from '../../demo/server.js';
 
 describe('the default webhook secret', () => {
   it('is the default when PROVIDER_WEBHOOK_SECRET is unset, and accepted on loopback hosts', () => {

@@ -5,7 +5,7 @@
 import { spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { randomSchema, type DemoHandle } from '../../src/demo/server.js';
+import { randomSchema, type DemoHandle } from '../../demo/server.js';
 import { dropDemoSchemas, startTestDemo } from '../support/demo.js';
 
 describe('idem drill against the payments demo', () => {

@@ -11,9 +11,9 @@
 import { randomUUID } from 'node:crypto';
 import { Webhook } from 'standardwebhooks';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { demoWebhookSecret } from '../../src/demo/config.js';
-import type { ChargeRefundedEvent } from '../../src/demo/provider.js';
-import { randomSchema, type DemoHandle } from '../../src/demo/server.js';
+import { demoWebhookSecret } from '../../demo/config.js';
+import type { ChargeRefundedEvent } from '../../demo/provider.js';
+import { randomSchema, type DemoHandle } from '../../demo/server.js';
 import { dropDemoSchemas, startTestDemo } from '../support/demo.js';
 import { until } from '../support/poll.js';
 

@@ -8,7 +8,7 @@
  */
 import { createHmac, randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { demoWebhookSecret } from '../../src/demo/config.js';
+import { demoWebhookSecret } from '../../demo/config.js';
 import { rawRequest, type RawResponse } from './support/raw-http.js';
 import { expectNoLeak, expectProblem } from './support/expect-answer.js';
 import { startHostileDemo, type HostileDemo } from './support/demo.js';

@@ -8,8 +8,8 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { createHmac, randomBytes, randomUUID } from 'node:crypto';
 import pg from 'pg';
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import { demoWebhookSecret } from '../../src/demo/config.js';
-import { randomSchema } from '../../src/demo/server.js';
+import { demoWebhookSecret } from '../../demo/config.js';
+import { randomSchema } from '../../demo/server.js';
 import { databaseUrl } from '../support/database.js';
 
 const schema = randomSchema('idem_logs');

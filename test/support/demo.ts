@@ -1,5 +1,5 @@
 import pg from 'pg';
-import { startDemo, type DemoHandle, type DemoOverrides } from '../../src/demo/server.js';
+import { startDemo, type DemoHandle, type DemoOverrides } from '../../demo/server.js';
 import { databaseUrl } from './database.js';
 
 /**

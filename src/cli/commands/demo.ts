@@ -1,74 +1,35 @@
 /**
- * `idem demo` (and `npm start`): the payments demo on DATABASE_URL or an embedded PostgreSQL.
- * Settings come from the environment; see src/demo/config.ts and the README.
+ * `idem demo`: the payments demo is an application built on idem, not part of the library, so it
+ * lives in the repository's `demo/` folder and is not in the published package. Run from a
+ * checkout's TypeScript source (`npm start`, `npm run idem -- demo`), this command finds the demo
+ * by path and runs it in this process; anywhere else it says where the demo is instead.
  */
-import { demoConsole } from '../../console/index.js';
-import { readConfig } from '../../demo/config.js';
-import { startDemo } from '../../demo/server.js';
-import { integerOption, parseCommand, usageError } from '../args.js';
-import { checkDatabaseUrl } from '../database.js';
+import { existsSync } from 'node:fs';
+import { resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
 
-const usage = `usage: idem demo [--port 3000] [--host 127.0.0.1]
+type DemoCommand = { run(argv: string[]): Promise<number> };
 
-Runs the payments demo: POST /v1/payments with an Idempotency-Key, the fake card provider, the
-outbox, the ledger's inbox, provider webhooks, /metrics and the operator console (/console).
-Ctrl-C stops it, its workers and its embedded PostgreSQL.
-
-  --port N        the demo's port (default PORT, else 3000)
-  --host ADDRESS  address to bind (default HOST, else 127.0.0.1)
-
-Environment: DATABASE_URL (default: an embedded PostgreSQL under .idem/postgres), PORT, HOST,
-PROVIDER_PORT (3001), PROVIDER_URL, PROVIDER_WEBHOOK_SECRET, AMQP_URL or NATS_URL (the event
-transport; default in-database), IDEM_SCHEMA (idem), LEASE_MS (5000), CONSOLE_TOKEN.`;
-
-/** Stops waiting for a stuck shutdown after this long, and says so. */
-const shutdownLimitMs = 15_000;
+/** The demo's command, by path: `src/cli/commands/` (or `dist/cli/commands/`) is three folders below the root. */
+const demoCommand = new URL('../../../demo/command.ts', import.meta.url);
 
 export async function run(argv: string[]): Promise<number> {
-  const args = parseCommand('demo', usage, argv, { port: { type: 'string' }, host: { type: 'string' } });
-  if (args.exitCode !== undefined) return args.exitCode;
-  const config = readConfig();
-  if (args.values.port !== undefined) {
-    const port = integerOption('port', args.values.port, 0, 65535);
-    if (typeof port === 'string') return usageError('demo', port);
-    config.port = port;
+  const inCheckout = existsSync(fileURLToPath(demoCommand));
+  // A compiled CLI (dist, or an installed package) cannot load the demo's TypeScript.
+  const fromSource = import.meta.url.endsWith('.ts');
+  if (inCheckout && fromSource) {
+    // A computed specifier: no library module imports the demo (test/layout checks it).
+    const demo = (await import(demoCommand.href)) as DemoCommand;
+    return demo.run(argv);
   }
-  if (args.values.host !== undefined) config.host = args.values.host;
-  if (config.databaseUrl) checkDatabaseUrl(config.databaseUrl);
-
-  // Ctrl-C during the start (an embedded PostgreSQL initialising, say) stops as cleanly as after.
-  let stopRequested = false;
-  let requestStop: () => void = () => {
-    stopRequested = true;
-  };
-  const onSignal = () => requestStop();
-  // Kept for the whole shutdown: a second Ctrl-C (or the SIGTERM npm sends after it) must not
-  // kill the process halfway, leaving the embedded server without its stop.
-  process.on('SIGINT', onSignal);
-  process.on('SIGTERM', onSignal);
-  try {
-    const demo = await startDemo({ ...config, quiet: true, plugins: [demoConsole()] });
-    console.log(`idem demo listening on ${demo.url}  (transport: ${demo.transport}, provider: ${demo.providerUrl})
-Try:
-  curl -i -X POST ${demo.url}/v1/payments \\
-    -H 'Authorization: Bearer sk_test_acme' -H 'Idempotency-Key: order-1001' \\
-    -H 'Content-Type: application/json' -d '{"amount":1250,"currency":"eur","customer":"alice"}'
-  (send it again: the same status and body, with Idempotent-Replayed: true)
-  curl '${demo.url}/v1/ledger?customer=alice' -H 'Authorization: Bearer sk_test_acme'
-  open ${demo.url}/console
-Ctrl-C stops it.`);
-    if (!stopRequested) await new Promise<void>((resolve) => (requestStop = resolve));
-    console.log('stopping…');
-    const limit = setTimeout(() => {
-      console.error(`idem demo: still stopping after ${shutdownLimitMs / 1000} s; exiting`);
-      process.exit(1);
-    }, shutdownLimitMs);
-    limit.unref();
-    await demo.close();
-    clearTimeout(limit);
+  const root = resolve(fileURLToPath(new URL('../../../', import.meta.url)));
+  const where = inCheckout
+    ? `the demo runs from this checkout's TypeScript source: run \`npm start\` (or \`npm run idem -- demo\`) in ${root}`
+    : "the payments demo is not part of the installed package: it lives in idem's source repository; clone it, then run `npm ci && npm start` there";
+  if (argv.includes('--help') || argv.includes('-h')) {
+    console.log(`usage: idem demo [--port 3000] [--host 127.0.0.1]\n\nNot available here: ${where}.`);
     return 0;
-  } finally {
-    process.off('SIGINT', onSignal);
-    process.off('SIGTERM', onSignal);
   }
+  console.error(`idem demo: ${where}`);
+  return 1;
 }

@@ -3,8 +3,8 @@
  * own pool), on the in-database transport, with every table a request could touch counted, so a
  * refused request that stored anything shows as a count that moved.
  */
-import { demoConsole } from '../../../src/console/index.js';
-import { randomSchema, type DemoHandle } from '../../../src/demo/server.js';
+import { demoConsole } from '../../../demo/console.js';
+import { randomSchema, type DemoHandle } from '../../../demo/server.js';
 import { dropDemoSchemas, startTestDemo } from '../../support/demo.js';
 import { until } from '../../support/poll.js';
 

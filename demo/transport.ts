@@ -3,9 +3,9 @@
  * default, or through RabbitMQ (`AMQP_URL`) or NATS JetStream (`NATS_URL`). Whatever the
  * transport, delivery is at least once and the inbox makes the effect happen once.
  */
-import type { Inbox } from '../inbox/inbox.js';
-import type { Publisher } from '../outbox/types.js';
-import { inDatabasePublisher } from '../outbox/publishers/in-database.js';
+import type { Inbox } from '../src/inbox/inbox.js';
+import type { Publisher } from '../src/outbox/types.js';
+import { inDatabasePublisher } from '../src/outbox/publishers/in-database.js';
 import { applyToLedger, ledgerConsumer } from './ledger.js';
 
 export interface Transport {
@@ -50,8 +50,8 @@ export async function createTransport(options: TransportOptions): Promise<Transp
 
 async function rabbitMqTransport(options: TransportOptions, url: string): Promise<Transport> {
   const amqp = await import('amqplib');
-  const { rabbitMqPublisher } = await import('../outbox/publishers/rabbitmq.js');
-  const { RabbitMqConsumer } = await import('../inbox/rabbitmq-consumer.js');
+  const { rabbitMqPublisher } = await import('../src/outbox/publishers/rabbitmq.js');
+  const { RabbitMqConsumer } = await import('../src/inbox/rabbitmq-consumer.js');
   const exchange = `${options.namespace}.payments`;
   const queue = `${options.namespace}.ledger`;
   // Topology: one topic exchange, one durable queue for the ledger bound to every event type.
@@ -94,8 +94,8 @@ async function rabbitMqTransport(options: TransportOptions, url: string): Promis
 async function natsTransport(options: TransportOptions, url: string): Promise<Transport> {
   const { connect } = await import('@nats-io/transport-node');
   const { jetstreamManager } = await import('@nats-io/jetstream');
-  const { natsPublisher } = await import('../outbox/publishers/nats.js');
-  const { JetStreamConsumer } = await import('../inbox/jetstream-consumer.js');
+  const { natsPublisher } = await import('../src/outbox/publishers/nats.js');
+  const { JetStreamConsumer } = await import('../src/inbox/jetstream-consumer.js');
   const subject = `${options.namespace}.payments`;
   const stream = `${options.namespace.replace(/[^A-Za-z0-9_-]/g, '_')}_payments`;
   const nc = await connect({ servers: url });

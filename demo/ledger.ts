@@ -3,7 +3,7 @@
  * reversal per `payment.refunded`; the inbox records the event id in the same transaction, so a
  * redelivered event is acknowledged without a second entry.
  */
-import type { Transaction } from '../core/sql.js';
+import type { Transaction } from '../src/core/sql.js';
 
 export interface PaymentEvent {
   id: string;

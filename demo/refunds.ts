@@ -21,10 +21,10 @@
  * could then be checked against what is left or against the provider's total, and a lost refund
  * would leave nothing waiting to show it.
  */
-import type { Outbox } from '../outbox/outbox.js';
-import { InvalidWebhookEventError } from '../webhooks/errors.js';
-import type { WebhookEvent } from '../webhooks/event.js';
-import type { WebhookHandlers } from '../webhooks/processor.js';
+import type { Outbox } from '../src/outbox/outbox.js';
+import { InvalidWebhookEventError } from '../src/webhooks/errors.js';
+import type { WebhookEvent } from '../src/webhooks/event.js';
+import type { WebhookHandlers } from '../src/webhooks/processor.js';
 import { publicPayment, type PaymentRow } from './payments.js';
 import type { ChargeRefundedEvent } from './provider.js';
 

@@ -30,7 +30,7 @@ CREATE TABLE IF NOT EXISTS ${schema}.ledger (
 );
 CREATE INDEX IF NOT EXISTS ledger_tenant_customer ON ${schema}.ledger (tenant, customer, id);
 -- One row per provider refund, written with its reversal event: a refund is recorded once, by its
--- id, and once per place in its charge's sequence (src/demo/refunds.ts).
+-- id, and once per place in its charge's sequence (demo/refunds.ts).
 CREATE TABLE IF NOT EXISTS ${schema}.refunds (
   refund_id   text        PRIMARY KEY,
   payment_id  text        NOT NULL,

@@ -4,8 +4,8 @@
  * completion commit together under the claim's fencing token, so a worker that lost its lease
  * can never notify twice.
  */
-import type { Claims } from '../claims/claims.js';
-import { work } from '../claims/worker.js';
+import type { Claims } from '../src/claims/claims.js';
+import { work } from '../src/claims/worker.js';
 
 export function startReceiptWorker(claims: Claims, demoSchema: string): { stop(): Promise<void> } {
   const controller = new AbortController();

@@ -1,6 +1,7 @@
 /** The demo's settings, from the environment. Every one has a default that works on a fresh machine. */
-import { isLoopback } from '../console/access.js';
-import { InvalidArgumentError } from '../core/errors.js';
+import { isLoopback } from '../src/console/access.js';
+import { booleanSetting } from '../src/cli/settings.js';
+import { InvalidArgumentError } from '../src/core/errors.js';
 
 export interface DemoConfig {
   /** `PORT`, default 3000. */
@@ -88,16 +89,4 @@ export function checkWebhookSecret(config: Pick<DemoConfig, 'host' | 'webhookSec
         `Set PROVIDER_WEBHOOK_SECRET (e.g. whsec_ followed by 32 random bytes in base64), or bind HOST=127.0.0.1.`,
     );
   }
-}
-
-/**
- * Reads a true/false setting: true/false, on/off, yes/no, 1/0 (any case); unset or empty is the
- * default. Anything else is refused, so a typo never silently keeps the default.
- */
-export function booleanSetting(name: string, value: string | undefined, fallback: boolean): boolean {
-  if (value === undefined || value.trim() === '') return fallback;
-  const normalized = value.trim().toLowerCase();
-  if (['true', 'on', 'yes', '1'].includes(normalized)) return true;
-  if (['false', 'off', 'no', '0'].includes(normalized)) return false;
-  throw new InvalidArgumentError(`${name} must be true or false, not ${JSON.stringify(value)}`);
 }

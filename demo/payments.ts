@@ -5,9 +5,9 @@
  * (outbox) and a receipt task (claims) in one transaction.
  */
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import type { Claims } from '../claims/claims.js';
-import type { ResilientClient } from '../client/client.js';
-import type { Outbox } from '../outbox/outbox.js';
+import type { Claims } from '../src/claims/claims.js';
+import type { ResilientClient } from '../src/client/client.js';
+import type { Outbox } from '../src/outbox/outbox.js';
 import { text } from './validation.js';
 
 export type PaymentRow = {

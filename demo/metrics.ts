@@ -3,8 +3,8 @@
  * the receiver refused, from the receiver's logger, where every refusal is reported with its code
  * and reason before the answer is sent. (Inbox duplicates come from the inbox's `onDuplicate`.)
  */
-import type { IdemMetrics } from '../observability/prometheus.js';
-import { consoleLogger, type LogFields, type WebhookLogger } from '../webhooks/logger.js';
+import type { IdemMetrics } from '../src/observability/prometheus.js';
+import { consoleLogger, type LogFields, type WebhookLogger } from '../src/webhooks/logger.js';
 
 /**
  * The label of `idem_webhook_rejections_total` for a refusal the receiver logged, or undefined
