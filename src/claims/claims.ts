@@ -90,11 +90,34 @@ export class Claims<Client = unknown> {
   }
 
   /**
-   * Enqueues a task once per (tenant, queue, key). The same key returns the existing task, in
-   * whatever state it is, with `created: false`; the same key with another payload throws
-   * `KeyReusedError`. Pass `db` (a transaction) to enqueue atomically with your own writes.
+   * Enqueues a task once per (tenant, queue, key), in its own statement. The same key returns the
+   * existing task, in whatever state it is, with `created: false`; the same key with another
+   * payload throws `KeyReusedError`. To enqueue atomically with your own writes, use `enqueueIn`.
+   *
+   * @example
+   * const { task, created } = await claims.enqueue({
+   *   tenant: 'acme',
+   *   queue: 'emails',
+   *   key: `welcome:${userId}`,
+   *   payload: { userId },
+   * });
    */
-  async enqueue<P>(spec: EnqueueSpec<P>, db: Queryable = this.sql): Promise<EnqueueResult<P>> {
+  enqueue<P>(spec: EnqueueSpec<P>): Promise<EnqueueResult<P>> {
+    return this.enqueueIn(this.sql, spec);
+  }
+
+  /**
+   * `enqueue` inside the caller's transaction (`tx` first, as in every `…In` method): the task
+   * exists only if the caller's writes commit.
+   *
+   * @example
+   * await sql.transaction(async (tx) => {
+   *   await tx.query('INSERT INTO orders (id) VALUES ($1)', [orderId]);
+   *   await claims.enqueueIn(tx, { tenant: 'acme', queue: 'emails', key: `order:${orderId}`, payload: { orderId } });
+   * });
+   */
+  async enqueueIn<P>(tx: Queryable, spec: EnqueueSpec<P>): Promise<EnqueueResult<P>> {
+    const db = tx;
     validateName('tenant', spec.tenant);
     validateName('queue', spec.queue);
     validateKey(spec.key);
@@ -133,13 +156,16 @@ export class Claims<Client = unknown> {
   /**
    * `enqueue` for many tasks in one round trip (plus one read when some keys already exist).
    * Results come back in the order of `specs`. A key repeated inside `specs` yields one task.
-   * Throws `KeyReusedError` (and enqueues nothing, when `db` is a transaction you roll back) if a
-   * key exists with another payload.
+   * Throws `KeyReusedError` if a key exists with another payload (the tasks before it in the
+   * statement are enqueued; use `enqueueManyIn` and roll back to enqueue none).
    */
-  async enqueueMany<P>(
-    specs: readonly EnqueueSpec<P>[],
-    db: Queryable = this.sql,
-  ): Promise<EnqueueResult<P>[]> {
+  enqueueMany<P>(specs: readonly EnqueueSpec<P>[]): Promise<EnqueueResult<P>[]> {
+    return this.enqueueManyIn(this.sql, specs);
+  }
+
+  /** `enqueueMany` inside the caller's transaction: all the tasks commit with the caller's writes, or none. */
+  async enqueueManyIn<P>(tx: Queryable, specs: readonly EnqueueSpec<P>[]): Promise<EnqueueResult<P>[]> {
+    const db = tx;
     if (specs.length === 0) return [];
     const now = this.clock.now();
     const prepared = specs.map((spec) => {

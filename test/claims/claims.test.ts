@@ -57,7 +57,7 @@ describe('claims', () => {
     // Enqueued atomically with the caller's writes: a rollback leaves no task.
     await expect(
       fromPg(db.pool).transaction(async (tx) => {
-        await claims.enqueue({ tenant: 'acme', queue, key: 'order-2', payload: {} }, tx);
+        await claims.enqueueIn(tx, { tenant: 'acme', queue, key: 'order-2', payload: {} });
         throw new Error('business write failed');
       }),
     ).rejects.toThrow('business write failed');
