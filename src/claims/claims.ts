@@ -446,18 +446,16 @@ export class Claims<Client = unknown> {
   ): Promise<RunOutcome<R>> {
     let handlerError: { error: unknown } | undefined;
     try {
-      const value = await this.sql.transaction(async (tx) => {
-        await this.guard(tx, task);
-        let value: R;
-        try {
-          value = await handler(tx, task);
-        } catch (error) {
-          handlerError = { error };
-          throw error;
-        }
-        await this.completeIn(tx, task, value);
-        return value;
-      });
+      const value = await this.sql.transaction((tx) =>
+        this.runIn(tx, task, async (tx, task) => {
+          try {
+            return await handler(tx, task);
+          } catch (error) {
+            handlerError = { error };
+            throw error;
+          }
+        }),
+      );
       return { state: 'completed', value };
     } catch (error) {
       if (isFenced(error) && !handlerError) return { state: 'fenced', error };
@@ -470,6 +468,30 @@ export class Claims<Client = unknown> {
         throw failError;
       }
     }
+  }
+
+  /**
+   * `run` inside the caller's transaction: takes the fence (`guard`), runs `handler`, completes
+   * the task with its result; all commit with the caller's writes, or nothing does. Unlike `run`,
+   * a failure is not recorded: the handler's error (or `FencedError` for a lost lease) is thrown,
+   * and the caller rolls back, then calls `fail(task, error)` when the error came from the handler.
+   *
+   * @example
+   * await sql.transaction(async (tx) => {
+   *   await claims.runIn(tx, task, async (tx) => {
+   *     await outbox.add(tx, { topic: 'emails', key: task.payload.user, type: 'email', payload: task.payload });
+   *   });
+   * });
+   */
+  async runIn<P, R, TxClient>(
+    tx: Transaction<TxClient>,
+    task: ClaimedTask<P>,
+    handler: (tx: Transaction<TxClient>, task: ClaimedTask<P>) => Promise<R>,
+  ): Promise<R> {
+    await this.guard(tx, task);
+    const value = await handler(tx, task);
+    await this.completeIn(tx, task, value);
+    return value;
   }
 
   /**
