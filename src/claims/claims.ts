@@ -1,7 +1,13 @@
 import { hostname } from 'node:os';
 import { randomBytes } from 'node:crypto';
 import { systemClock, type Clock } from '../core/clock.js';
-import { FencedError, InvalidArgumentError, isFenced, KeyReusedError } from '../core/errors.js';
+import {
+  ConcurrentChangeError,
+  FencedError,
+  InvalidArgumentError,
+  isFenced,
+  KeyReusedError,
+} from '../core/errors.js';
 import { fingerprint } from '../core/fingerprint.js';
 import { validateKey, validateName } from '../core/keys.js';
 import type { Queryable, Sql, Transaction } from '../core/sql.js';
@@ -150,7 +156,7 @@ export class Claims<Client = unknown> {
       }
       return { task: decodeTask<P>(row), created: false };
     }
-    throw new Error('enqueue: the task kept disappearing between insert and read');
+    throw new ConcurrentChangeError('enqueue: the task kept disappearing between insert and read');
   }
 
   /**
@@ -211,7 +217,8 @@ export class Claims<Client = unknown> {
     return prepared.map((p) => {
       const id = identity(p.spec.tenant, p.spec.queue, p.spec.key);
       const row = created.get(id) ?? existing.get(id);
-      if (!row) throw new Error(`enqueueMany: task ${p.spec.key} vanished between insert and read`);
+      if (!row)
+        throw new ConcurrentChangeError(`enqueueMany: task ${p.spec.key} vanished between insert and read`);
       if (row.fingerprint !== p.print) {
         throw new KeyReusedError(
           taskScope({ ...p.spec, dedupeKey: p.spec.key }),

@@ -9,4 +9,11 @@ export { claimDefaults, type ClaimsOptions, type EnqueueResult, type EnqueueSpec
 export { keepAlive, type KeepAlive, type KeepAliveOptions } from './keep-alive.js';
 export { work, type WorkOptions } from './worker.js';
 export { taskKey, taskScope, type ClaimedTask, type TaskRecord, type TaskState } from './task.js';
-export { FencedError, isFenced } from '../core/errors.js';
+export {
+  ConcurrentChangeError,
+  FencedError,
+  KeyReusedError,
+  isConcurrentChange,
+  isFenced,
+  isKeyReused,
+} from '../core/errors.js';
