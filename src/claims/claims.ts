@@ -1,7 +1,13 @@
 import { hostname } from 'node:os';
 import { randomBytes } from 'node:crypto';
 import { systemClock, type Clock } from '../core/clock.js';
-import { FencedError, InvalidArgumentError, isFenced, KeyReusedError } from '../core/errors.js';
+import {
+  ConcurrentChangeError,
+  FencedError,
+  InvalidArgumentError,
+  isFenced,
+  KeyReusedError,
+} from '../core/errors.js';
 import { fingerprint } from '../core/fingerprint.js';
 import { validateKey, validateName } from '../core/keys.js';
 import type { Queryable, Sql, Transaction } from '../core/sql.js';
@@ -89,11 +95,34 @@ export class Claims<Client = unknown> {
   }
 
   /**
-   * Enqueues a task once per (tenant, queue, key). The same key returns the existing task, in
-   * whatever state it is, with `created: false`; the same key with another payload throws
-   * `KeyReusedError`. Pass `db` (a transaction) to enqueue atomically with your own writes.
+   * Enqueues a task once per (tenant, queue, key), in its own statement. The same key returns the
+   * existing task, in whatever state it is, with `created: false`; the same key with another
+   * payload throws `KeyReusedError`. To enqueue atomically with your own writes, use `enqueueIn`.
+   *
+   * @example
+   * const { task, created } = await claims.enqueue({
+   *   tenant: 'acme',
+   *   queue: 'emails',
+   *   key: `welcome:${userId}`,
+   *   payload: { userId },
+   * });
    */
-  async enqueue<P>(spec: EnqueueSpec<P>, db: Queryable = this.sql): Promise<EnqueueResult<P>> {
+  enqueue<P>(spec: EnqueueSpec<P>): Promise<EnqueueResult<P>> {
+    return this.enqueueIn(this.sql, spec);
+  }
+
+  /**
+   * `enqueue` inside the caller's transaction (`tx` first, as in every `…In` method): the task
+   * exists only if the caller's writes commit.
+   *
+   * @example
+   * await sql.transaction(async (tx) => {
+   *   await tx.query('INSERT INTO orders (id) VALUES ($1)', [orderId]);
+   *   await claims.enqueueIn(tx, { tenant: 'acme', queue: 'emails', key: `order:${orderId}`, payload: { orderId } });
+   * });
+   */
+  async enqueueIn<P>(tx: Queryable, spec: EnqueueSpec<P>): Promise<EnqueueResult<P>> {
+    const db = tx;
     validateName('tenant', spec.tenant);
     validateName('queue', spec.queue);
     validateKey(spec.key);
@@ -126,19 +155,22 @@ export class Claims<Client = unknown> {
       }
       return { task: decodeTask<P>(row), created: false };
     }
-    throw new Error('enqueue: the task kept disappearing between insert and read');
+    throw new ConcurrentChangeError('enqueue: the task kept disappearing between insert and read');
   }
 
   /**
    * `enqueue` for many tasks in one round trip (plus one read when some keys already exist).
    * Results come back in the order of `specs`. A key repeated inside `specs` yields one task.
-   * Throws `KeyReusedError` (and enqueues nothing, when `db` is a transaction you roll back) if a
-   * key exists with another payload.
+   * Throws `KeyReusedError` if a key exists with another payload (the tasks before it in the
+   * statement are enqueued; use `enqueueManyIn` and roll back to enqueue none).
    */
-  async enqueueMany<P>(
-    specs: readonly EnqueueSpec<P>[],
-    db: Queryable = this.sql,
-  ): Promise<EnqueueResult<P>[]> {
+  enqueueMany<P>(specs: readonly EnqueueSpec<P>[]): Promise<EnqueueResult<P>[]> {
+    return this.enqueueManyIn(this.sql, specs);
+  }
+
+  /** `enqueueMany` inside the caller's transaction: all the tasks commit with the caller's writes, or none. */
+  async enqueueManyIn<P>(tx: Queryable, specs: readonly EnqueueSpec<P>[]): Promise<EnqueueResult<P>[]> {
+    const db = tx;
     if (specs.length === 0) return [];
     const now = this.clock.now();
     const prepared = specs.map((spec) => {
@@ -184,7 +216,8 @@ export class Claims<Client = unknown> {
     return prepared.map((p) => {
       const id = identity(p.spec.tenant, p.spec.queue, p.spec.key);
       const row = created.get(id) ?? existing.get(id);
-      if (!row) throw new Error(`enqueueMany: task ${p.spec.key} vanished between insert and read`);
+      if (!row)
+        throw new ConcurrentChangeError(`enqueueMany: task ${p.spec.key} vanished between insert and read`);
       if (row.fingerprint !== p.print) {
         throw new KeyReusedError(
           taskScope({ ...p.spec, dedupeKey: p.spec.key }),
@@ -419,18 +452,16 @@ export class Claims<Client = unknown> {
   ): Promise<RunOutcome<R>> {
     let handlerError: { error: unknown } | undefined;
     try {
-      const value = await this.sql.transaction(async (tx) => {
-        await this.guard(tx, task);
-        let value: R;
-        try {
-          value = await handler(tx, task);
-        } catch (error) {
-          handlerError = { error };
-          throw error;
-        }
-        await this.completeIn(tx, task, value);
-        return value;
-      });
+      const value = await this.sql.transaction((tx) =>
+        this.runIn(tx, task, async (tx, task) => {
+          try {
+            return await handler(tx, task);
+          } catch (error) {
+            handlerError = { error };
+            throw error;
+          }
+        }),
+      );
       return { state: 'completed', value };
     } catch (error) {
       if (isFenced(error) && !handlerError) return { state: 'fenced', error };
@@ -443,6 +474,30 @@ export class Claims<Client = unknown> {
         throw failError;
       }
     }
+  }
+
+  /**
+   * `run` inside the caller's transaction: takes the fence (`guard`), runs `handler`, completes
+   * the task with its result; all commit with the caller's writes, or nothing does. Unlike `run`,
+   * a failure is not recorded: the handler's error (or `FencedError` for a lost lease) is thrown,
+   * and the caller rolls back, then calls `fail(task, error)` when the error came from the handler.
+   *
+   * @example
+   * await sql.transaction(async (tx) => {
+   *   await claims.runIn(tx, task, async (tx) => {
+   *     await outbox.add(tx, { topic: 'emails', key: task.payload.user, type: 'email', payload: task.payload });
+   *   });
+   * });
+   */
+  async runIn<P, R, TxClient>(
+    tx: Transaction<TxClient>,
+    task: ClaimedTask<P>,
+    handler: (tx: Transaction<TxClient>, task: ClaimedTask<P>) => Promise<R>,
+  ): Promise<R> {
+    await this.guard(tx, task);
+    const value = await handler(tx, task);
+    await this.completeIn(tx, task, value);
+    return value;
   }
 
   /**

@@ -15,4 +15,11 @@ export {
   type WorkOptions,
 } from './worker.js';
 export { taskKey, taskScope, type ClaimedTask, type TaskRecord, type TaskState } from './task.js';
-export { FencedError, isFenced } from '../core/errors.js';
+export {
+  ConcurrentChangeError,
+  FencedError,
+  KeyReusedError,
+  isConcurrentChange,
+  isFenced,
+  isKeyReused,
+} from '../core/errors.js';

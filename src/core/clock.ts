@@ -1,6 +1,8 @@
 /**
  * Time, injected. Expiry, leases and waits read this clock, so tests move time instead of sleeping.
  */
+import { InvalidArgumentError } from './errors.js';
+
 export interface Clock {
   /** Milliseconds since the epoch. */
   now(): number;
@@ -82,5 +84,5 @@ export function toMillis(value: unknown): number | null {
   if (typeof value === 'number') return value;
   if (typeof value === 'bigint') return Number(value);
   if (typeof value === 'string') return new Date(value).getTime();
-  throw new TypeError(`not a timestamp: ${typeof value}`);
+  throw new InvalidArgumentError(`not a timestamp: ${typeof value}`);
 }

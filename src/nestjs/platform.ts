@@ -8,9 +8,9 @@ import type { HttpIdempotency, RequestView } from '../http/engine.js';
 import { rawHeaderValues, writeNodeResponse } from '../http/node-response-capture.js';
 import type { CapturedResponse } from '../http/options.js';
 import {
-  BodyMalformedError,
-  BodyTooLargeError,
   declaredLength,
+  isBodyMalformed,
+  isBodyTooLarge,
   parseBody,
   readNodeBody,
 } from '../http/request-body.js';
@@ -101,8 +101,8 @@ export async function requestBody<Req>(
     r.body = body;
     return { body };
   } catch (error) {
-    if (error instanceof BodyTooLargeError) return { problem: engine.bodyTooLarge() };
-    if (error instanceof BodyMalformedError) return { problem: engine.bodyMalformed(error.message) };
+    if (isBodyTooLarge(error)) return { problem: engine.bodyTooLarge() };
+    if (isBodyMalformed(error)) return { problem: engine.bodyMalformed(error.message) };
     throw error;
   }
 }

@@ -57,7 +57,7 @@ describe('claims', () => {
     // Enqueued atomically with the caller's writes: a rollback leaves no task.
     await expect(
       fromPg(db.pool).transaction(async (tx) => {
-        await claims.enqueue({ tenant: 'acme', queue, key: 'order-2', payload: {} }, tx);
+        await claims.enqueueIn(tx, { tenant: 'acme', queue, key: 'order-2', payload: {} });
         throw new Error('business write failed');
       }),
     ).rejects.toThrow('business write failed');
@@ -127,6 +127,31 @@ describe('claims', () => {
     expect(stored?.result).toEqual({ by: 'b' });
     // After completion even the holder's fence is useless: nothing completes twice.
     await expect(b.complete(holder!)).rejects.toSatisfy(isFenced);
+  });
+
+  it("runIn completes in the caller's transaction: a rollback leaves the task claimed, a lost lease is refused", async () => {
+    const queue = newQueue();
+    const a = make('worker-a');
+    const b = make('worker-b');
+    const sql = fromPg(db.pool);
+    await a.enqueue({ tenant: 'acme', queue, key: 'in-tx', payload: {} });
+    const [task] = await a.claim(queue);
+    await expect(
+      sql.transaction(async (tx) => {
+        expect(await a.runIn(tx, task!, (tx, t) => effect(tx, t, 'a').then(() => 'done'))).toBe('done');
+        throw new Error('the caller rolls back');
+      }),
+    ).rejects.toThrow('the caller rolls back');
+    expect((await a.get(task!.id))!.state).toBe('claimed');
+    expect(await effects(task!.key)).toBe(0);
+    clock.advance(lease + 1);
+    const [taken] = await b.claim(queue);
+    await expect(
+      sql.transaction((tx) => a.runIn(tx, task!, (tx, t) => effect(tx, t, 'a'))),
+    ).rejects.toSatisfy(isFenced);
+    await sql.transaction((tx) => b.runIn(tx, taken!, (tx, t) => effect(tx, t, 'b')));
+    expect((await b.get(task!.id))!.state).toBe('completed');
+    expect(await effects(task!.key)).toBe(1);
   });
 
   it('heartbeats keep the lease; keepAlive aborts its signal when the lease is lost', async () => {

@@ -422,7 +422,7 @@ describe('a schema distributable on tenant_id', () => {
           await outbox.addMany(tx, [
             { tenant, topic: 'payments', key: `p-${i}`, type: 'noted', payload: {} },
           ]);
-          await claims.enqueue({ tenant, queue: 'receipts', key: `r-${i}`, payload: { i } }, tx);
+          await claims.enqueueIn(tx, { tenant, queue: 'receipts', key: `r-${i}`, payload: { i } });
           return { i };
         });
       }
