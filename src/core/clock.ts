@@ -50,16 +50,21 @@ export class ManualClock implements Clock {
   sleep(ms: number, signal?: AbortSignal): Promise<void> {
     return new Promise((resolve) => {
       if (signal?.aborted) return resolve();
-      const sleeper = { until: this.current + ms, resolve };
-      this.sleepers.push(sleeper);
-      signal?.addEventListener(
-        'abort',
-        () => {
-          this.sleepers = this.sleepers.filter((s) => s !== sleeper);
+      // The abort listener goes when the sleep ends either way: a heartbeat sleeps on one signal
+      // many times, and listeners left behind piled up (MaxListenersExceededWarning after 11 beats).
+      const onAbort = () => {
+        this.sleepers = this.sleepers.filter((s) => s !== sleeper);
+        resolve();
+      };
+      const sleeper = {
+        until: this.current + ms,
+        resolve: () => {
+          signal?.removeEventListener('abort', onAbort);
           resolve();
         },
-        { once: true },
-      );
+      };
+      this.sleepers.push(sleeper);
+      signal?.addEventListener('abort', onAbort, { once: true });
     });
   }
 
