@@ -16,3 +16,4 @@ export {
 } from './worker.js';
 export { taskKey, taskScope, type ClaimedTask, type TaskRecord, type TaskState } from './task.js';
 export { FencedError, isFenced } from '../core/errors.js';
+export type { RetentionSweepOptions, SweepOptions, SweepResult } from '../core/sweeper.js';

@@ -576,7 +576,7 @@ describe('a schema distributable on tenant_id', () => {
     clock.advance(400 * 86_400_000);
     await idem.sweep({ tenants });
     await inbox.sweep({ tenants });
-    await outbox.cleanup({ tenants, retentionMs: 0 });
+    await outbox.sweep({ tenants, olderThanMs: 0 });
     await processor.sweep();
     await claims.sweep({ tenants });
     await createWebhookSender({ sql, schema, clock, tenants }).sweep({ olderThanMs: 0 });

@@ -16,6 +16,12 @@ import { CircuitBreaker, isCircuitOpen } from '../../core/resilience/circuit-bre
 import { isUnhealthyStatus } from '../../core/resilience/http-failure.js';
 import { parseRetryAfter, retryDelay } from '../../core/resilience/retry-after.js';
 import type { Queryable, Sql } from '../../core/sql.js';
+import {
+  cutoffBefore,
+  sweepInBatches,
+  type RetentionSweepOptions,
+  type SweepResult,
+} from '../../core/sweeper.js';
 import { defaultTenant, validateTenant, validateTenants } from '../../core/tenant.js';
 import { drainRounds, PollingWorker, type WorkerErrorHandler } from '../../core/worker/polling-worker.js';
 import { defaultSchema } from '../../migrate/schema-name.js';
@@ -45,6 +51,9 @@ export const standardRetrySchedule: readonly number[] = [
   20 * hour,
   24 * hour,
 ];
+
+/** How long `sweep` keeps finished messages by default: 30 days. */
+export const defaultMessagesRetentionMs = 30 * 24 * hour;
 
 /** The sender's default `backoff`: the Standard Webhooks schedule, each delay varied by ±20 %. */
 export const senderBackoff: BackoffOptions = {
@@ -451,33 +460,22 @@ export class WebhookSender<Client = unknown> {
   }
 
   /**
-   * Deletes messages older than `olderThanMs` (default 30 days) whose deliveries are all finished.
-   * `tenants` (default: the sender's, else every tenant) sweeps tenant by tenant, each batch pinned
-   * to one; `maxBatches` counts per tenant.
+   * Deletes messages older than `olderThanMs` (default 30 days) whose deliveries are all finished,
+   * in bounded batches (see `SweepOptions`). `tenants` defaults to the sender's, else every tenant.
    */
-  async sweep(
-    options: {
-      olderThanMs?: number;
-      batchSize?: number;
-      maxBatches?: number;
-      tenants?: readonly string[];
-    } = {},
-  ): Promise<{ deleted: number }> {
-    const cutoff = new Date(this.clock.now() - (options.olderThanMs ?? 30 * 24 * hour));
-    const batchSize = options.batchSize ?? 1000;
-    const tenants = validateTenants(options.tenants) ?? this.tenants;
-    let deleted = 0;
-    for (const tenant of tenants ?? [null]) {
-      for (let batch = 0; batch < (options.maxBatches ?? 1000); batch++) {
-        const { rowCount } =
-          tenant === null
-            ? await this.sql.query(this.statements.sweep, [cutoff, batchSize])
-            : await this.sql.query(this.statements.sweepTenant, [cutoff, batchSize, tenant]);
-        deleted += rowCount;
-        if (rowCount < batchSize) break;
-      }
-    }
-    return { deleted };
+  sweep(options: RetentionSweepOptions = {}): Promise<SweepResult> {
+    return sweepInBatches(
+      this.sql,
+      this.clock,
+      [
+        {
+          statement: this.statements.sweep,
+          tenantStatement: this.statements.sweepTenant,
+          cutoff: cutoffBefore(this.clock, options.olderThanMs ?? defaultMessagesRetentionMs),
+        },
+      ],
+      { ...(this.tenants ? { tenants: this.tenants } : {}), ...options },
+    );
   }
 
   private async attemptDue(options: {
