@@ -7,7 +7,7 @@ import { validateKey, validateName } from '../core/keys.js';
 import type { Queryable, Sql, Transaction } from '../core/sql.js';
 import { deletedColumn, sweepInBatches, type SweepOptions, type SweepResult } from '../core/sweeper.js';
 import { validateTenant } from '../core/tenant.js';
-import { defaultSchema } from '../migrate/schema-name.js';
+import { defaultSchema } from '../core/schema-name.js';
 import { createBackoff, type Backoff } from '../core/resilience/backoff.js';
 import { positive, positiveInteger } from '../core/validate.js';
 import { isRetryableFailure } from '../client/classify.js';

@@ -5,7 +5,7 @@ import type { Queryable, Sql, Transaction } from '../core/sql.js';
 import { isTransactionRetryable } from '../core/sqlstate.js';
 import { sweepInBatches, type SweepOptions, type SweepResult } from '../core/sweeper.js';
 import { defaultTenant, validateTenant } from '../core/tenant.js';
-import { defaultSchema } from '../migrate/schema-name.js';
+import { defaultSchema } from '../core/schema-name.js';
 import { renderInboxStatements, type InboxStatements } from './statements.js';
 
 const day = 86_400_000;

@@ -1,9 +1,9 @@
 import { systemClock, type Clock } from '../core/clock.js';
-import { InvalidArgumentError } from '../core/errors.js';
 import type { Sql } from '../core/sql.js';
 import { validateTenants } from '../core/tenant.js';
+import { nonNegative, positiveInteger } from '../core/validate.js';
 import { PollingWorker, type NextRound } from '../core/worker/polling-worker.js';
-import { defaultSchema } from '../migrate/schema-name.js';
+import { defaultSchema } from '../core/schema-name.js';
 import { createBackoff, type Backoff, type BackoffOptions } from '../core/resilience/backoff.js';
 import { describeError, PublishError } from './errors.js';
 import { NotificationListener, type ListenSource } from './listener.js';
@@ -601,15 +601,4 @@ interface Settled {
 interface DeadEvent {
   event: OutboxEvent;
   error: string;
-}
-
-function positiveInteger(name: string, value: number): number {
-  if (!Number.isInteger(value) || value <= 0)
-    throw new InvalidArgumentError(`${name} must be a positive integer`);
-  return value;
-}
-
-function nonNegative(name: string, value: number): number {
-  if (!(value >= 0)) throw new InvalidArgumentError(`${name} must be >= 0`);
-  return value;
 }

@@ -10,7 +10,7 @@ import {
   type SweepResult,
 } from '../core/sweeper.js';
 import { defaultTenant, validateTenant } from '../core/tenant.js';
-import { defaultSchema } from '../migrate/schema-name.js';
+import { defaultSchema } from '../core/schema-name.js';
 import { renderOutboxStatements, type OutboxStatements } from './statements.js';
 import type { NewOutboxEvent, OutboxEvent } from './types.js';
 

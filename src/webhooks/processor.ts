@@ -25,8 +25,9 @@ import { InvalidArgumentError } from '../core/errors.js';
 import type { Sql, Transaction } from '../core/sql.js';
 import type { SweepOptions, SweepResult } from '../core/sweeper.js';
 import { validateTenant, validateTenants } from '../core/tenant.js';
+import { positiveInteger } from '../core/validate.js';
 import { drainRounds, PollingWorker, type WorkerErrorHandler } from '../core/worker/polling-worker.js';
-import { defaultSchema } from '../migrate/schema-name.js';
+import { defaultSchema } from '../core/schema-name.js';
 import { createBackoff, type BackoffOptions } from '../core/resilience/backoff.js';
 import {
   listParkedEntities,
@@ -917,10 +918,4 @@ function versionText(value: unknown): string | null {
   if (value === null || value === undefined) return null;
   if (typeof value === 'string') return value;
   return typeof value === 'number' || typeof value === 'bigint' ? value.toString() : JSON.stringify(value);
-}
-
-function positiveInteger(name: string, value: number): number {
-  if (!Number.isSafeInteger(value) || value <= 0)
-    throw new InvalidArgumentError(`${name} must be a positive integer`);
-  return value;
 }

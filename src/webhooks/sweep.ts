@@ -5,7 +5,7 @@
 import { systemClock, type Clock } from '../core/clock.js';
 import type { Queryable } from '../core/sql.js';
 import { sweepInBatches, type SweepOptions, type SweepResult } from '../core/sweeper.js';
-import { defaultSchema } from '../migrate/schema-name.js';
+import { defaultSchema } from '../core/schema-name.js';
 import { receiptStatements } from './statements.js';
 
 /** Options of `sweepReceipts`. */

@@ -13,7 +13,7 @@ import {
   type SweepResult,
 } from '../../core/sweeper.js';
 import { createInbox } from '../../inbox/inbox.js';
-import { quoteSchema } from '../../migrate/schema-name.js';
+import { quoteSchema } from '../../core/schema-name.js';
 import { createIdem } from '../../operations/idem.js';
 import { createOutbox, defaultPublishedRetentionMs } from '../../outbox/outbox.js';
 import { createWebhookSender, defaultMessagesRetentionMs } from '../../webhooks/sender/sender.js';

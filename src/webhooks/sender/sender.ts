@@ -22,9 +22,10 @@ import {
   type RetentionSweepOptions,
   type SweepResult,
 } from '../../core/sweeper.js';
+import { nonNegative, positive } from '../../core/validate.js';
 import { defaultTenant, validateTenant, validateTenants } from '../../core/tenant.js';
 import { drainRounds, PollingWorker, type WorkerErrorHandler } from '../../core/worker/polling-worker.js';
-import { defaultSchema } from '../../migrate/schema-name.js';
+import { defaultSchema } from '../../core/schema-name.js';
 import { consoleLogger, errorMessage, type WebhookLogger } from '../logger.js';
 import { DestinationPolicy, isDestinationRefused, type LookupFunction } from './destination.js';
 import { WebhookEndpoints } from './endpoints.js';
@@ -730,16 +731,4 @@ function encodePayload(payload: unknown): Buffer {
   const json = JSON.stringify(payload);
   if (json === undefined) throw new InvalidArgumentError('a webhook payload must be bytes, text or JSON');
   return Buffer.from(json, 'utf8');
-}
-
-function positive(name: string, value: number): number {
-  if (!Number.isFinite(value) || value <= 0)
-    throw new InvalidArgumentError(`${name} must be a positive number`);
-  return value;
-}
-
-function nonNegative(name: string, value: number): number {
-  if (!Number.isFinite(value) || value < 0)
-    throw new InvalidArgumentError(`${name} must be a non-negative number`);
-  return value;
 }
