@@ -125,7 +125,7 @@ const paths: Record<string, Path> = {
       sql,
       publisher: noop,
       schema: side.schema,
-      cleanupIntervalMs: 0,
+      sweepIntervalMs: 0,
       ...(side.tenant ? { tenants: [side.tenant] } : {}),
     });
     const started = performance.now();

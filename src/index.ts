@@ -16,7 +16,7 @@ export {
   type Migration,
   type MigrateResult,
 } from './migrate/migrate.js';
-export { quoteSchema, defaultSchema } from './migrate/schema-name.js';
+export { quoteSchema, defaultSchema } from './core/schema-name.js';
 export { Idem, createIdem, type OperationContext, type PreparedSpec } from './operations/idem.js';
 export type { CallContext, MultiStepOperation } from './operations/multi-step.js';
 export {

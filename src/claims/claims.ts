@@ -11,8 +11,9 @@ import {
 import { fingerprint } from '../core/fingerprint.js';
 import { validateKey, validateName } from '../core/keys.js';
 import type { Queryable, Sql, Transaction } from '../core/sql.js';
-import { validateTenant, validateTenants } from '../core/tenant.js';
-import { defaultSchema } from '../migrate/schema-name.js';
+import { deletedColumn, sweepInBatches, type SweepOptions, type SweepResult } from '../core/sweeper.js';
+import { validateTenant } from '../core/tenant.js';
+import { defaultSchema } from '../core/schema-name.js';
 import { createBackoff, type Backoff } from '../core/resilience/backoff.js';
 import { positive, positiveInteger } from '../core/validate.js';
 import { isRetryableFailure } from '../client/classify.js';
@@ -551,33 +552,23 @@ export class Claims<Client = unknown> {
   }
 
   /**
-   * Deletes finished tasks past their retention, in batches that skip locked rows. `tenants`
-   * sweeps only those tenants' tasks, each batch pinned to one; default every tenant.
-   * `maxBatches` counts per tenant.
+   * Deletes finished tasks past their retention with their dedupe keys, in batches that skip
+   * locked rows (see `SweepOptions`).
    */
-  async sweep(
-    options: { batchSize?: number; maxBatches?: number; tenants?: readonly string[] } = {},
-  ): Promise<{ deleted: number }> {
-    const batchSize = options.batchSize ?? 1000;
-    const tenants = validateTenants(options.tenants);
-    let deleted = 0;
-    for (const tenant of tenants ?? [null]) {
-      for (let batch = 0; batch < (options.maxBatches ?? Infinity); batch++) {
-        const now = new Date(this.clock.now());
-        const { rows } =
-          tenant === null
-            ? await this.sql.query<{ deleted: number }>(this.statements.sweep, [now, batchSize])
-            : await this.sql.query<{ deleted: number }>(this.statements.sweepTenant, [
-                now,
-                batchSize,
-                tenant,
-              ]);
-        const count = Number(rows[0]?.deleted ?? 0);
-        deleted += count;
-        if (count < batchSize) break;
-      }
-    }
-    return { deleted };
+  async sweep(options: SweepOptions = {}): Promise<SweepResult> {
+    return sweepInBatches(
+      this.sql,
+      this.clock,
+      [
+        {
+          statement: this.statements.sweep,
+          tenantStatement: this.statements.sweepTenant,
+          cutoff: () => new Date(this.clock.now()),
+          rowsOf: deletedColumn,
+        },
+      ],
+      options,
+    );
   }
 }
 

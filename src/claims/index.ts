@@ -23,3 +23,4 @@ export {
   isFenced,
   isKeyReused,
 } from '../core/errors.js';
+export type { RetentionSweepOptions, SweepOptions, SweepResult } from '../core/sweeper.js';

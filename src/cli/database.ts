@@ -5,7 +5,7 @@ import type { Sql } from '../core/sql.js';
 import { booleanSetting } from './settings.js';
 import { startEmbeddedPostgres } from '../embedded/embedded-postgres.js';
 import { migrations } from '../migrate/migrate.js';
-import { quoteSchema } from '../migrate/schema-name.js';
+import { quoteSchema } from '../core/schema-name.js';
 import { CliError, missingTables } from './errors.js';
 
 export interface CliDatabase {

@@ -1,6 +1,6 @@
 import { systemClock, type Clock } from '../core/clock.js';
-import { InvalidArgumentError } from '../core/errors.js';
 import { validateKey } from '../core/keys.js';
+import { positiveInteger } from '../core/validate.js';
 import type { BackoffOptions } from '../core/resilience/backoff.js';
 import { retryDelay } from '../core/resilience/retry-after.js';
 import { sleepUnlessAborted } from '../core/resilience/sleep.js';
@@ -119,7 +119,7 @@ export class ResilientClient {
       options.retryBudget instanceof RetryBudget
         ? options.retryBudget
         : new RetryBudget({ clock: this.clock, ...options.retryBudget });
-    this.maxAttempts = atLeastOne('maxAttempts', options.maxAttempts ?? 4);
+    this.maxAttempts = positiveInteger('maxAttempts', options.maxAttempts ?? 4);
     this.maxRetryAfterMs = options.maxRetryAfterMs ?? 30_000;
     this.timeoutMs = options.timeoutMs ?? 10_000;
     this.keyHeader = options.keyHeader ?? 'Idempotency-Key';
@@ -152,7 +152,7 @@ export class ResilientClient {
     // lost, only the caller can tell whether a repeat is a new intent.
     const mayRetry = replayableBody && (idempotentMethods.has(method) || key !== undefined);
     const maxAttempts =
-      init.retry === false ? 1 : atLeastOne('maxAttempts', init.retry?.maxAttempts ?? this.maxAttempts);
+      init.retry === false ? 1 : positiveInteger('maxAttempts', init.retry?.maxAttempts ?? this.maxAttempts);
     const breaker = this.breaker(url.origin);
     const jitter = new DecorrelatedJitter(this.options.backoff);
     const { idempotencyKey: _k, keyName: _n, retry: _r, timeoutMs: _t, ...fetchInit } = init;
@@ -247,10 +247,4 @@ export async function assertOk(response: Response, clock: Clock = systemClock): 
     classification.retryAfterMs,
     body,
   );
-}
-
-function atLeastOne(name: string, value: number): number {
-  if (!(Number.isInteger(value) && value >= 1))
-    throw new InvalidArgumentError(`${name} must be an integer >= 1`);
-  return value;
 }

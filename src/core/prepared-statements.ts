@@ -3,6 +3,7 @@
  * pooler hands each transaction any server connection, so a statement prepared on one connection
  * is missing on the next (26000) or was already prepared there by another client (42P05).
  */
+import { createHash } from 'node:crypto';
 import { SqlState, sqlStateOf } from './sqlstate.js';
 
 /**
@@ -17,4 +18,23 @@ export function isPreparedStatementMismatch(error: unknown): boolean {
   if (state === SqlState.duplicatePreparedStatement || state === SqlState.invalidSqlStatementName)
     return true;
   return error instanceof Error && mismatchMessage.test(error.message);
+}
+
+/**
+ * A prepared-statement name per statement text: `idem_<prefix>_<key>_<hash of the text>`, so two
+ * schemas (or two versions of a statement) on one connection never collide, and node-postgres
+ * parses and plans each once per connection. `keys` limits the names to the hot statements.
+ */
+export function prepareNames<K extends string>(
+  prefix: string,
+  texts: Record<K, string>,
+  keys: readonly K[] = Object.keys(texts) as K[],
+): Record<K, { name: string }> {
+  const stem = prefix === '' ? 'idem' : `idem_${prefix}`;
+  return Object.fromEntries(
+    keys.map((key) => [
+      key,
+      { name: `${stem}_${key}_${createHash('sha1').update(texts[key]).digest('hex').slice(0, 12)}` },
+    ]),
+  ) as Record<K, { name: string }>;
 }

@@ -3,8 +3,9 @@ import { InvalidArgumentError } from '../core/errors.js';
 import { deriveKey, validateName } from '../core/keys.js';
 import type { Queryable, Sql, Transaction } from '../core/sql.js';
 import { isTransactionRetryable } from '../core/sqlstate.js';
-import { defaultTenant, validateTenant, validateTenants } from '../core/tenant.js';
-import { defaultSchema } from '../migrate/schema-name.js';
+import { sweepInBatches, type SweepOptions, type SweepResult } from '../core/sweeper.js';
+import { defaultTenant, validateTenant } from '../core/tenant.js';
+import { defaultSchema } from '../core/schema-name.js';
 import { renderInboxStatements, type InboxStatements } from './statements.js';
 
 const day = 86_400_000;
@@ -249,29 +250,17 @@ export class Inbox<Client = unknown> {
   }
 
   /**
-   * Deletes records past their retention in short batches. Returns how many. `tenants` sweeps only
-   * those tenants' records, each batch pinned to one tenant (a sweeper per shard or per cell);
-   * default every tenant. `maxBatches` counts per tenant.
+   * Deletes records past their retention in short batches (see `SweepOptions`). `tenants` sweeps
+   * only those tenants' records, each batch pinned to one tenant (a sweeper per shard or per cell).
    */
-  async sweep(
-    options: { batchSize?: number; maxBatches?: number; tenants?: readonly string[] } = {},
-  ): Promise<number> {
-    const batchSize = options.batchSize ?? 1000;
-    const maxBatches = options.maxBatches ?? Infinity;
-    const tenants = validateTenants(options.tenants);
-    let deleted = 0;
-    for (const tenant of tenants ?? [null]) {
-      for (let batch = 0; batch < maxBatches; batch++) {
-        const now = new Date(this.clock.now());
-        const { rowCount } =
-          tenant === null
-            ? await this.sql.query(this.statements.sweep, [now, batchSize])
-            : await this.sql.query(this.statements.sweepTenant, [now, batchSize, tenant]);
-        deleted += rowCount;
-        if (rowCount < batchSize) break;
-      }
-    }
-    return deleted;
+  async sweep(options: SweepOptions = {}): Promise<SweepResult> {
+    const now = () => new Date(this.clock.now());
+    return sweepInBatches(
+      this.sql,
+      this.clock,
+      [{ statement: this.statements.sweep, tenantStatement: this.statements.sweepTenant, cutoff: now }],
+      options,
+    );
   }
 
   private async run<T, TxClient>(

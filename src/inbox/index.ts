@@ -28,3 +28,4 @@ export {
   type JetStreamReceivedMessage,
 } from './jetstream-consumer.js';
 export { MessageWithoutIdError, defaultRetryDelaysMs, type ConsumerRetryOptions } from './retry.js';
+export type { RetentionSweepOptions, SweepOptions, SweepResult } from '../core/sweeper.js';

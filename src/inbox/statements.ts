@@ -1,5 +1,5 @@
-import { createHash } from 'node:crypto';
-import { quoteSchema } from '../migrate/schema-name.js';
+import { prepareNames } from '../core/prepared-statements.js';
+import { quoteSchema } from '../core/schema-name.js';
 
 /**
  * The inbox's SQL, rendered once per schema. Every statement about one message names its tenant
@@ -28,13 +28,7 @@ export interface InboxStatements {
 
 export function renderInboxStatements(schema: string): InboxStatements {
   const texts = renderTexts(schema);
-  const name = (key: 'record' | 'revive' | 'countDuplicate') => ({
-    name: `idem_inbox_${key}_${createHash('sha1').update(texts[key]).digest('hex').slice(0, 12)}`,
-  });
-  return {
-    ...texts,
-    names: { record: name('record'), revive: name('revive'), countDuplicate: name('countDuplicate') },
-  };
+  return { ...texts, names: prepareNames('inbox', texts, ['record', 'revive', 'countDuplicate']) };
 }
 
 function renderTexts(schema: string): Omit<InboxStatements, 'names'> {

@@ -6,7 +6,7 @@
  * machines): what is checked on plain PostgreSQL is that the schema allows it
  * (test/scale-out/distribution.test.ts) and that this list names every table.
  */
-import { quoteSchema } from './schema-name.js';
+import { quoteSchema } from '../core/schema-name.js';
 
 /**
  * Every table of the schema but the migrations bookkeeping, in an order where a table comes after

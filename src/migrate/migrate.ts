@@ -2,7 +2,7 @@ import { readdirSync, readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { MigrationError } from '../core/errors.js';
 import type { Sql } from '../core/sql.js';
-import { defaultSchema, quoteSchema } from './schema-name.js';
+import { defaultSchema, quoteSchema } from '../core/schema-name.js';
 
 /** One numbered migration, with `{{schema}}` already replaced. */
 export interface Migration {

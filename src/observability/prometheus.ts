@@ -10,7 +10,7 @@
  */
 import { Counter, Gauge, Histogram, Registry } from 'prom-client';
 import type { Queryable } from '../core/sql.js';
-import { defaultSchema, quoteSchema } from '../migrate/schema-name.js';
+import { defaultSchema, quoteSchema } from '../core/schema-name.js';
 import type { OperationEvent } from './events.js';
 
 export interface IdemMetricsOptions {

@@ -1,9 +1,9 @@
 import { systemClock, type Clock } from '../core/clock.js';
-import { InvalidArgumentError } from '../core/errors.js';
 import type { Sql } from '../core/sql.js';
 import { validateTenants } from '../core/tenant.js';
+import { nonNegative, positiveInteger } from '../core/validate.js';
 import { PollingWorker, type NextRound } from '../core/worker/polling-worker.js';
-import { defaultSchema } from '../migrate/schema-name.js';
+import { defaultSchema } from '../core/schema-name.js';
 import { createBackoff, type Backoff, type BackoffOptions } from '../core/resilience/backoff.js';
 import { describeError, PublishError } from './errors.js';
 import { NotificationListener, type ListenSource } from './listener.js';
@@ -106,7 +106,9 @@ export interface DispatcherOptions {
    * is marked (fastest). Default 86400000 ms (24 hours).
    */
   publishedRetentionMs?: number;
-  /** How often this dispatcher runs the cleanup. 0 disables it. Default 60000 ms. */
+  /** How often this dispatcher sweeps published rows past `publishedRetentionMs`. 0 disables it. Default 60000 ms. */
+  sweepIntervalMs?: number;
+  /** @deprecated Use `sweepIntervalMs`. */
   cleanupIntervalMs?: number;
   /** Batch loops in this process, each like one more dispatcher. Default 1. */
   concurrency?: number;
@@ -117,7 +119,7 @@ export interface DispatcherOptions {
   /** Called when an event is parked as dead. */
   onDead?: (event: OutboxEvent, error: string) => void;
   /** Errors the dispatcher survives (database, publisher, listener). Default: console.error. */
-  onError?: (error: unknown, where: 'batch' | 'publish' | 'listen' | 'cleanup') => void;
+  onError?: (error: unknown, where: 'batch' | 'publish' | 'listen' | 'sweep') => void;
 }
 
 /** What one batch did. */
@@ -178,7 +180,7 @@ export class OutboxDispatcher {
   private readonly fallbackPollIntervalMs: number;
   private readonly publishTimeoutMs: number;
   private readonly retentionMs: number;
-  private readonly cleanupIntervalMs: number;
+  private readonly sweepIntervalMs: number;
   private readonly concurrency: number;
   private readonly options: DispatcherOptions;
   private readonly listener: NotificationListener | undefined;
@@ -187,7 +189,7 @@ export class OutboxDispatcher {
   private readonly outages: number[];
   /** Earliest retry this process scheduled; the loops wake for it without waiting for a poll. */
   private nextRetryAt = Infinity;
-  private lastCleanupAt = -Infinity;
+  private lastSweepAt = -Infinity;
   private started = false;
 
   constructor(options: DispatcherOptions) {
@@ -218,7 +220,10 @@ export class OutboxDispatcher {
       'publishedRetentionMs',
       options.publishedRetentionMs ?? defaultPublishedRetentionMs,
     );
-    this.cleanupIntervalMs = nonNegative('cleanupIntervalMs', options.cleanupIntervalMs ?? 60_000);
+    this.sweepIntervalMs = nonNegative(
+      'sweepIntervalMs',
+      options.sweepIntervalMs ?? options.cleanupIntervalMs ?? 60_000,
+    );
     this.concurrency = positiveInteger('concurrency', options.concurrency ?? 1);
     this.outages = Array.from({ length: this.concurrency }, () => 0);
     this.worker = new PollingWorker({
@@ -552,7 +557,7 @@ export class OutboxDispatcher {
       return { idleMs: this.outageBackoff(++this.outages[index]!), wakeable: false };
     }
     this.outages[index] = 0;
-    if (index === 0) await this.maybeCleanup();
+    if (index === 0) await this.maybeSweep();
     // More may be waiting: a full batch, or rows pushed aside. (Events added meanwhile notify.)
     if (result.claimed > 0 || result.held > 0) return { idleMs: 0 };
     const untilRetry = this.nextRetryAt - this.clock.now();
@@ -560,23 +565,24 @@ export class OutboxDispatcher {
     return { idleMs: Math.max(0, Math.min(this.currentPollIntervalMs, untilRetry)) };
   }
 
-  private async maybeCleanup(): Promise<void> {
-    if (this.cleanupIntervalMs === 0 || this.retentionMs === 0) return;
+  private async maybeSweep(): Promise<void> {
+    if (this.sweepIntervalMs === 0 || this.retentionMs === 0) return;
     const now = this.clock.now();
-    if (now - this.lastCleanupAt < this.cleanupIntervalMs) return;
-    this.lastCleanupAt = now;
+    if (now - this.lastSweepAt < this.sweepIntervalMs) return;
+    this.lastSweepAt = now;
     try {
-      await this.outbox.cleanup({
-        retentionMs: this.retentionMs,
+      await this.outbox.sweep({
+        olderThanMs: this.retentionMs,
+        // A few batches per round: the loop goes back to publishing; the next round sweeps on.
         maxBatches: 10,
         ...(this.tenants ? { tenants: this.tenants } : {}),
       });
     } catch (error) {
-      this.reportError(error, 'cleanup');
+      this.reportError(error, 'sweep');
     }
   }
 
-  private reportError(error: unknown, where: 'batch' | 'publish' | 'listen' | 'cleanup'): void {
+  private reportError(error: unknown, where: 'batch' | 'publish' | 'listen' | 'sweep'): void {
     if (this.options.onError) this.options.onError(error, where);
     else console.error(`[idem outbox] ${where}: ${describeError(error)}`);
   }
@@ -595,15 +601,4 @@ interface Settled {
 interface DeadEvent {
   event: OutboxEvent;
   error: string;
-}
-
-function positiveInteger(name: string, value: number): number {
-  if (!Number.isInteger(value) || value <= 0)
-    throw new InvalidArgumentError(`${name} must be a positive integer`);
-  return value;
-}
-
-function nonNegative(name: string, value: number): number {
-  if (!(value >= 0)) throw new InvalidArgumentError(`${name} must be >= 0`);
-  return value;
 }

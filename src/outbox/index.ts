@@ -16,6 +16,7 @@ export {
   createOutbox,
   defaultPublishedRetentionMs,
   type CleanupOptions,
+  type OutboxSweepOptions,
   type OutboxOptions,
   type OutboxRecord,
   type OutboxStats,
@@ -55,3 +56,4 @@ export {
   type InDatabasePublisherOptions,
   type Subscriber,
 } from './publishers/in-database.js';
+export type { RetentionSweepOptions, SweepOptions, SweepResult } from '../core/sweeper.js';

@@ -3,8 +3,14 @@ import { systemClock, toMillis, type Clock } from '../core/clock.js';
 import { InvalidArgumentError } from '../core/errors.js';
 import { validateName } from '../core/keys.js';
 import type { Queryable } from '../core/sql.js';
-import { defaultTenant, validateTenant, validateTenants } from '../core/tenant.js';
-import { defaultSchema } from '../migrate/schema-name.js';
+import {
+  cutoffBefore,
+  sweepInBatches,
+  type RetentionSweepOptions,
+  type SweepResult,
+} from '../core/sweeper.js';
+import { defaultTenant, validateTenant } from '../core/tenant.js';
+import { defaultSchema } from '../core/schema-name.js';
 import { renderOutboxStatements, type OutboxStatements } from './statements.js';
 import type { NewOutboxEvent, OutboxEvent } from './types.js';
 
@@ -74,24 +80,21 @@ export interface OutboxRecord extends OutboxEvent {
   deadAt: Date | null;
 }
 
-/** Options of `cleanup`. */
-export interface CleanupOptions {
+/** Options of the outbox's `sweep`. */
+export interface OutboxSweepOptions extends RetentionSweepOptions {
   /** Keep published rows this long after publishing. Default 86400000 ms (24 hours). */
-  retentionMs?: number;
-  /** Rows per delete; each batch is one short autocommit statement. Default 1000. */
-  batchSize?: number;
-  /** Stop after this many batches (per tenant with `tenants`). Default: until nothing is due. */
-  maxBatches?: number;
-  /**
-   * Only these tenants' rows, each batch pinned to one tenant (a cleanup per shard or per cell).
-   * Default: every tenant.
-   */
-  tenants?: readonly string[];
+  olderThanMs?: number;
   /**
    * For Debezium (CDC) setups, where rows are never marked published: delete every row, published
-   * or not, created more than `retentionMs` ago (dead rows are kept). Default false.
+   * or not, created more than `olderThanMs` ago (dead rows are kept). Default false.
    */
   capturedByCdc?: boolean;
+}
+
+/** Options of `cleanup`. @deprecated Use `sweep` and `OutboxSweepOptions` (`olderThanMs`). */
+export interface CleanupOptions extends Omit<OutboxSweepOptions, 'olderThanMs'> {
+  /** Keep published rows this long after publishing. Default 86400000 ms (24 hours). */
+  retentionMs?: number;
 }
 
 export const defaultPublishedRetentionMs = 86_400_000;
@@ -187,33 +190,32 @@ export class Outbox {
     return { revived: Number(rows[0]?.revived ?? 0), released: Number(rows[0]?.released ?? 0) };
   }
 
-  /** Deletes published rows past the retention, in short batches that never wait on a dispatcher. */
-  async cleanup(options: CleanupOptions = {}): Promise<number> {
-    const retentionMs = options.retentionMs ?? defaultPublishedRetentionMs;
-    const batchSize = options.batchSize ?? 1000;
-    const maxBatches = options.maxBatches ?? Infinity;
-    if (!(retentionMs >= 0 && batchSize > 0)) {
-      throw new InvalidArgumentError('cleanup needs retentionMs >= 0 and batchSize > 0');
-    }
-    const tenants = validateTenants(options.tenants);
+  /**
+   * Deletes published rows past the retention, in short batches that never wait on a dispatcher
+   * (see `SweepOptions`).
+   */
+  async sweep(options: OutboxSweepOptions = {}): Promise<SweepResult> {
     const { statements } = this;
-    const cutoff = new Date(this.clock.now() - retentionMs);
-    let deleted = 0;
-    for (const tenant of tenants ?? [null]) {
-      const [statement, params] =
-        tenant === null
-          ? [options.capturedByCdc ? statements.cleanupCaptured : statements.cleanup, [cutoff, batchSize]]
-          : [
-              options.capturedByCdc ? statements.cleanupCapturedTenant : statements.cleanupTenant,
-              [cutoff, batchSize, tenant],
-            ];
-      for (let batch = 0; batch < maxBatches; batch++) {
-        const { rowCount } = await this.db().query(statement, params);
-        deleted += rowCount;
-        if (rowCount < batchSize) break;
-      }
-    }
-    return deleted;
+    const cdc = options.capturedByCdc === true;
+    return sweepInBatches(
+      this.db(),
+      this.clock,
+      [
+        {
+          statement: cdc ? statements.cleanupCaptured : statements.cleanup,
+          tenantStatement: cdc ? statements.cleanupCapturedTenant : statements.cleanupTenant,
+          cutoff: cutoffBefore(this.clock, options.olderThanMs ?? defaultPublishedRetentionMs),
+        },
+      ],
+      options,
+    );
+  }
+
+  /** @deprecated Use `sweep({ olderThanMs })`, which answers `{ deleted, cleared }`. */
+  async cleanup(options: CleanupOptions = {}): Promise<number> {
+    const { retentionMs, ...rest } = options;
+    return (await this.sweep({ ...rest, ...(retentionMs !== undefined ? { olderThanMs: retentionMs } : {}) }))
+      .deleted;
   }
 
   /**

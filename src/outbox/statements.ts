@@ -1,5 +1,6 @@
 import { createHash } from 'node:crypto';
-import { quoteSchema } from '../migrate/schema-name.js';
+import { prepareNames } from '../core/prepared-statements.js';
+import { quoteSchema } from '../core/schema-name.js';
 
 /**
  * The outbox's SQL, rendered once per schema. One statement per hot path step. Statements about
@@ -93,13 +94,7 @@ const eventColumns = `tenant_id, id, aggregatetype, aggregateid, type, payload::
 
 export function renderOutboxStatements(schema: string): OutboxStatements {
   const texts = renderTexts(schema);
-  const names = Object.fromEntries(
-    namedStatements.map((key) => [
-      key,
-      { name: `idem_outbox_${key}_${createHash('sha1').update(texts[key]).digest('hex').slice(0, 12)}` },
-    ]),
-  ) as OutboxStatements['names'];
-  return { ...texts, names };
+  return { ...texts, names: prepareNames('outbox', texts, namedStatements) };
 }
 
 /**

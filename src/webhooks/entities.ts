@@ -8,7 +8,7 @@ import { systemClock, toMillis, type Clock } from '../core/clock.js';
 import { InvalidArgumentError } from '../core/errors.js';
 import type { Queryable, Sql } from '../core/sql.js';
 import { defaultTenant, validateTenant } from '../core/tenant.js';
-import { defaultSchema } from '../migrate/schema-name.js';
+import { defaultSchema } from '../core/schema-name.js';
 import { receiptStatements } from './statements.js';
 
 /** A `sequence` entity whose later versions waited longer than the gap timeout for a missing one. */

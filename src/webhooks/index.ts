@@ -63,6 +63,7 @@ export {
 export {
   WebhookProcessor,
   createWebhookProcessor,
+  processorBackoff,
   normaliseEntity,
   type EntityVersion,
   type WebhookOrdering,
@@ -85,6 +86,8 @@ export {
   WebhookSender,
   createWebhookSender,
   standardRetrySchedule,
+  senderBackoff,
+  defaultMessagesRetentionMs,
   type WebhookMessage,
   type WebhookSenderOptions,
   type AttemptOutcome,
@@ -109,3 +112,5 @@ export {
 } from './sender/sign.js';
 export { parseRetryAfter } from '../core/resilience/retry-after.js';
 export { webhookPublisher, type WebhookPublisherOptions } from './sender/outbox-publisher.js';
+export type { RetentionSweepOptions, SweepOptions, SweepResult } from '../core/sweeper.js';
+export { sweepReceipts, type ReceiptSweepOptions } from './sweep.js';

@@ -23,9 +23,11 @@
 import { systemClock, toMillis, type Clock } from '../core/clock.js';
 import { InvalidArgumentError } from '../core/errors.js';
 import type { Sql, Transaction } from '../core/sql.js';
+import type { SweepOptions, SweepResult } from '../core/sweeper.js';
 import { validateTenant, validateTenants } from '../core/tenant.js';
+import { positiveInteger } from '../core/validate.js';
 import { drainRounds, PollingWorker, type WorkerErrorHandler } from '../core/worker/polling-worker.js';
-import { defaultSchema } from '../migrate/schema-name.js';
+import { defaultSchema } from '../core/schema-name.js';
 import { createBackoff, type BackoffOptions } from '../core/resilience/backoff.js';
 import {
   listParkedEntities,
@@ -38,6 +40,7 @@ import { InvalidWebhookEventError, isInvalidWebhookEvent } from './errors.js';
 import { createEvent, type WebhookEvent } from './event.js';
 import { consoleLogger, errorMessage, type WebhookLogger } from './logger.js';
 import { receiptStatements, type ReceiptStatements } from './statements.js';
+import { sweepReceipts } from './sweep.js';
 
 /**
  * An entity and the version of it that an event carries. How versions are compared depends on the
@@ -462,30 +465,16 @@ export class WebhookProcessor<Client = unknown> {
   }
 
   /**
-   * Deletes applied, superseded, duplicate and unhandled receipts past their retention, in bounded
-   * batches that skip locked rows. Dead and waiting receipts are kept. Entity versions are kept:
-   * they stop a very late replay from moving state backwards after its receipt is gone.
-   * `tenants` (default: the processor's, else every tenant) sweeps tenant by tenant, each batch
-   * pinned to one; `maxBatches` counts per tenant.
+   * Deletes applied, superseded, duplicate and unhandled receipts past their retention: see
+   * `sweepReceipts`. `tenants` defaults to the processor's.
    */
-  async sweep(
-    options: { batchSize?: number; maxBatches?: number; tenants?: readonly string[] } = {},
-  ): Promise<{ deleted: number }> {
-    const batchSize = options.batchSize ?? 1000;
-    const tenants = validateTenants(options.tenants) ?? this.tenants;
-    let deleted = 0;
-    for (const tenant of tenants ?? [null]) {
-      for (let batch = 0; batch < (options.maxBatches ?? 1000); batch++) {
-        const now = new Date(this.clock.now());
-        const { rowCount } =
-          tenant === null
-            ? await this.sql.query(this.statements.sweep, [now, batchSize])
-            : await this.sql.query(this.statements.sweepTenant, [now, batchSize, tenant]);
-        deleted += rowCount;
-        if (rowCount < batchSize) break;
-      }
-    }
-    return { deleted };
+  sweep(options: SweepOptions = {}): Promise<SweepResult> {
+    return sweepReceipts(this.sql, {
+      schema: this.schema,
+      clock: this.clock,
+      ...(this.tenants ? { tenants: this.tenants } : {}),
+      ...options,
+    });
   }
 
   private handlerFor(source: string, type: string | null): ResolvedHandler<Client> | undefined {
@@ -929,10 +918,4 @@ function versionText(value: unknown): string | null {
   if (value === null || value === undefined) return null;
   if (typeof value === 'string') return value;
   return typeof value === 'number' || typeof value === 'bigint' ? value.toString() : JSON.stringify(value);
-}
-
-function positiveInteger(name: string, value: number): number {
-  if (!Number.isSafeInteger(value) || value <= 0)
-    throw new InvalidArgumentError(`${name} must be a positive integer`);
-  return value;
 }

@@ -7,13 +7,14 @@ import { systemClock, type Clock } from '../core/clock.js';
 import { InvalidArgumentError } from '../core/errors.js';
 import type { Queryable } from '../core/sql.js';
 import { defaultTenant, validateTenant } from '../core/tenant.js';
-import { defaultSchema } from '../migrate/schema-name.js';
+import { defaultSchema } from '../core/schema-name.js';
 import { isWebhookRequestError, WebhookBodyTooLargeError, type WebhookRequestError } from './errors.js';
 import { pickHeaders } from './headers.js';
 import { consoleLogger, errorMessage, type WebhookLogger } from './logger.js';
 import { errorAnswer, problemAnswer, type WebhookAnswer } from './problem.js';
 import { receiptStatements, type ReceiptStatements } from './statements.js';
 import type { WebhookHeaders, WebhookVerifier } from './verify/types.js';
+import { positiveInteger } from '../core/validate.js';
 
 /** One sender the receiver accepts, under a name of your choice (`github`, `stripe`, `billing`). */
 export interface WebhookSourceOptions {
@@ -235,10 +236,4 @@ export class WebhookReceiver {
 /** Creates a receiver. See `WebhookReceiverOptions`. */
 export function createWebhookReceiver(options: WebhookReceiverOptions): WebhookReceiver {
   return new WebhookReceiver(options);
-}
-
-function positiveInteger(name: string, value: number): number {
-  if (!Number.isSafeInteger(value) || value <= 0)
-    throw new InvalidArgumentError(`${name} must be a positive integer`);
-  return value;
 }

@@ -2,8 +2,8 @@
  * Every statement of the receiver and its workers, rendered once per schema. Times come from the
  * injected clock as parameters, never from `now()`, so tests move time instead of sleeping.
  */
-import { createHash } from 'node:crypto';
-import { quoteSchema } from '../migrate/schema-name.js';
+import { prepareNames } from '../core/prepared-statements.js';
+import { quoteSchema } from '../core/schema-name.js';
 
 export interface ReceiptStatementTexts {
   insert: string;
@@ -209,17 +209,4 @@ export function receiptStatements(schema: string): ReceiptStatements {
         AND (entity_version <= $3::numeric OR next_attempt_at = 'infinity')`,
   };
   return { ...texts, names: prepareNames('wh', texts) };
-}
-
-/** Names unique to each statement's text (so two schemas on one connection never collide). */
-export function prepareNames<K extends string>(
-  prefix: string,
-  texts: Record<K, string>,
-): Record<K, { name: string }> {
-  return Object.fromEntries(
-    Object.entries<string>(texts).map(([key, text]) => [
-      key,
-      { name: `idem_${prefix}_${key}_${createHash('sha1').update(text).digest('hex').slice(0, 12)}` },
-    ]),
-  ) as Record<K, { name: string }>;
 }

@@ -280,7 +280,7 @@ export async function populate(pool: pg.Pool, schema: string): Promise<Populated
     schema,
     clock,
     publisher,
-    cleanupIntervalMs: 0,
+    sweepIntervalMs: 0,
     onError: () => undefined,
   });
   await dispatcher.drain({ maxBatches: 5 });

@@ -4,7 +4,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { fromPg } from '../../src/adapters/pg.js';
 import { isIdemError } from '../../src/core/errors.js';
 import { migrate, migrations, migrationScript } from '../../src/migrate/migrate.js';
-import { quoteSchema } from '../../src/migrate/schema-name.js';
+import { quoteSchema } from '../../src/core/schema-name.js';
 import { databaseUrl } from '../support/database.js';
 
 describe('migrations', () => {

@@ -22,7 +22,7 @@ import { consolePlugin } from '../../src/console/plugin.js';
 import { isIdemError } from '../../src/core/errors.js';
 import { startEmbeddedPostgres, type EmbeddedDatabase } from '../../src/embedded/embedded-postgres.js';
 import { createInbox } from '../../src/inbox/inbox.js';
-import { quoteSchema } from '../../src/migrate/schema-name.js';
+import { quoteSchema } from '../../src/core/schema-name.js';
 import { createDispatcher, type OutboxDispatcher } from '../../src/outbox/dispatcher.js';
 import { inDatabasePublisher } from '../../src/outbox/publishers/in-database.js';
 import { databaseUrl } from '../support/database.js';

@@ -33,7 +33,7 @@ import { createInbox } from '../../src/inbox/inbox.js';
 import { renderInboxStatements } from '../../src/inbox/statements.js';
 import { citusScript, distributedTables } from '../../src/migrate/citus.js';
 import { migrationScript } from '../../src/migrate/migrate.js';
-import { quoteSchema } from '../../src/migrate/schema-name.js';
+import { quoteSchema } from '../../src/core/schema-name.js';
 import { createIdem } from '../../src/operations/idem.js';
 import { renderStatements } from '../../src/operations/statements.js';
 import { createDispatcher } from '../../src/outbox/dispatcher.js';
@@ -576,7 +576,7 @@ describe('a schema distributable on tenant_id', () => {
     clock.advance(400 * 86_400_000);
     await idem.sweep({ tenants });
     await inbox.sweep({ tenants });
-    await outbox.cleanup({ tenants, retentionMs: 0 });
+    await outbox.sweep({ tenants, olderThanMs: 0 });
     await processor.sweep();
     await claims.sweep({ tenants });
     await createWebhookSender({ sql, schema, clock, tenants }).sweep({ olderThanMs: 0 });

@@ -13,7 +13,7 @@ import { createClaims } from '../../src/claims/claims.js';
 import { ManualClock } from '../../src/core/clock.js';
 import { createInbox } from '../../src/inbox/inbox.js';
 import { migrate, migrations } from '../../src/migrate/migrate.js';
-import { quoteSchema } from '../../src/migrate/schema-name.js';
+import { quoteSchema } from '../../src/core/schema-name.js';
 import { createDispatcher } from '../../src/outbox/dispatcher.js';
 import { createOutbox } from '../../src/outbox/outbox.js';
 import type { OutboxEvent, Publisher } from '../../src/outbox/types.js';

@@ -411,12 +411,12 @@ describe('retention', () => {
         (r: { source: string; state: string }) => `${r.source}:${r.state}`,
       );
     clock.advance(hour + 1);
-    expect(await worker.sweep()).toEqual({ deleted: 1 }); // the short source's receipt
+    expect(await worker.sweep()).toEqual({ deleted: 1, cleared: 0 }); // the short source's receipt
     clock.advance(4 * day - hour - 2);
-    expect(await worker.sweep()).toEqual({ deleted: 0 });
+    expect(await worker.sweep()).toEqual({ deleted: 0, cleared: 0 });
     expect(await states()).toEqual(['billing:applied', 'billing:dead', 'billing:pending', 'github:applied']);
     clock.advance(2);
-    expect(await worker.sweep({ batchSize: 1 })).toEqual({ deleted: 2 });
+    expect(await worker.sweep({ batchSize: 1 })).toEqual({ deleted: 2, cleared: 0 });
     expect(await states()).toEqual(['billing:dead', 'billing:pending']);
   });
 

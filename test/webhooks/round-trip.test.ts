@@ -156,7 +156,7 @@ it('every event takes effect once, through lost answers and retries, on every fr
     schema: db.schema,
     clock,
     publisher,
-    cleanupIntervalMs: 0,
+    sweepIntervalMs: 0,
     onError: () => {},
   });
   const dispatched = await dispatcher.drain();

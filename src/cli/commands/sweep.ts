@@ -4,18 +4,25 @@
  * batches, and prints the count per table. `--only` picks tables. Run it from cron.
  */
 import { createClaims } from '../../claims/claims.js';
+import { systemClock } from '../../core/clock.js';
+import {
+  cutoffBefore,
+  deletedColumn,
+  sweepInBatches,
+  type SweepOptions,
+  type SweepResult,
+} from '../../core/sweeper.js';
 import { createInbox } from '../../inbox/inbox.js';
-import { quoteSchema } from '../../migrate/schema-name.js';
+import { quoteSchema } from '../../core/schema-name.js';
 import { createIdem } from '../../operations/idem.js';
 import { createOutbox, defaultPublishedRetentionMs } from '../../outbox/outbox.js';
-import { createWebhookProcessor } from '../../webhooks/processor.js';
-import { createWebhookSender } from '../../webhooks/sender/sender.js';
-import { createSagas } from '../../workflow/sagas.js';
+import { createWebhookSender, defaultMessagesRetentionMs } from '../../webhooks/sender/sender.js';
+import { sweepReceipts } from '../../webhooks/sweep.js';
+import { renderSagaStatements } from '../../workflow/statements.js';
 import { parseCommand, usageError as commandUsageError } from '../args.js';
 import { checkMigrated, openDatabase, type CliDatabase } from '../database.js';
 
 const day = 86_400_000;
-const defaultMessagesRetentionMs = 30 * day;
 const defaultSagasRetentionMs = 30 * day;
 
 /** What each table's sweep removes, in the order they run. */
@@ -144,51 +151,51 @@ function parseOnly(value: string): Table[] | string {
 /** Sweeps one table; returns what it did, for the table's line. */
 async function sweepTable(db: CliDatabase, table: Table, s: SweepSettings): Promise<string> {
   const { sql } = db;
-  const { schema, batchSize } = s;
-  // Each module's sweep runs one batch per call here, so the pause applies between batches.
-  const batches = async (one: () => Promise<number>): Promise<number> => {
-    let total = 0;
-    for (;;) {
-      const deleted = await one();
-      total += deleted;
-      if (deleted < batchSize) return total;
-      if (s.pauseMs > 0) await new Promise((resolve) => setTimeout(resolve, s.pauseMs));
-    }
-  };
-  const once = { batchSize, maxBatches: 1 };
+  const { schema } = s;
+  // Every table's sweep takes the same options (the pause applies between its batches) and
+  // answers with the same { deleted, cleared }.
+  const options: SweepOptions = { batchSize: s.batchSize, pauseMs: s.pauseMs };
+  const deleted = (result: SweepResult) => `deleted ${result.deleted} rows`;
   switch (table) {
     case 'requests': {
-      const result = await createIdem({ sql, schema }).sweep({ batchSize, pauseMs: s.pauseMs });
+      const result = await createIdem({ sql, schema }).sweep(options);
       return `cleared ${result.resultsCleared} expired results, deleted ${result.rowsDeleted} rows`;
     }
-    case 'inbox': {
-      const inbox = createInbox({ sql, schema });
-      return `deleted ${await batches(() => inbox.sweep(once))} rows`;
-    }
+    case 'inbox':
+      return deleted(await createInbox({ sql, schema }).sweep(options));
     case 'outbox': {
-      const outbox = createOutbox({ sql, schema });
-      const deleted = await batches(() => outbox.cleanup({ ...once, retentionMs: s.outboxRetentionMs }));
-      return `deleted ${deleted} published rows`;
+      const result = await createOutbox({ sql, schema }).sweep({
+        ...options,
+        olderThanMs: s.outboxRetentionMs,
+      });
+      return `deleted ${result.deleted} published rows`;
     }
-    case 'webhook-receipts': {
-      const processor = createWebhookProcessor({ sql, schema, handlers: {} });
-      return `deleted ${await batches(async () => (await processor.sweep(once)).deleted)} rows`;
-    }
-    case 'tasks': {
-      const claims = createClaims({ sql, schema });
-      return `deleted ${await batches(async () => (await claims.sweep(once)).deleted)} rows`;
-    }
-    case 'webhook-messages': {
-      const sender = createWebhookSender({ sql, schema });
-      const deleted = await batches(
-        async () => (await sender.sweep({ ...once, olderThanMs: s.messagesRetentionMs })).deleted,
+    case 'webhook-receipts':
+      return deleted(await sweepReceipts(sql, { ...options, schema }));
+    case 'tasks':
+      return deleted(await createClaims({ sql, schema }).sweep(options));
+    case 'webhook-messages':
+      return deleted(
+        await createWebhookSender({ sql, schema }).sweep({ ...options, olderThanMs: s.messagesRetentionMs }),
       );
-      return `deleted ${deleted} rows`;
-    }
     case 'sagas': {
-      // The saga engine's retention must be positive; 0 here means "every finished saga".
-      const sagas = createSagas({ sql, schema, retentionMs: Math.max(1, s.sagasRetentionMs) });
-      return `deleted ${await batches(async () => (await sagas.sweep(once)).deleted)} rows`;
+      // The saga engine's sweep takes its retention from the engine; here it is chosen per run
+      // (0: every finished saga), so the sagas' statements run on the core sweeper directly.
+      const statements = renderSagaStatements(schema);
+      const result = await sweepInBatches(
+        sql,
+        systemClock,
+        [
+          {
+            statement: statements.sweep,
+            tenantStatement: statements.sweepTenant,
+            cutoff: cutoffBefore(systemClock, s.sagasRetentionMs),
+            rowsOf: deletedColumn,
+          },
+        ],
+        options,
+      );
+      return deleted(result);
     }
   }
 }

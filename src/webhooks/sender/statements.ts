@@ -4,8 +4,8 @@
  * with tenant_id): a tenant's messages fan out to that tenant's endpoints only. The workers' claim,
  * redrive and sweep come in two forms: across every tenant, and pinned to one (`…Tenant`).
  */
-import { quoteSchema } from '../../migrate/schema-name.js';
-import { prepareNames } from '../statements.js';
+import { quoteSchema } from '../../core/schema-name.js';
+import { prepareNames } from '../../core/prepared-statements.js';
 
 const endpointColumns = `tenant_id, id, url, secrets, event_types, enabled, disabled_reason, disabled_at, created_at`;
 

@@ -1,0 +1,238 @@
+/**
+ * One claimed delivery, attempted: signed with every secret of its endpoint, sent through the
+ * endpoint's circuit breaker, and settled in one transaction with its logged attempt: delivered,
+ * retried on the backoff (never earlier than a `Retry-After` asks, capped at `maxRetryAfterMs`),
+ * failed, or gone (410: the endpoint is disabled and its pending deliveries cancelled).
+ */
+import { performance } from 'node:perf_hooks';
+import { ConsecutiveBreaker } from 'cockatiel';
+import type { Clock } from '../../core/clock.js';
+import type { Backoff } from '../../core/resilience/backoff.js';
+import { CircuitBreaker, isCircuitOpen } from '../../core/resilience/circuit-breaker.js';
+import { isUnhealthyStatus } from '../../core/resilience/http-failure.js';
+import { parseRetryAfter, retryDelay } from '../../core/resilience/retry-after.js';
+import type { Sql } from '../../core/sql.js';
+import { errorMessage, type WebhookLogger } from '../logger.js';
+import type { AttemptResult, ClaimedDelivery } from './delivery.js';
+import { isDestinationRefused } from './destination.js';
+import type { ResolvedSenderOptions } from './options.js';
+import { parseSigningSecret, signatureHeader, type SigningKey } from './sign.js';
+import type { SenderStatements } from './statements.js';
+import type { AttemptTransport } from './transport.js';
+
+export class DeliveryAttempts<Client> {
+  private readonly breakers = new Map<string, CircuitBreaker>();
+  private readonly keys = new Map<string, SigningKey>();
+
+  constructor(
+    private readonly sql: Sql<Client>,
+    private readonly statements: SenderStatements,
+    private readonly clock: Clock,
+    private readonly options: ResolvedSenderOptions,
+    private readonly backoff: Backoff,
+    private readonly transport: AttemptTransport,
+    private readonly logger: WebhookLogger,
+  ) {}
+
+  async attempt(row: ClaimedDelivery): Promise<AttemptResult> {
+    const base = {
+      tenant: row.tenant_id,
+      messageId: row.message_id,
+      endpointId: row.endpoint_id,
+      attempt: row.attempts,
+    };
+    const fence = [row.message_id, row.endpoint_id, row.attempts];
+    if (!row.enabled) {
+      await this.sql.query(this.statements.release, [
+        ...fence,
+        'cancelled',
+        new Date(this.clock.now()),
+        'endpoint disabled',
+        row.tenant_id,
+      ]);
+      return { ...base, outcome: 'cancelled' };
+    }
+    if (row.attempts > this.options.maxAttempts) {
+      // Only after lost workers: each claim counted an attempt that never reported back.
+      await this.settle(
+        row,
+        'failed',
+        null,
+        'attempts exhausted: the workers that claimed it never finished',
+      );
+      return { ...base, outcome: 'failed' };
+    }
+
+    const startedAt = this.clock.now();
+    const timestamp = Math.floor(startedAt / 1000);
+    const body = row.payload;
+    const headers: Record<string, string> = {
+      'content-type': row.content_type,
+      'user-agent': this.options.userAgent,
+      'webhook-id': row.message_id,
+      'webhook-timestamp': String(timestamp),
+      'webhook-signature': signatureHeader(
+        row.secrets.map((s) => this.signingKey(s)),
+        row.message_id,
+        timestamp,
+        body,
+      ),
+    };
+
+    const breaker = this.breakerFor(row.tenant_id, row.endpoint_id);
+    const t0 = performance.now();
+    let status: number | undefined;
+    let retryAfterHeader: string | undefined;
+    let failure: unknown;
+    try {
+      const send = () => this.transport.post(row.url, headers, body);
+      const answer = breaker
+        ? await breaker.execute(send, (outcome) =>
+            // A refused destination is no sign of the endpoint's health: it fails on its own, at once.
+            'error' in outcome
+              ? !isDestinationRefused(outcome.error)
+              : isUnhealthyStatus(outcome.value.status),
+          )
+        : await send();
+      status = answer.status;
+      retryAfterHeader = answer.retryAfter;
+    } catch (error) {
+      if (isCircuitOpen(error)) {
+        const next = new Date(
+          this.clock.now() + (this.options.breaker ? this.options.breaker.halfOpenAfterMs : 0),
+        );
+        await this.sql.query(this.statements.release, [
+          ...fence,
+          'pending',
+          next,
+          'circuit open: endpoint failing',
+          row.tenant_id,
+        ]);
+        return { ...base, outcome: 'circuit-open', nextAttemptAt: next };
+      }
+      failure = error;
+    }
+    const latencyMs = performance.now() - t0;
+    const now = this.clock.now();
+
+    let outcome: 'delivered' | 'retry' | 'failed' | 'gone';
+    let retryAfterMs: number | undefined;
+    let next = new Date(now);
+    if (status !== undefined && status >= 200 && status < 300) outcome = 'delivered';
+    else if (status === 410) outcome = 'gone';
+    // Not retried: the same URL resolves to the same kind of address until someone changes it.
+    else if (isDestinationRefused(failure)) outcome = 'failed';
+    else {
+      retryAfterMs = parseRetryAfter(retryAfterHeader, now);
+      if (retryAfterMs !== undefined) retryAfterMs = Math.min(retryAfterMs, this.options.maxRetryAfterMs);
+      if (row.attempts >= this.options.maxAttempts) outcome = 'failed';
+      else {
+        outcome = 'retry';
+        next = new Date(
+          now + retryDelay(this.backoff(row.attempts), retryAfterMs, this.options.maxRetryAfterMs),
+        );
+      }
+    }
+    const error =
+      failure !== undefined ? errorMessage(failure) : outcome === 'delivered' ? null : `HTTP ${status}`;
+
+    await this.sql.transaction(async (tx) => {
+      await tx.query(
+        this.statements.recordAttempt,
+        [
+          row.message_id,
+          row.endpoint_id,
+          row.attempts,
+          new Date(startedAt),
+          status ?? null,
+          latencyMs,
+          outcome,
+          error,
+          retryAfterMs ?? null,
+          row.tenant_id,
+        ],
+        this.statements.names.recordAttempt,
+      );
+      const state = outcome === 'retry' ? 'pending' : outcome === 'gone' ? 'cancelled' : outcome;
+      await tx.query(
+        this.statements.settle,
+        [...fence, state, next, status ?? null, error, new Date(now), row.tenant_id],
+        this.statements.names.settle,
+      );
+      if (outcome === 'gone') {
+        await tx.query(this.statements.disableEndpoint, [
+          row.endpoint_id,
+          'gone: the endpoint answered 410',
+          new Date(now),
+          row.tenant_id,
+        ]);
+        await tx.query(this.statements.cancelEndpointDeliveries, [
+          row.endpoint_id,
+          'endpoint disabled: it answered 410 Gone',
+          row.tenant_id,
+        ]);
+      }
+    });
+
+    const fields = { ...base, status: status ?? null, outcome, latencyMs: Math.round(latencyMs) };
+    if (outcome === 'delivered') this.logger.debug?.('webhook delivered', fields);
+    else if (outcome === 'gone') this.logger.warn?.('webhook endpoint disabled after 410 Gone', fields);
+    else
+      this.logger.warn?.(
+        outcome === 'failed' ? 'webhook delivery failed' : 'webhook delivery will be retried',
+        { ...fields, error },
+      );
+    return {
+      ...base,
+      outcome,
+      status,
+      latencyMs,
+      ...(outcome === 'retry' ? { nextAttemptAt: next } : {}),
+    };
+  }
+
+  private async settle(
+    row: ClaimedDelivery,
+    state: string,
+    status: number | null,
+    error: string,
+  ): Promise<void> {
+    const now = new Date(this.clock.now());
+    await this.sql.query(this.statements.settle, [
+      row.message_id,
+      row.endpoint_id,
+      row.attempts,
+      state,
+      now,
+      status,
+      error,
+      now,
+      row.tenant_id,
+    ]);
+  }
+
+  /** The breaker of one endpoint (in this process), or none when breakers are off. */
+  private breakerFor(tenant: string, endpointId: string): CircuitBreaker | undefined {
+    if (this.options.breaker === false) return undefined;
+    const key = `${tenant}\u0000${endpointId}`;
+    let breaker = this.breakers.get(key);
+    if (!breaker) {
+      breaker = new CircuitBreaker(endpointId, {
+        clock: this.clock,
+        halfOpenAfterMs: this.options.breaker.halfOpenAfterMs,
+        breaker: new ConsecutiveBreaker(this.options.breaker.consecutiveFailures),
+      });
+      this.breakers.set(key, breaker);
+    }
+    return breaker;
+  }
+
+  private signingKey(secret: string): SigningKey {
+    let key = this.keys.get(secret);
+    if (!key) {
+      key = parseSigningSecret(secret);
+      this.keys.set(secret, key);
+    }
+    return key;
+  }
+}
