@@ -9,6 +9,7 @@
  */
 import { sql, type SQL, type SQLWrapper } from 'drizzle-orm';
 import type { QueryResult, Row, Sql, Transaction } from '../core/sql.js';
+import { sqlOf, transactionOf } from './wiring.js';
 
 /** The subset of a Drizzle database or transaction idem uses. */
 export interface DrizzleQueryableLike {
@@ -51,12 +52,9 @@ async function run<R extends Row>(
 }
 
 export function fromDrizzleTransaction<Tx extends DrizzleQueryableLike>(tx: Tx): Transaction<Tx> {
-  return { client: tx, query: (text, params) => run(tx, text, params) };
+  return transactionOf(tx, run);
 }
 
 export function fromDrizzle<Tx extends DrizzleQueryableLike>(db: DrizzleLike<Tx>): Sql<Tx> {
-  return {
-    query: (text, params) => run(db, text, params),
-    transaction: (fn) => db.transaction((tx) => fn(fromDrizzleTransaction(tx))),
-  };
+  return sqlOf(db, run, (fn) => db.transaction(fn));
 }

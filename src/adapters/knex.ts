@@ -19,6 +19,7 @@
  */
 import type { QueryResult, Row, Sql, Transaction } from '../core/sql.js';
 import { toQuestionMarks } from './sql-text.js';
+import { sqlOf, transactionOf } from './wiring.js';
 
 /** The subset of a Knex instance or transaction idem uses. */
 export interface KnexQueryableLike {
@@ -50,13 +51,10 @@ async function run<R extends Row>(
 
 /** The `trx` of your own `knex.transaction(async (trx) => …)`. idem will not commit or roll it back. */
 export function fromKnexTransaction<Trx extends KnexQueryableLike>(trx: Trx): Transaction<Trx> {
-  return { client: trx, query: (text, params) => run(trx, text, params) };
+  return transactionOf(trx, run);
 }
 
 /** A Knex instance: statements run on its pool; `transaction` uses `knex.transaction`. */
 export function fromKnex<Trx extends KnexQueryableLike>(knex: KnexLike<Trx>): Sql<Trx> {
-  return {
-    query: (text, params) => run(knex, text, params),
-    transaction: (fn) => knex.transaction((trx) => fn(fromKnexTransaction(trx))),
-  };
+  return sqlOf(knex, run, (fn) => knex.transaction(fn));
 }

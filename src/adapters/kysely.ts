@@ -9,6 +9,7 @@
  */
 import { CompiledQuery } from 'kysely';
 import type { QueryResult, Row, Sql, Transaction } from '../core/sql.js';
+import { sqlOf, transactionOf } from './wiring.js';
 
 /** The subset of a Kysely instance or transaction idem uses. */
 export interface KyselyQueryableLike {
@@ -33,12 +34,9 @@ async function run<R extends Row>(
 }
 
 export function fromKyselyTransaction<Tx extends KyselyQueryableLike>(trx: Tx): Transaction<Tx> {
-  return { client: trx, query: (text, params) => run(trx, text, params) };
+  return transactionOf(trx, run);
 }
 
 export function fromKysely<Tx extends KyselyQueryableLike>(db: KyselyLike<Tx>): Sql<Tx> {
-  return {
-    query: (text, params) => run(db, text, params),
-    transaction: (fn) => db.transaction().execute((trx) => fn(fromKyselyTransaction(trx))),
-  };
+  return sqlOf(db, run, (fn) => db.transaction().execute(fn));
 }

@@ -13,6 +13,7 @@ import type { PoolClient } from 'pg';
 import { PreparedStatementsUnsupportedError } from '../core/errors.js';
 import { isPreparedStatementMismatch } from '../core/prepared-statements.js';
 import type { QueryOptions, QueryResult, Row, Sql, Transaction } from '../core/sql.js';
+import { transactionOf, type RunStatement } from './wiring.js';
 
 /** The subset of `pg.Pool` idem uses (types only: the core never loads `pg`). */
 export interface PgPoolLike<C extends PgClientLike = PoolClient> extends PgClientLike {
@@ -65,41 +66,39 @@ interface PrepareState {
   turnOff?(error: PreparedStatementsUnsupportedError): void;
 }
 
-async function run<R extends Row>(
-  db: PgClientLike,
-  text: string,
-  params: readonly unknown[] | undefined,
-  options: QueryOptions | undefined,
-  prepare: PrepareState,
-): Promise<QueryResult<R>> {
-  let raw;
-  if (prepare.enabled && options?.name) {
-    try {
-      raw = await db.query({ name: options.name, text, values: params as unknown[] | undefined });
-    } catch (error) {
-      if (!isPreparedStatementMismatch(error)) throw error;
-      const refused = new PreparedStatementsUnsupportedError(options.name, error);
-      prepare.turnOff?.(refused);
-      throw refused;
+/** Runs statements on node-postgres, as named prepared statements while `prepare` is enabled. */
+const runner =
+  (prepare: PrepareState): RunStatement<PgClientLike> =>
+  async <R extends Row>(
+    db: PgClientLike,
+    text: string,
+    params?: readonly unknown[],
+    options?: QueryOptions,
+  ): Promise<QueryResult<R>> => {
+    let raw;
+    if (prepare.enabled && options?.name) {
+      try {
+        raw = await db.query({ name: options.name, text, values: params as unknown[] | undefined });
+      } catch (error) {
+        if (!isPreparedStatementMismatch(error)) throw error;
+        const refused = new PreparedStatementsUnsupportedError(options.name, error);
+        prepare.turnOff?.(refused);
+        throw refused;
+      }
+    } else {
+      raw = await db.query(text, params as unknown[] | undefined);
     }
-  } else {
-    raw = await db.query(text, params as unknown[] | undefined);
-  }
-  // Several statements without parameters (a migration file) come back as an array of results.
-  const result = Array.isArray(raw) ? (raw.at(-1) as typeof raw) : raw;
-  return { rows: result.rows as R[], rowCount: result.rowCount ?? result.rows.length };
-}
+    // Several statements without parameters (a migration file) come back as an array of results.
+    const result = Array.isArray(raw) ? (raw.at(-1) as typeof raw) : raw;
+    return { rows: result.rows as R[], rowCount: result.rowCount ?? result.rows.length };
+  };
 
 /** A transaction on a client the caller already began. Idem will not BEGIN or COMMIT it. */
 export function fromPgClient<C extends PgClientLike>(
   client: C,
   options: PgAdapterOptions = {},
 ): Transaction<C> {
-  return transactionOn(client, { enabled: options.prepare ?? true });
-}
-
-function transactionOn<C extends PgClientLike>(client: C, prepare: PrepareState): Transaction<C> {
-  return { client, query: (text, params, queryOptions) => run(client, text, params, queryOptions, prepare) };
+  return transactionOf(client, runner({ enabled: options.prepare ?? true }));
 }
 
 /** A pool: statements run on any connection; `transaction` checks one out for BEGIN … COMMIT. */
@@ -119,10 +118,11 @@ export function fromPg<Client extends PgClientLike = PoolClient>(
       warn(error);
     },
   };
+  const run = runner(prepare);
   return {
     // A pool hands out any connection; prepared statements are per connection, so pg prepares on
     // first use on each one.
-    query: (text, params, queryOptions) => run(pool, text, params, queryOptions, prepare),
+    query: (text, params, queryOptions) => run(pool, text, params, queryOptions),
     async transaction<T>(fn: (tx: Transaction<Client>) => Promise<T>): Promise<T> {
       const client = await pool.connect();
       let broken: Error | undefined;
@@ -139,7 +139,7 @@ export function fromPg<Client extends PgClientLike = PoolClient>(
       events.on?.('error', onError);
       try {
         await client.query('BEGIN');
-        const value = await fn(transactionOn(client, prepare));
+        const value = await fn(transactionOf(client, run));
         await client.query('COMMIT');
         return value;
       } catch (error) {

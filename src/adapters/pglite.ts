@@ -6,6 +6,7 @@
  * const idem = createIdem({ sql: fromPglite(db) });
  */
 import type { QueryResult, Row, Sql, Transaction } from '../core/sql.js';
+import { sqlOf, transactionOf } from './wiring.js';
 
 /** The subset of a PGlite instance or transaction idem uses. */
 export interface PgliteQueryableLike {
@@ -35,12 +36,9 @@ async function run<R extends Row>(
 }
 
 export function fromPgliteTransaction<Tx extends PgliteQueryableLike>(tx: Tx): Transaction<Tx> {
-  return { client: tx, query: (text, params) => run(tx, text, params) };
+  return transactionOf(tx, run);
 }
 
 export function fromPglite<Tx extends PgliteQueryableLike>(db: PgliteLike<Tx>): Sql<Tx> {
-  return {
-    query: (text, params) => run(db, text, params),
-    transaction: (fn) => db.transaction((tx) => fn(fromPgliteTransaction(tx))),
-  };
+  return sqlOf(db, run, (fn) => db.transaction(fn));
 }

@@ -9,6 +9,7 @@
 import { PreparedStatementsUnsupportedError } from '../core/errors.js';
 import { isPreparedStatementMismatch } from '../core/prepared-statements.js';
 import type { QueryOptions, QueryResult, Row, Sql, Transaction } from '../core/sql.js';
+import { sqlOf, transactionOf, type RunStatement } from './wiring.js';
 
 /** The subset of a postgres.js `Sql` / `TransactionSql` idem uses. */
 export interface PostgresJsLike {
@@ -40,47 +41,44 @@ export interface PostgresJsRootLike<Tx extends PostgresJsLike = PostgresJsLike> 
   begin<T>(fn: (tx: Tx) => Promise<T>): Promise<T>;
 }
 
-async function run<R extends Row>(
-  db: PostgresJsLike,
-  text: string,
-  params: readonly unknown[] | undefined,
-  options: QueryOptions | undefined,
-  prepare: boolean,
-): Promise<QueryResult<R>> {
-  const name = prepare ? options?.name : undefined;
-  // Without parameters the simple protocol is used, so a migration file can hold several statements.
-  const pending =
-    params && params.length > 0
-      ? db.unsafe(text, params as unknown[], { prepare: name !== undefined })
-      : db.unsafe(text).simple();
-  let result;
-  try {
-    result = await pending;
-  } catch (error) {
-    if (name !== undefined && isPreparedStatementMismatch(error)) {
-      throw new PreparedStatementsUnsupportedError(name, error);
+/** Runs statements on postgres.js, as named prepared statements only when `prepare`. */
+const runner =
+  (prepare: boolean): RunStatement<PostgresJsLike> =>
+  async <R extends Row>(
+    db: PostgresJsLike,
+    text: string,
+    params?: readonly unknown[],
+    options?: QueryOptions,
+  ): Promise<QueryResult<R>> => {
+    const name = prepare ? options?.name : undefined;
+    // Without parameters the simple protocol is used, so a migration file can hold several statements.
+    const pending =
+      params && params.length > 0
+        ? db.unsafe(text, params as unknown[], { prepare: name !== undefined })
+        : db.unsafe(text).simple();
+    let result;
+    try {
+      result = await pending;
+    } catch (error) {
+      if (name !== undefined && isPreparedStatementMismatch(error)) {
+        throw new PreparedStatementsUnsupportedError(name, error);
+      }
+      throw error;
     }
-    throw error;
-  }
-  const rows = Array.isArray(result) ? (result as R[]) : [];
-  return { rows: [...rows], rowCount: typeof result.count === 'number' ? result.count : rows.length };
-}
+    const rows = Array.isArray(result) ? (result as R[]) : [];
+    return { rows: [...rows], rowCount: typeof result.count === 'number' ? result.count : rows.length };
+  };
 
 export function fromPostgresJsTransaction<Tx extends PostgresJsLike>(
   tx: Tx,
   options: PostgresJsAdapterOptions = {},
 ): Transaction<Tx> {
-  const prepare = options.prepare ?? true;
-  return { client: tx, query: (text, params, queryOptions) => run(tx, text, params, queryOptions, prepare) };
+  return transactionOf(tx, runner(options.prepare ?? true));
 }
 
 export function fromPostgresJs<Tx extends PostgresJsLike>(
   sql: PostgresJsRootLike<Tx>,
   options: PostgresJsAdapterOptions = {},
 ): Sql<Tx> {
-  const prepare = options.prepare ?? true;
-  return {
-    query: (text, params, queryOptions) => run(sql, text, params, queryOptions, prepare),
-    transaction: (fn) => sql.begin((tx) => fn(fromPostgresJsTransaction(tx, options))),
-  };
+  return sqlOf(sql, runner(options.prepare ?? true), (fn) => sql.begin(fn));
 }

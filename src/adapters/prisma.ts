@@ -25,6 +25,7 @@
  */
 import type { QueryResult, Row, Sql, Transaction } from '../core/sql.js';
 import { returnsRows } from './sql-text.js';
+import { sqlOf, transactionOf } from './wiring.js';
 
 /** The subset of a `PrismaClient` or interactive-transaction client idem uses. */
 export interface PrismaQueryableLike {
@@ -75,7 +76,7 @@ async function run<R extends Row>(
 
 /** The `tx` of your own `prisma.$transaction(async (tx) => …)`. idem will not commit or roll it back. */
 export function fromPrismaTransaction<Tx extends PrismaQueryableLike>(tx: Tx): Transaction<Tx> {
-  return { client: tx, query: (text, params) => run(tx, text, params) };
+  return transactionOf(tx, run);
 }
 
 /** A `PrismaClient`: statements run on it directly; `transaction` opens an interactive transaction. */
@@ -84,8 +85,5 @@ export function fromPrisma<Tx extends PrismaQueryableLike>(
   options: PrismaAdapterOptions = {},
 ): Sql<Tx> {
   const transactionOptions = { ...defaultTransaction, ...options.transaction };
-  return {
-    query: (text, params) => run(prisma, text, params),
-    transaction: (fn) => prisma.$transaction((tx) => fn(fromPrismaTransaction(tx)), transactionOptions),
-  };
+  return sqlOf(prisma, run, (fn) => prisma.$transaction(fn, transactionOptions));
 }

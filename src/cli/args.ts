@@ -49,6 +49,33 @@ export function parseCommand<const O extends Options>(
   return parsed;
 }
 
+/**
+ * Parses `idem <command> <subcommand> [options]`: like `parseCommand`, and the one bare argument
+ * must name one of `subcommands` (a missing or unknown one is a usage error that lists them).
+ */
+export function parseSubcommand<const O extends Options, const S extends string>(
+  command: string,
+  usage: string,
+  argv: string[],
+  subcommands: readonly [S, ...S[]],
+  options: O,
+):
+  | { exitCode: number }
+  | { exitCode?: undefined; subcommand: S; values: ReturnType<typeof parseArgs<Config<O>>>['values'] } {
+  const args = parseCommand(command, usage, argv, options, 1);
+  if (args.exitCode !== undefined) return args;
+  const names =
+    subcommands.length === 1
+      ? subcommands[0]
+      : `${subcommands.slice(0, -1).join(', ')} or ${subcommands.at(-1)}`;
+  const [subcommand] = args.positionals;
+  if (!subcommand) return { exitCode: usageError(command, `missing command: ${names}`) };
+  if (!(subcommands as readonly string[]).includes(subcommand)) {
+    return { exitCode: usageError(command, `unknown command '${subcommand}': ${names}`) };
+  }
+  return { subcommand: subcommand as S, values: args.values };
+}
+
 function printUsage(usage: string): number {
   console.log(usage.trimEnd());
   return 0;

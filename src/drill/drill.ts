@@ -64,6 +64,36 @@ export class DrillContext {
     return `drill-${randomUUID()}`;
   }
 
+  /**
+   * A drill's opening: its verdict, a fresh key (in the verdict's evidence), and the effect count
+   * before anything is sent (undefined without `--count-url`).
+   */
+  async begin(): Promise<{ verdict: Verdict; key: string; before: number | undefined }> {
+    const verdict = new Verdict();
+    const key = this.newKey();
+    verdict.data.key = key;
+    return { verdict, key, before: await this.count() };
+  }
+
+  /**
+   * With `--count-url`: counts again, shows the change since `before`, and checks that it is
+   * `expected` (`problem(change)` says what went wrong). Returns the change, or undefined when
+   * nothing is counted.
+   */
+  async checkCount(
+    verdict: Verdict,
+    before: number | undefined,
+    expected: number,
+    problem: (change: number) => string,
+  ): Promise<number | undefined> {
+    const after = await this.count();
+    if (before === undefined || after === undefined) return undefined;
+    verdict.data.count = { before, after };
+    verdict.show('count', describeCount(before, after));
+    verdict.check(after - before === expected, problem(after - before));
+    return after - before;
+  }
+
   /** Reports what the drill is doing now. */
   step(message: string): void {
     this.onStep(message);

@@ -21,21 +21,11 @@
 import type { IncomingMessage } from 'node:http';
 import type { NextFunction, Request, RequestHandler, Response } from 'express';
 import type { IdempotencyContext } from './context.js';
-import { HttpIdempotency, type Answer, type RequestView } from './engine.js';
+import { HttpIdempotency } from './engine.js';
 import type { IdempotencyOptions } from './options.js';
-import {
-  BodyMalformedError,
-  BodyTooLargeError,
-  declaredLength,
-  parseBody,
-  readNodeBody,
-} from './request-body.js';
-import {
-  captureNodeResponse,
-  rawHeaderValues,
-  writeNodeResponse,
-  type NodeResponseCapture,
-} from './node-response-capture.js';
+import { writeNodeResponse } from './node-response-capture.js';
+import { executeCaptured, nodeRequestView } from './node-request.js';
+import { declaredLength, readNodeBody, readRequestBody } from './request-body.js';
 
 declare global {
   // eslint-disable-next-line @typescript-eslint/no-namespace -- Express's own extension point
@@ -87,16 +77,12 @@ async function handle<Client>(
   next: NextFunction,
 ): Promise<void> {
   if (!engine.covers(req.method)) return next();
-  const [path = '/', query = ''] = req.originalUrl.split('?', 2);
-  const view: RequestView<Request> = {
-    native: req,
-    method: req.method,
-    route: routePattern(req),
-    path,
-    query,
-    keyFields: rawHeaderValues(req.rawHeaders, engine.options.header),
-    contentLength: declaredLength(req.headers['content-length']),
-  };
+  const view = nodeRequestView(
+    req,
+    req,
+    { method: req.method, url: req.originalUrl, route: routePattern(req) },
+    engine.options.header,
+  );
   let admission;
   try {
     admission = await engine.admit(view);
@@ -108,27 +94,21 @@ async function handle<Client>(
 
   let body: unknown = req.body;
   if (body === undefined && hasUnreadBody(req)) {
+    let read;
     try {
-      body = parseBody(await readNodeBody(req, engine.options.maxBodyBytes), req.headers['content-type']);
+      const limit = engine.options.maxBodyBytes;
+      read = await readRequestBody(engine, () => readNodeBody(req, limit), req.headers['content-type']);
     } catch (error) {
-      if (error instanceof BodyTooLargeError) return writeNodeResponse(res, engine.bodyTooLarge());
-      if (error instanceof BodyMalformedError)
-        return writeNodeResponse(res, engine.bodyMalformed(error.message));
       return next(error);
     }
-    req.body = body;
+    if ('problem' in read) return writeNodeResponse(res, read.problem);
+    body = req.body = read.body;
   }
 
-  let capture: NodeResponseCapture | undefined;
-  const answer: Answer = await engine.execute(admission.ticket, body, (context) => {
+  await executeCaptured(engine, admission.ticket, body, res, (context) => {
     req.idem = context;
-    capture = captureNodeResponse(res);
     next(); // the route's handler runs; its response (or the error handler's) is captured
-    return capture.done;
   });
-  if (answer.kind === 'handler') capture!.release();
-  else if (answer.kind === 'problem' && answer.afterHandler && capture) capture.replace(answer.response);
-  else writeNodeResponse(res, answer.response);
 }
 
 /** `/orders/:id` with the router's mount path, or undefined outside a route. */

@@ -22,13 +22,7 @@ import { matchedRoutes } from 'hono/route';
 import type { IdempotencyContext } from './context.js';
 import { HttpIdempotency, type RequestView } from './engine.js';
 import type { CapturedResponse, IdempotencyOptions } from './options.js';
-import {
-  BodyMalformedError,
-  BodyTooLargeError,
-  declaredLength,
-  parseBody,
-  readWebBody,
-} from './request-body.js';
+import { BodyTooLargeError, declaredLength, readRequestBody, readWebBody } from './request-body.js';
 
 /** The context variables the middleware sets: `c.get('idem')`. */
 export interface IdemVariables<Client = unknown> {
@@ -67,18 +61,12 @@ function middleware<Client>(engine: HttpIdempotency<Context, Client>): HonoIdemp
     const admission = await engine.admit(view);
     if (admission.kind === 'answer') return toResponse(admission.response);
 
-    let body: unknown;
-    try {
-      const bytes = await readBody(c, engine.options.maxBodyBytes);
-      body = parseBody(bytes, c.req.header('content-type'));
-    } catch (error) {
-      if (error instanceof BodyTooLargeError) return toResponse(engine.bodyTooLarge());
-      if (error instanceof BodyMalformedError) return toResponse(engine.bodyMalformed(error.message));
-      throw error;
-    }
+    const limit = engine.options.maxBodyBytes;
+    const read = await readRequestBody(engine, () => readBody(c, limit), c.req.header('content-type'));
+    if ('problem' in read) return toResponse(read.problem);
     if (admission.kind === 'pass') return next();
 
-    const answer = await engine.execute(admission.ticket, body, async (context) => {
+    const answer = await engine.execute(admission.ticket, read.body, async (context) => {
       c.set('idem', context);
       await next(); // a handler's throw is already turned into c.res by app.onError
       return captureResponse(c.res);

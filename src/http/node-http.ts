@@ -16,21 +16,11 @@
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { IdempotencyContext } from './context.js';
-import { HttpIdempotency, type RequestView } from './engine.js';
+import { HttpIdempotency } from './engine.js';
 import type { IdempotencyOptions } from './options.js';
-import {
-  captureNodeResponse,
-  rawHeaderValues,
-  writeNodeResponse,
-  type NodeResponseCapture,
-} from './node-response-capture.js';
-import {
-  BodyMalformedError,
-  BodyTooLargeError,
-  declaredLength,
-  parseBody,
-  readNodeBody,
-} from './request-body.js';
+import { writeNodeResponse } from './node-response-capture.js';
+import { executeCaptured, nodeRequestView } from './node-request.js';
+import { readNodeBody, readRequestBody } from './request-body.js';
 
 /** The request a wrapped handler receives. */
 export type IdempotentRequest<Client = unknown> = IncomingMessage & {
@@ -66,16 +56,16 @@ export function withIdempotency<Client = unknown>(
   return async (incoming, res) => {
     const req = incoming as IdempotentRequest<Client>;
     if (!engine.covers(req.method ?? 'GET')) return runHandler(handler, req, res, onError, engine);
-    const [path = '/', query = ''] = (req.url ?? '/').split('?', 2);
-    const view: RequestView<IncomingMessage> = {
-      native: req,
-      method: req.method ?? 'GET',
-      route: typeof route === 'function' ? route(req) : route,
-      path,
-      query,
-      keyFields: rawHeaderValues(req.rawHeaders, engine.options.header),
-      contentLength: declaredLength(req.headers['content-length']),
-    };
+    const view = nodeRequestView(
+      req,
+      req,
+      {
+        method: req.method ?? 'GET',
+        url: req.url ?? '/',
+        route: typeof route === 'function' ? route(req) : route,
+      },
+      engine.options.header,
+    );
     let admission;
     try {
       admission = await engine.admit(view);
@@ -84,28 +74,16 @@ export function withIdempotency<Client = unknown>(
       return writeNodeResponse(res, engine.problem('internal', 'the tenant could not be resolved'));
     }
     if (admission.kind === 'answer') return writeNodeResponse(res, admission.response);
-    let body: unknown;
-    try {
-      body = parseBody(await readNodeBody(req, engine.options.maxBodyBytes), req.headers['content-type']);
-    } catch (error) {
-      if (error instanceof BodyTooLargeError) return writeNodeResponse(res, engine.bodyTooLarge());
-      if (error instanceof BodyMalformedError)
-        return writeNodeResponse(res, engine.bodyMalformed(error.message));
-      throw error;
-    }
-    req.body = body;
+    const limit = engine.options.maxBodyBytes;
+    const read = await readRequestBody(engine, () => readNodeBody(req, limit), req.headers['content-type']);
+    if ('problem' in read) return writeNodeResponse(res, read.problem);
+    req.body = read.body;
     if (admission.kind === 'pass') return runHandler(handler, req, res, onError, engine);
 
-    let capture: NodeResponseCapture | undefined;
-    const answer = await engine.execute(admission.ticket, body, (context) => {
+    await executeCaptured(engine, admission.ticket, read.body, res, (context) => {
       req.idem = context;
-      capture = captureNodeResponse(res);
       void runHandler(handler, req, res, onError, engine);
-      return capture.done;
     });
-    if (answer.kind === 'handler') capture!.release();
-    else if (answer.kind === 'problem' && answer.afterHandler && capture) capture.replace(answer.response);
-    else writeNodeResponse(res, answer.response);
   };
 }
 

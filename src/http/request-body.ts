@@ -5,6 +5,8 @@
  */
 import type { Readable } from 'node:stream';
 import { IdemError, isIdemError } from '../core/errors.js';
+import { readWebStream } from '../core/read-stream.js';
+import type { CapturedResponse } from './captured-response.js';
 
 /** Thrown by the readers when the body passes the limit (answered 413). */
 export class BodyTooLargeError extends IdemError {
@@ -87,32 +89,8 @@ export function readNodeBody(stream: Readable, limit: number): Promise<Uint8Arra
 }
 
 /** Reads a web `ReadableStream` (a fetch `Request` body) with the same limit rule. */
-export async function readWebBody(
-  stream: ReadableStream<Uint8Array> | null,
-  limit: number,
-): Promise<Uint8Array> {
-  if (!stream) return new Uint8Array(0);
-  const reader = stream.getReader();
-  const chunks: Uint8Array[] = [];
-  let size = 0;
-  for (;;) {
-    const { done, value } = await reader.read();
-    if (done) break;
-    size += value.byteLength;
-    if (size > limit) {
-      await reader.cancel().catch(() => undefined);
-      throw new BodyTooLargeError(limit);
-    }
-    chunks.push(value);
-  }
-  if (chunks.length === 1) return chunks[0]!;
-  const body = new Uint8Array(size);
-  let offset = 0;
-  for (const chunk of chunks) {
-    body.set(chunk, offset);
-    offset += chunk.byteLength;
-  }
-  return body;
+export function readWebBody(stream: ReadableStream<Uint8Array> | null, limit: number): Promise<Uint8Array> {
+  return readWebStream(stream, limit, () => new BodyTooLargeError(limit));
 }
 
 /** The `Content-Length` of a request, or undefined when absent or not a number. */
@@ -141,4 +119,28 @@ export function parseBody(bytes: Uint8Array, contentType: string | null | undefi
     return buffer.toString('utf8');
   }
   return buffer;
+}
+
+/** The engine's answers to a body the readers refused: 413 past the limit, 400 for malformed JSON. */
+export interface BodyRefusals {
+  bodyTooLarge(): CapturedResponse;
+  bodyMalformed(detail: string): CapturedResponse;
+}
+
+/**
+ * Reads the body with `read` and parses it by `contentType`. A body past the limit or malformed
+ * comes back as the problem to send instead; any other error (the connection failed) is thrown.
+ */
+export async function readRequestBody(
+  refusals: BodyRefusals,
+  read: () => Promise<Uint8Array>,
+  contentType: string | null | undefined,
+): Promise<{ body: unknown } | { problem: CapturedResponse }> {
+  try {
+    return { body: parseBody(await read(), contentType) };
+  } catch (error) {
+    if (isBodyTooLarge(error)) return { problem: refusals.bodyTooLarge() };
+    if (isBodyMalformed(error)) return { problem: refusals.bodyMalformed(error.message) };
+    throw error;
+  }
 }

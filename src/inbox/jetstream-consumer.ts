@@ -9,7 +9,7 @@ import type { JetStreamMessage, NatsConnectionLike } from '../brokers/nats-types
 import type { Transaction } from '../core/sql.js';
 import { describeError } from '../core/describe-error.js';
 import type { Inbox, InboxContext } from './inbox.js';
-import type { ConsumerCounters } from './rabbitmq-consumer.js';
+import { ConsumerInbox, type ConsumerCounters } from './consumer-inbox.js';
 import { resolveRetry, type ConsumerRetryOptions, type ResolvedRetry } from './retry.js';
 
 /** A delivery as the handler sees it. */
@@ -62,8 +62,9 @@ export interface JetStreamConsumerOptions<Client = unknown> extends ConsumerRetr
 }
 
 export class JetStreamConsumer<Client = unknown> {
-  readonly counters: ConsumerCounters = { processed: 0, duplicates: 0, retried: 0, dead: 0 };
+  readonly counters: ConsumerCounters;
   private readonly retry: ResolvedRetry;
+  private readonly inbox: ConsumerInbox<Client, JetStreamReceivedMessage>;
   private nc: NatsConnection | undefined;
   private messages: ConsumerMessages | undefined;
   private loop: Promise<void> | undefined;
@@ -76,6 +77,11 @@ export class JetStreamConsumer<Client = unknown> {
   constructor(private readonly options: JetStreamConsumerOptions<Client>) {
     this.retry = resolveRetry(options);
     this.owned = 'servers' in options.connection;
+    this.inbox = new ConsumerInbox(
+      { ...options, recordDead: this.retry.recordDead },
+      `jetstream ${options.stream}/${options.durable}`,
+    );
+    this.counters = this.inbox.counters;
   }
 
   async start(): Promise<void> {
@@ -108,7 +114,7 @@ export class JetStreamConsumer<Client = unknown> {
     if (info.config.ack_wait) this.ackWaitMs = info.config.ack_wait / 1_000_000;
     this.messages = await consumer.consume({ max_messages: this.options.maxMessages ?? 64 });
     // The iterator ends on close; it throws if the consumer is deleted under us: report, not crash.
-    this.loop = this.run(this.messages).catch((error: unknown) => this.report(error));
+    this.loop = this.run(this.messages).catch((error: unknown) => this.inbox.report(error));
   }
 
   /** Stops pulling, lets running handlers finish (and ack), and drains an owned connection. */
@@ -122,7 +128,7 @@ export class JetStreamConsumer<Client = unknown> {
     const limit = Math.max(1, this.options.concurrency ?? 1);
     const running = new Set<Promise<void>>();
     for await (const message of messages) {
-      const work = this.deliver(message).catch((error: unknown) => this.report(error));
+      const work = this.deliver(message).catch((error: unknown) => this.inbox.report(error));
       running.add(work);
       void work.finally(() => running.delete(work));
       if (running.size >= limit) await Promise.race(running);
@@ -150,11 +156,7 @@ export class JetStreamConsumer<Client = unknown> {
     let duplicate: boolean;
     const heartbeat = setInterval(() => raw.working(), Math.max(100, this.ackWaitMs / 3));
     try {
-      const result = await this.options.inbox.handle(
-        { consumer: this.options.consumer, messageId: id, ...(tenant === undefined ? {} : { tenant }) },
-        (tx, context) => this.options.handler(tx, message, context),
-      );
-      duplicate = result.duplicate;
+      duplicate = await this.inbox.handle(id, tenant, message);
     } catch (error) {
       clearInterval(heartbeat);
       if (this.retry.retryable(error) && attempt < this.retry.maxAttempts) {
@@ -163,18 +165,13 @@ export class JetStreamConsumer<Client = unknown> {
         return;
       }
       const reason = describeError(error, 1000);
-      if (this.retry.recordDead) {
-        await this.options.inbox.markDead({
-          consumer: this.options.consumer,
-          messageId: id,
-          ...(tenant === undefined ? {} : { tenant }),
-          attempts: attempt,
-          error: reason,
-          origin: `${raw.info.stream}/${raw.subject}`,
-          payload: raw.data,
-          headers,
-        });
-      }
+      await this.inbox.markDead(id, tenant, {
+        attempts: attempt,
+        error: reason,
+        origin: `${raw.info.stream}/${raw.subject}`,
+        payload: raw.data,
+        headers,
+      });
       if (this.termWithReason) raw.term(reason);
       else raw.term();
       this.counters.dead++;
@@ -185,19 +182,10 @@ export class JetStreamConsumer<Client = unknown> {
     // message comes back and the inbox answers "duplicate".
     try {
       await raw.ackAck();
-      if (duplicate) this.counters.duplicates++;
-      else this.counters.processed++;
+      this.inbox.acked(duplicate);
     } catch (error) {
-      this.report(error);
+      this.inbox.report(error);
     }
-  }
-
-  private report(error: unknown): void {
-    if (this.options.onError) this.options.onError(error);
-    else
-      console.error(
-        `[idem inbox] jetstream ${this.options.stream}/${this.options.durable}: ${describeError(error)}`,
-      );
   }
 }
 

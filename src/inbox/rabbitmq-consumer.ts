@@ -9,6 +9,7 @@ import type { Transaction } from '../core/sql.js';
 import { describeError } from '../core/describe-error.js';
 import { connectAmqp } from '../brokers/amqp-connect.js';
 import type { AmqpChannelModel, AmqpConsumeMessage } from '../brokers/amqp-types.js';
+import { ConsumerInbox, type ConsumerCounters } from './consumer-inbox.js';
 import type { Inbox, InboxContext } from './inbox.js';
 import {
   MessageWithoutIdError,
@@ -61,12 +62,8 @@ export interface RabbitMqConsumerOptions<Client = unknown> extends ConsumerRetry
   tenant?: (message: AmqpReceivedMessage) => string | undefined;
 }
 
-export interface ConsumerCounters {
-  processed: number;
-  duplicates: number;
-  retried: number;
-  dead: number;
-}
+// Public here since before the JetStream consumer shared it.
+export type { ConsumerCounters } from './consumer-inbox.js';
 
 /** Header carrying the number of failed deliveries so far. */
 export const attemptsHeader = 'x-idem-attempts';
@@ -81,8 +78,9 @@ export const attemptsHeader = 'x-idem-attempts';
  * await consumer.close();
  */
 export class RabbitMqConsumer<Client = unknown> {
-  readonly counters: ConsumerCounters = { processed: 0, duplicates: 0, retried: 0, dead: 0 };
+  readonly counters: ConsumerCounters;
   private readonly retry: ResolvedRetry;
+  private readonly inbox: ConsumerInbox<Client, AmqpReceivedMessage>;
   private readonly deadLetterQueue: string;
   private model: ChannelModel | undefined;
   private channel: ConfirmChannel | undefined;
@@ -95,6 +93,11 @@ export class RabbitMqConsumer<Client = unknown> {
   constructor(private readonly options: RabbitMqConsumerOptions<Client>) {
     this.retry = resolveRetry(options);
     this.deadLetterQueue = options.deadLetterQueue ?? `${options.queue}.dead`;
+    this.inbox = new ConsumerInbox(
+      { ...options, recordDead: this.retry.recordDead },
+      `rabbitmq ${options.queue}`,
+    );
+    this.counters = this.inbox.counters;
   }
 
   /** Name of the retry queue for a delay. */
@@ -133,10 +136,10 @@ export class RabbitMqConsumer<Client = unknown> {
   private async connect(): Promise<void> {
     const model = await connectAmqp(this.options.connection);
     this.model = model;
-    model.on('error', (error: unknown) => this.report(error));
+    model.on('error', (error: unknown) => this.inbox.report(error));
     model.on('close', () => this.lost(model));
     const channel = await model.createConfirmChannel();
-    channel.on('error', (error: unknown) => this.report(error));
+    channel.on('error', (error: unknown) => this.inbox.report(error));
     channel.on('close', () => this.lost(model));
     await channel.prefetch(this.options.prefetch ?? 16);
     await this.declare(channel);
@@ -149,7 +152,7 @@ export class RabbitMqConsumer<Client = unknown> {
           this.lost(model);
           return;
         }
-        const work = this.deliver(channel, message).catch((error: unknown) => this.report(error));
+        const work = this.deliver(channel, message).catch((error: unknown) => this.inbox.report(error));
         this.inflight.add(work);
         void work.finally(() => this.inflight.delete(work));
       },
@@ -193,7 +196,7 @@ export class RabbitMqConsumer<Client = unknown> {
     const delay = Math.min(30_000, 250 * 2 ** this.reconnects++);
     this.reconnectTimer = setTimeout(() => {
       this.connect().catch((error: unknown) => {
-        this.report(error);
+        this.inbox.report(error);
         this.scheduleReconnect();
       });
     }, delay);
@@ -227,11 +230,7 @@ export class RabbitMqConsumer<Client = unknown> {
     const tenant = this.options.tenant ? this.options.tenant(message) : headerTenant(headers['idem-tenant']);
     let duplicate: boolean;
     try {
-      const result = await this.options.inbox.handle(
-        { consumer: this.options.consumer, messageId: id, ...(tenant === undefined ? {} : { tenant }) },
-        (tx, context) => this.options.handler(tx, message, context),
-      );
-      duplicate = result.duplicate;
+      duplicate = await this.inbox.handle(id, tenant, message);
     } catch (error) {
       if (this.retry.retryable(error) && attempt < this.retry.maxAttempts) {
         await this.redeliverLater(channel, raw, attempt, error);
@@ -241,10 +240,7 @@ export class RabbitMqConsumer<Client = unknown> {
       return;
     }
     // Committed (or already committed by an earlier delivery): only now ack.
-    if (this.ack(channel, raw)) {
-      if (duplicate) this.counters.duplicates++;
-      else this.counters.processed++;
-    }
+    if (this.ack(channel, raw)) this.inbox.acked(duplicate);
   }
 
   private async redeliverLater(
@@ -277,11 +273,8 @@ export class RabbitMqConsumer<Client = unknown> {
       'x-idem-consumer': this.options.consumer,
       'x-idem-queue': this.options.queue,
     });
-    if (id !== null && this.retry.recordDead) {
-      await this.options.inbox.markDead({
-        consumer: this.options.consumer,
-        messageId: id,
-        ...(tenant === undefined ? {} : { tenant }),
+    if (id !== null) {
+      await this.inbox.markDead(id, tenant, {
         attempts: attempt,
         error: reason,
         origin: this.options.queue,
@@ -299,14 +292,9 @@ export class RabbitMqConsumer<Client = unknown> {
       channel.ack(raw);
       return true;
     } catch (error) {
-      this.report(error);
+      this.inbox.report(error);
       return false;
     }
-  }
-
-  private report(error: unknown): void {
-    if (this.options.onError) this.options.onError(error);
-    else console.error(`[idem inbox] rabbitmq ${this.options.queue}: ${describeError(error)}`);
   }
 }
 

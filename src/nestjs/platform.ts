@@ -5,15 +5,10 @@
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { HttpIdempotency, RequestView } from '../http/engine.js';
-import { rawHeaderValues, writeNodeResponse } from '../http/node-response-capture.js';
+import { writeNodeResponse } from '../http/node-response-capture.js';
+import { nodeRequestView } from '../http/node-request.js';
 import type { CapturedResponse } from '../http/options.js';
-import {
-  declaredLength,
-  isBodyMalformed,
-  isBodyTooLarge,
-  parseBody,
-  readNodeBody,
-} from '../http/request-body.js';
+import { declaredLength, readNodeBody, readRequestBody } from '../http/request-body.js';
 import { headerMap } from '../http/response-headers.js';
 
 /** An Express request (an IncomingMessage itself) or a Fastify request (with `raw`). */
@@ -67,16 +62,7 @@ export function requestView<Req>(request: Req, header: string): RequestView<Req>
   const r = request as PlatformRequest;
   const raw = rawRequestOf(request);
   const url = (isFastify(request) ? r.url : r.originalUrl) ?? raw.url ?? '/';
-  const [path = '/', query = ''] = url.split('?', 2);
-  return {
-    native: request,
-    method: r.method,
-    route: routeOf(r),
-    path,
-    query,
-    keyFields: rawHeaderValues(raw.rawHeaders, header),
-    contentLength: declaredLength(raw.headers['content-length']),
-  };
+  return nodeRequestView(request, raw, { method: r.method, url, route: routeOf(r) }, header);
 }
 
 /**
@@ -96,15 +82,10 @@ export async function requestBody<Req>(
     return { problem: engine.bodyTooLarge() };
   }
   if (r.body !== undefined || isFastify(request) || !hasUnreadBody(raw)) return { body: r.body };
-  try {
-    const body = parseBody(await readNodeBody(raw, engine.options.maxBodyBytes), raw.headers['content-type']);
-    r.body = body;
-    return { body };
-  } catch (error) {
-    if (isBodyTooLarge(error)) return { problem: engine.bodyTooLarge() };
-    if (isBodyMalformed(error)) return { problem: engine.bodyMalformed(error.message) };
-    throw error;
-  }
+  const limit = engine.options.maxBodyBytes;
+  const read = await readRequestBody(engine, () => readNodeBody(raw, limit), raw.headers['content-type']);
+  if ('body' in read) r.body = read.body;
+  return read;
 }
 
 function hasUnreadBody(raw: IncomingMessage): boolean {

@@ -4,6 +4,7 @@
  * signed, and verifying it would reject authentic deliveries (or, worse, accept a re-encoding).
  */
 import type { IncomingMessage } from 'node:http';
+import { readWebStream } from '../core/read-stream.js';
 import { RawBodyUnavailableError, WebhookBodyTooLargeError } from './errors.js';
 
 /** Throws 413 when a declared Content-Length is already over the limit. */
@@ -38,32 +39,8 @@ export async function readNodeBody(request: IncomingMessage, limit: number): Pro
 }
 
 /** Reads a Fetch body stream (Hono, Request) to its end, refusing more than `limit` bytes. */
-export async function readWebBody(
-  body: ReadableStream<Uint8Array> | null,
-  limit: number,
-): Promise<Uint8Array> {
-  if (body === null) return new Uint8Array(0);
-  const reader = body.getReader();
-  const chunks: Uint8Array[] = [];
-  let total = 0;
-  for (;;) {
-    const { done, value } = await reader.read();
-    if (done) break;
-    total += value.byteLength;
-    if (total > limit) {
-      await reader.cancel().catch(() => undefined);
-      throw new WebhookBodyTooLargeError(limit);
-    }
-    chunks.push(value);
-  }
-  if (chunks.length === 1) return chunks[0]!;
-  const out = new Uint8Array(total);
-  let offset = 0;
-  for (const chunk of chunks) {
-    out.set(chunk, offset);
-    offset += chunk.byteLength;
-  }
-  return out;
+export function readWebBody(body: ReadableStream<Uint8Array> | null, limit: number): Promise<Uint8Array> {
+  return readWebStream(body, limit, () => new WebhookBodyTooLargeError(limit));
 }
 
 /** The message for a body some parser turned into something other than bytes. */

@@ -1,5 +1,5 @@
 import { createOutbox } from '../../outbox/outbox.js';
-import { integerOption, parseCommand, usageError } from '../args.js';
+import { integerOption, parseSubcommand, usageError } from '../args.js';
 import { checkMigrated, openDatabase } from '../database.js';
 
 const usage = `usage:
@@ -14,29 +14,18 @@ const usage = `usage:
 
 /** `idem outbox <redrive|stats|dead|cleanup>`: operator tools for the outbox. */
 export async function run(argv: string[]): Promise<number> {
-  const args = parseCommand(
-    'outbox',
-    usage,
-    argv,
-    {
-      schema: { type: 'string', default: 'idem' },
-      id: { type: 'string' },
-      topic: { type: 'string' },
-      key: { type: 'string' },
-      all: { type: 'boolean', default: false },
-      limit: { type: 'string', default: '20' },
-      'retention-ms': { type: 'string', default: '86400000' },
-      cdc: { type: 'boolean', default: false },
-    },
-    1,
-  );
+  const args = parseSubcommand('outbox', usage, argv, ['redrive', 'stats', 'dead', 'cleanup'], {
+    schema: { type: 'string', default: 'idem' },
+    id: { type: 'string' },
+    topic: { type: 'string' },
+    key: { type: 'string' },
+    all: { type: 'boolean', default: false },
+    limit: { type: 'string', default: '20' },
+    'retention-ms': { type: 'string', default: '86400000' },
+    cdc: { type: 'boolean', default: false },
+  });
   if (args.exitCode !== undefined) return args.exitCode;
-  const { values, positionals } = args;
-  const [command] = positionals;
-  if (!command) return usageError('outbox', 'missing command: redrive, stats, dead or cleanup');
-  if (!['redrive', 'stats', 'dead', 'cleanup'].includes(command)) {
-    return usageError('outbox', `unknown command '${command}': redrive, stats, dead or cleanup`);
-  }
+  const { values, subcommand: command } = args;
   if (command === 'redrive' && !values.id && !values.topic && !values.all) {
     // Redriving everything is a deliberate act: say so with --all.
     return usageError('outbox', 'redrive needs --id, --topic or --all');

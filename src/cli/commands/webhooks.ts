@@ -1,6 +1,6 @@
 import { isIdemError } from '../../core/errors.js';
 import { listParkedEntities, skipEntityGap } from '../../webhooks/entities.js';
-import { integerOption, parseCommand, usageError } from '../args.js';
+import { integerOption, parseSubcommand, usageError } from '../args.js';
 import { checkMigrated, openDatabase } from '../database.js';
 
 const usage = `usage:
@@ -12,28 +12,17 @@ const usage = `usage:
 
 /** `idem webhooks <parked|skip>`: operator tools for order-aware webhook processing. */
 export async function run(argv: string[]): Promise<number> {
-  const args = parseCommand(
-    'webhooks',
-    usage,
-    argv,
-    {
-      schema: { type: 'string', default: 'idem' },
-      scope: { type: 'string' },
-      key: { type: 'string' },
-      through: { type: 'string' },
-      reason: { type: 'string' },
-      limit: { type: 'string', default: '100' },
-      json: { type: 'boolean', default: false },
-    },
-    1,
-  );
+  const args = parseSubcommand('webhooks', usage, argv, ['parked', 'skip'], {
+    schema: { type: 'string', default: 'idem' },
+    scope: { type: 'string' },
+    key: { type: 'string' },
+    through: { type: 'string' },
+    reason: { type: 'string' },
+    limit: { type: 'string', default: '100' },
+    json: { type: 'boolean', default: false },
+  });
   if (args.exitCode !== undefined) return args.exitCode;
-  const { values, positionals } = args;
-  const [command] = positionals;
-  if (!command) return usageError('webhooks', 'missing command: parked or skip');
-  if (command !== 'parked' && command !== 'skip') {
-    return usageError('webhooks', `unknown command '${command}': parked or skip`);
-  }
+  const { values, subcommand: command } = args;
   const limit = integerOption('limit', values.limit, 1);
   if (typeof limit === 'string') return usageError('webhooks', limit);
   if (command === 'skip' && (!values.scope || !values.key)) {

@@ -73,7 +73,7 @@
 
   /** A timestamp as "3m 12s ago" / "in 20s", with the exact time on hover. */
   function when(iso) {
-    if (!iso) return h('span', { class: 'muted' }, '—');
+    if (!iso) return muted('—');
     const ms = Date.now() - Date.parse(iso);
     const text = ms >= 0 ? `${duration(ms)} ago` : `in ${duration(-ms)}`;
     return h('time', { datetime: iso, title: iso }, text);
@@ -93,7 +93,7 @@
 
   /** A stored body or JSON text: pretty JSON, text, or a hex dump, with its size. */
   function preview(p, label) {
-    if (!p) return h('span', { class: 'muted' }, 'none');
+    if (!p) return muted('none');
     const caption = `${label ? `${label} · ` : ''}${count(p.bytes)} bytes${p.encoding === 'hex' ? ' · binary (hex)' : ''}${
       p.truncated ? ' · truncated' : ''
     }`;
@@ -111,7 +111,7 @@
   }
 
   function headersTable(headers) {
-    if (!headers || headers.length === 0) return h('span', { class: 'muted' }, 'none');
+    if (!headers || headers.length === 0) return muted('none');
     return h(
       'table',
       { class: 'kv' },
@@ -192,7 +192,46 @@
   }
 
   function errorText(text) {
-    return text ? h('span', { class: 'error-text', title: text }, text) : h('span', { class: 'muted' }, '—');
+    return text ? h('span', { class: 'error-text', title: text }, text) : muted('—');
+  }
+
+  function muted(text) {
+    return h('span', { class: 'muted' }, text);
+  }
+
+  /** `text` in monospace, or a muted dash when there is none. */
+  function monoOr(text) {
+    return text ? mono(text) : muted('—');
+  }
+
+  /** A count, in the colour of `kind` (danger, warn) when there is any. */
+  function flaggedCount(n, kind) {
+    return n > 0 && kind ? h('span', { class: `${kind}-text` }, count(n)) : count(n);
+  }
+
+  /** A numeric column per state, counted from each row's `counts`; `flag(state)` colours a count. */
+  function stateCountColumns(states, flag) {
+    return states.map((state) => ({
+      title: state,
+      class: 'num',
+      cell: (row) => flaggedCount(row.counts[state] || 0, flag(state)),
+    }));
+  }
+
+  /** A stat per state, from `counts`; a count of the `alarm` state shows as danger. */
+  function stateStats(states, counts, alarm) {
+    return h(
+      'div',
+      { class: 'stats' },
+      states.map((state) =>
+        stat(state, count(counts[state] || 0), state === alarm && counts[state] > 0 ? 'danger' : ''),
+      ),
+    );
+  }
+
+  /** A message's body and headers, collapsed in a table cell. */
+  function messageDetails(body, label, headers) {
+    return details('show', h('div', {}, preview(body, label), h('h4', {}, 'Headers'), headersTable(headers)));
   }
 
   function flash(message, kind) {
@@ -295,6 +334,8 @@
     ['olderThan=7d', 'Older than 7 days'],
   ];
 
+  const tenantFilter = { name: 'tenant', label: 'Tenant', placeholder: 'exact tenant id' };
+
   function filterForm(fields, params, route) {
     const inputs = {};
     const form = h(
@@ -360,7 +401,7 @@
   }
 
   function lease(row) {
-    if (row.state !== 'pending') return h('span', { class: 'muted' }, '—');
+    if (row.state !== 'pending') return muted('—');
     if (!row.lockedUntil) return badge('no lease', 'stuck');
     const ms = Date.parse(row.lockedUntil) - Date.now();
     return ms > 0
@@ -380,13 +421,13 @@
     {
       title: 'HTTP',
       class: 'num',
-      cell: (r) => (r.status === null ? h('span', { class: 'muted' }, '—') : String(r.status)),
+      cell: (r) => (r.status === null ? muted('—') : String(r.status)),
     },
     { title: 'Fence', class: 'num', cell: (r) => String(r.fence) },
     { title: 'Lease', cell: lease },
     {
       title: 'Recovery point',
-      cell: (r) => (r.recoveryPoint ? mono(r.recoveryPoint) : h('span', { class: 'muted' }, '—')),
+      cell: (r) => monoOr(r.recoveryPoint),
     },
     { title: 'Created', cell: (r) => when(r.createdAt) },
     { title: 'Completed', cell: (r) => when(r.completedAt) },
@@ -434,7 +475,7 @@
         'Every (tenant, operation, key) idem has seen, newest first. Filters match exactly.',
         filterForm(
           [
-            { name: 'tenant', label: 'Tenant', placeholder: 'exact tenant id' },
+            tenantFilter,
             { name: 'operation', label: 'Operation', placeholder: 'exact operation' },
             {
               name: 'state',
@@ -488,7 +529,7 @@
     }
     const leaseText =
       r.lease === 'none'
-        ? h('span', { class: 'muted' }, 'none')
+        ? muted('none')
         : r.lease === 'held'
           ? h('span', {}, `held until `, when(r.lockedUntil))
           : h('span', { class: 'danger-text' }, 'lapsed ', when(r.lockedUntil));
@@ -521,7 +562,7 @@
           ['Fingerprint', mono(r.fingerprint, 'wrap')],
           ['Fence', String(r.fence)],
           ['Lease', leaseText],
-          ['Recovery point', r.recoveryPoint ? mono(r.recoveryPoint) : h('span', { class: 'muted' }, 'none')],
+          ['Recovery point', r.recoveryPoint ? mono(r.recoveryPoint) : muted('none')],
           ['Created', when(r.createdAt)],
           ['Completed', when(r.completedAt)],
           ['Result expires', when(r.expiresAt)],
@@ -624,11 +665,7 @@
       ...extra,
       {
         title: 'Payload',
-        cell: (e) =>
-          details(
-            'show',
-            h('div', {}, preview(e.payload, 'payload'), h('h4', {}, 'Headers'), headersTable(e.headers)),
-          ),
+        cell: (e) => messageDetails(e.payload, 'payload', e.headers),
       },
       ...(trailing || []),
     ];
@@ -665,11 +702,7 @@
           [
             { title: 'Topic', cell: (t) => link('outbox', { topic: t.topic }, mono(t.topic)) },
             { title: 'Pending', class: 'num', cell: (t) => count(t.pending) },
-            {
-              title: 'Dead',
-              class: 'num',
-              cell: (t) => (t.dead > 0 ? h('span', { class: 'danger-text' }, count(t.dead)) : '0'),
-            },
+            { title: 'Dead', class: 'num', cell: (t) => flaggedCount(t.dead, 'danger') },
             { title: 'Lag', cell: (t) => duration(t.oldestPendingAgeMs) },
           ],
           data.topics,
@@ -747,11 +780,7 @@
             { title: 'Consumer', cell: (c) => link('inbox', { consumer: c.consumer }, mono(c.consumer)) },
             { title: 'Processed', class: 'num', cell: (c) => count(c.processed) },
             { title: 'Duplicates', class: 'num', cell: (c) => count(c.duplicates) },
-            {
-              title: 'Dead',
-              class: 'num',
-              cell: (c) => (c.dead > 0 ? h('span', { class: 'danger-text' }, count(c.dead)) : '0'),
-            },
+            { title: 'Dead', class: 'num', cell: (c) => flaggedCount(c.dead, 'danger') },
           ],
           data.consumers,
           { empty: 'No messages recorded yet.', emptyKind: 'neutral' },
@@ -768,22 +797,12 @@
             { title: 'Last error', cell: (m) => errorText(m.lastError) },
             {
               title: 'Origin',
-              cell: (m) => (m.origin ? mono(m.origin) : h('span', { class: 'muted' }, '—')),
+              cell: (m) => monoOr(m.origin),
             },
             { title: 'Dead since', cell: (m) => when(m.processedAt) },
             {
               title: 'Message',
-              cell: (m) =>
-                details(
-                  'show',
-                  h(
-                    'div',
-                    {},
-                    preview(m.payload, 'payload'),
-                    h('h4', {}, 'Headers'),
-                    headersTable(m.headers),
-                  ),
-                ),
+              cell: (m) => messageDetails(m.payload, 'payload', m.headers),
             },
           ],
           data.dead,
@@ -810,18 +829,14 @@
     return [
       { title: 'Source', cell: (r) => mono(r.source) },
       { title: 'Delivery id', cell: (r) => mono(r.deliveryId, 'key') },
-      { title: 'Type', cell: (r) => (r.eventType ? mono(r.eventType) : h('span', { class: 'muted' }, '—')) },
+      { title: 'Type', cell: (r) => monoOr(r.eventType) },
       { title: 'State', cell: (r) => badge(r.state) },
       { title: 'Attempts', class: 'num', cell: (r) => String(r.attempts) },
       ...extra,
       { title: 'Received', cell: (r) => when(r.receivedAt) },
       {
         title: 'Body',
-        cell: (r) =>
-          details(
-            'show',
-            h('div', {}, preview(r.body, 'body'), h('h4', {}, 'Headers'), headersTable(r.headers)),
-          ),
+        cell: (r) => messageDetails(r.body, 'body', r.headers),
       },
     ];
   }
@@ -836,16 +851,9 @@
         table(
           [
             { title: 'Source', cell: (s) => link('webhooks', { source: s.source }, mono(s.source)) },
-            ...receiptStates.map((state) => ({
-              title: state,
-              class: 'num',
-              cell: (s) => {
-                const n = s.counts[state] || 0;
-                return n > 0 && (state === 'dead' || state === 'superseded')
-                  ? h('span', { class: state === 'dead' ? 'danger-text' : 'warn-text' }, count(n))
-                  : count(n);
-              },
-            })),
+            ...stateCountColumns(receiptStates, (state) =>
+              state === 'dead' ? 'danger' : state === 'superseded' ? 'warn' : undefined,
+            ),
             { title: 'Lag', cell: (s) => duration(s.oldestPendingAgeMs) },
           ],
           data.sources,
@@ -909,17 +917,7 @@
       section(
         'Outgoing deliveries',
         'Webhooks this service sends. Endpoint secrets are never shown.',
-        h(
-          'div',
-          { class: 'stats' },
-          deliveryStates.map((state) =>
-            stat(
-              state,
-              count(data.deliveries.counts[state] || 0),
-              state === 'failed' && data.deliveries.counts[state] > 0 ? 'danger' : '',
-            ),
-          ),
-        ),
+        stateStats(deliveryStates, data.deliveries.counts, 'failed'),
         table(
           [
             { title: 'Message', cell: (d) => mono(d.messageId, 'key') },
@@ -979,24 +977,14 @@
         'Claims',
         'Tasks for polling workers: one per (tenant, queue, key), claimed with a lease and a fencing token.',
         filterForm(
-          [
-            { name: 'tenant', label: 'Tenant', placeholder: 'exact tenant id' },
-            { name: 'queue', label: 'Queue', placeholder: 'exact queue' },
-          ],
+          [tenantFilter, { name: 'queue', label: 'Queue', placeholder: 'exact queue' }],
           params,
           'tasks',
         ),
         table(
           [
             { title: 'Queue', cell: (q) => link('tasks', { ...params, queue: q.queue }, mono(q.queue)) },
-            ...taskStates.map((state) => ({
-              title: state,
-              class: 'num',
-              cell: (q) => {
-                const n = q.counts[state] || 0;
-                return state === 'dead' && n > 0 ? h('span', { class: 'danger-text' }, count(n)) : count(n);
-              },
-            })),
+            ...stateCountColumns(taskStates, (state) => (state === 'dead' ? 'danger' : undefined)),
             { title: 'Oldest due', cell: (q) => duration(q.oldestDueAgeMs) },
           ],
           data.queues,
@@ -1076,10 +1064,7 @@
               { title: 'Action key', cell: (st) => mono(st.actionKey, 'key') },
               {
                 title: 'Compensation key',
-                cell: (st) =>
-                  st.compensationKey
-                    ? mono(st.compensationKey, 'key')
-                    : h('span', { class: 'muted' }, 'none'),
+                cell: (st) => (st.compensationKey ? mono(st.compensationKey, 'key') : muted('none')),
               },
               { title: 'Result', cell: (st) => details('show', preview(st.result)) },
             ],
@@ -1100,20 +1085,11 @@
         'Sagas',
         'Steps with compensations persisted before they run.',
         filterForm(
-          [
-            { name: 'tenant', label: 'Tenant', placeholder: 'exact tenant id' },
-            { name: 'saga', label: 'Saga', placeholder: 'exact saga name' },
-          ],
+          [tenantFilter, { name: 'saga', label: 'Saga', placeholder: 'exact saga name' }],
           params,
           'sagas',
         ),
-        h(
-          'div',
-          { class: 'stats' },
-          statuses.map((st) =>
-            stat(st, count(data.counts[st] || 0), st === 'stuck' && data.counts[st] > 0 ? 'danger' : ''),
-          ),
-        ),
+        stateStats(statuses, data.counts, 'stuck'),
       ),
       section(
         countedTitle('sagas-stuck', 'Stuck sagas', data.stuck.length, 'stuck'),

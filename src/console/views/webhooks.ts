@@ -6,27 +6,17 @@
  */
 import type { Queryable } from '../../core/sql.js';
 import { ageMs, iso, num, str, text, type ConsoleDatabase } from '../database.js';
-import { listParkedEntities } from '../../webhooks/entities.js';
+import { listParkedEntities, type ParkedEntity } from '../../webhooks/entities.js';
+import type { WebhookReceipt } from '../../webhooks/processor.js';
 import { limit, optionalName, type Query } from '../params.js';
 import { previewBytes, type BodyPreview } from '../preview.js';
 import { redactHeaders, safeUrl } from '../redact.js';
-
-export const receiptStates = [
-  'pending',
-  'processing',
-  'waiting',
-  'applied',
-  'superseded',
-  'duplicate',
-  'unhandled',
-  'dead',
-] as const;
 
 export interface ReceiptView {
   source: string;
   deliveryId: string;
   eventType: string | null;
-  state: (typeof receiptStates)[number];
+  state: WebhookReceipt['state'];
   attempts: number;
   lastError: string | null;
   receivedAt: string | null;
@@ -40,18 +30,12 @@ export interface ReceiptView {
   body: BodyPreview | null;
 }
 
-export interface ParkedEntityView {
-  scope: string;
-  key: string;
-  appliedVersion: string | null;
-  missingVersion: string | null;
-  waiting: number;
-  lowestWaitingVersion: string | null;
+/** A parked entity as `listParkedEntities` gives it, with its times as ISO text. */
+export type ParkedEntityView = Omit<ParkedEntity, 'waitingSince' | 'parkedAt'> & {
   waitingSince: string | null;
   parkedAt: string | null;
   parkedAgeMs: number | null;
-  reason: string;
-}
+};
 
 export interface WebhooksView {
   sources: { source: string; counts: Record<string, number>; oldestPendingAgeMs: number | null }[];

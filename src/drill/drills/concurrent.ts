@@ -9,18 +9,15 @@
  * says so.
  */
 import { bodyClass, compareBodies, excerpt, histogram, isSuccess } from '../answers.js';
-import { describeCount, Verdict, type Drill } from '../drill.js';
+import type { Drill } from '../drill.js';
 
 export const concurrentDrill: Drill = {
   name: 'concurrent',
   title: 'Concurrent identical requests: one execution, equivalent answers',
   async run(context) {
-    const verdict = new Verdict();
     const n = context.options.concurrency;
-    const key = context.newKey();
-    verdict.data.key = key;
+    const { verdict, key, before } = await context.begin();
     verdict.data.concurrency = n;
-    const before = await context.count();
     context.step(`${n} identical requests in flight`);
     const settled = await Promise.all(Array.from({ length: n }, () => context.sendSettled(key)));
     const answers = settled.map((s) => s.answer);
@@ -80,15 +77,13 @@ export const concurrentDrill: Drill = {
         `${notReplayed} answers are not marked replayed: the request ran ${notReplayed} times`,
       );
     }
-    const after = await context.count();
-    if (before !== undefined && after !== undefined) {
-      verdict.data.count = { before, after };
-      verdict.show('count', describeCount(before, after));
-      verdict.check(
-        after - before === 1,
-        `the count changed by ${after - before} for one intent sent ${n} times (expected +1)`,
-      );
-    } else if (!markersSeen) {
+    const change = await context.checkCount(
+      verdict,
+      before,
+      1,
+      (change) => `the count changed by ${change} for one intent sent ${n} times (expected +1)`,
+    );
+    if (change === undefined && !markersSeen) {
       verdict.note(
         `one execution is inferred from ${n} equivalent bodies only: the server sends no replay marker and no --count-url was given`,
       );
@@ -96,7 +91,7 @@ export const concurrentDrill: Drill = {
     return verdict.outcome(
       `${n} answers, ${histogram(answers.map((a) => a.status))}, 1 distinct body` +
         (markersSeen ? `, ${notReplayed} not replayed` : '') +
-        (before !== undefined && after !== undefined ? `, count +${after - before}` : ''),
+        (change !== undefined ? `, count +${change}` : ''),
     );
   },
 };

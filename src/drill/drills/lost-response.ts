@@ -9,7 +9,7 @@
  * are retried).
  */
 import { compareBodies, isSuccess } from '../answers.js';
-import { describeCount, Verdict, type Drill } from '../drill.js';
+import { describeCount, type Drill } from '../drill.js';
 
 /** Wait before the retry when no count URL shows the effect: long enough for a typical handler. */
 const graceMs = 250;
@@ -19,10 +19,7 @@ export const lostResponseDrill: Drill = {
   name: 'lost-response',
   title: 'A response lost in flight: the retry gets the answer, one effect',
   async run(context) {
-    const verdict = new Verdict();
-    const key = context.newKey();
-    verdict.data.key = key;
-    const before = await context.count();
+    const { verdict, key, before } = await context.begin();
     context.step('sending, then cutting the connection before the answer');
     const cut = await context.sendThenCut(key);
     verdict.data.cut = cut;
@@ -94,18 +91,15 @@ export const lostResponseDrill: Drill = {
         );
       }
     }
-    const after = await context.count();
-    if (before !== undefined && after !== undefined) {
-      verdict.data.count = { before, after };
-      verdict.show('count', describeCount(before, after));
-      verdict.check(
-        after - before === 1,
-        `the count changed by ${after - before} for one intent whose answer was lost (expected +1)`,
-      );
-    }
+    const change = await context.checkCount(
+      verdict,
+      before,
+      1,
+      (change) => `the count changed by ${change} for one intent whose answer was lost (expected +1)`,
+    );
     return verdict.outcome(
       `retry ${retry.answer.status}${markers[0] ? ' replayed' : ''}, second retry ${match}` +
-        (before !== undefined && after !== undefined ? `, count +${after - before}` : ''),
+        (change !== undefined ? `, count +${change}` : ''),
     );
   },
 };

@@ -4,7 +4,7 @@
  * (400 expected) and has no effect.
  */
 import { isClientError } from '../answers.js';
-import { describeCount, skipped, Verdict, type Drill } from '../drill.js';
+import { skipped, Verdict, type Drill } from '../drill.js';
 
 const variants: readonly { label: string; value: string | null }[] = [
   { label: 'no key', value: null },
@@ -40,12 +40,12 @@ export const missingKeyDrill: Drill = {
       }
     }
     verdict.data.answers = answers;
-    const after = await context.count();
-    if (before !== undefined && after !== undefined) {
-      verdict.data.count = { before, after };
-      verdict.show('count', describeCount(before, after));
-      verdict.check(after === before, `the refused requests changed the count by ${after - before}`);
-    }
+    await context.checkCount(
+      verdict,
+      before,
+      0,
+      (change) => `the refused requests changed the count by ${change}`,
+    );
     return verdict.outcome(`refused: ${statuses.join(', ')}`);
   },
 };

@@ -3,16 +3,13 @@
  * same body (byte for byte, or the same JSON), and the replay marker when the server sends one.
  */
 import { compareBodies } from '../answers.js';
-import { checkBaseline, describeCount, Verdict, type Drill } from '../drill.js';
+import { checkBaseline, type Drill } from '../drill.js';
 
 export const replayDrill: Drill = {
   name: 'replay',
   title: 'A replay is equivalent to the first answer',
   async run(context) {
-    const verdict = new Verdict();
-    const key = context.newKey();
-    verdict.data.key = key;
-    const before = await context.count();
+    const { verdict, key, before } = await context.begin();
     context.step('first request');
     const first = await context.send(key);
     verdict.show('first', context.describe(first));
@@ -54,15 +51,12 @@ export const replayDrill: Drill = {
       );
     }
 
-    const after = await context.count();
-    if (before !== undefined && after !== undefined) {
-      verdict.data.count = { before, after };
-      verdict.show('count', describeCount(before, after));
-      verdict.check(
-        after - before === 1,
-        `the count changed by ${after - before} for one intent sent twice (expected +1)`,
-      );
-    }
+    await context.checkCount(
+      verdict,
+      before,
+      1,
+      (change) => `the count changed by ${change} for one intent sent twice (expected +1)`,
+    );
     return verdict.outcome(
       `${first.status} then ${replay.status}${replayMarker ? ' replayed' : ''}; ${match}`,
     );

@@ -33,6 +33,11 @@ const base64UrlPattern = /^[A-Za-z0-9_-]+={0,2}$/;
 /** Signature encodings the verifiers accept. */
 export type SignatureEncoding = 'hex' | 'base64' | 'base64url';
 
+/** Whether `given` equals one of the `expected` MACs; each comparison in constant time. */
+export function matchesOne(expected: readonly Uint8Array[], given: Uint8Array): boolean {
+  return expected.some((mac) => safeEqual(mac, given));
+}
+
 /** Decodes a signature strictly; `undefined` when it is not valid in `encoding`. */
 export function decodeSignature(text: string, encoding: SignatureEncoding): Buffer | undefined {
   if (text.length === 0) return undefined;
@@ -100,6 +105,13 @@ export function resolveTolerance(options: ToleranceOptions, what: string): Toler
     }
   }
   return { pastMs: past * 1000, futureMs: future * 1000 };
+}
+
+/** The signing time from a Unix-seconds `timestamp`; 401 when it lies outside the tolerance. */
+export function signedWithin(timestamp: string, what: string, now: number, tolerance: Tolerance): number {
+  const signedAt = parseUnixSeconds(timestamp, what);
+  checkTolerance(signedAt, now, tolerance);
+  return signedAt;
 }
 
 /** Throws 401 when `signedAt` lies outside the tolerance around `now`, in either direction. */

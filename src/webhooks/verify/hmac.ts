@@ -11,9 +11,9 @@ import {
   decodeSignature,
   eventTypeOf,
   hmac,
+  matchesOne,
   requireHeader,
   resolveTolerance,
-  safeEqual,
   utf8Keys,
   validateDeliveryId,
   type SignatureEncoding,
@@ -130,7 +130,7 @@ export function hmacVerifier(options: HmacOptions): WebhookVerifier {
 
       const parts = signedContent({ body: request.body, timestamp, deliveryId: headerId });
       const expected = keys.map((key) => hmac(algorithm, key, parts));
-      if (!given.some((sig) => expected.some((mac) => safeEqual(mac, sig)))) {
+      if (!given.some((sig) => matchesOne(expected, sig))) {
         throw new WebhookUnauthorizedError('signature-mismatch');
       }
 

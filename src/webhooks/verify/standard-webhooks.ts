@@ -19,16 +19,15 @@ import { createPublicKey, verify as verifySignature, type KeyObject } from 'node
 import { InvalidArgumentError } from '../../core/errors.js';
 import { WebhookMalformedError, WebhookUnauthorizedError } from '../errors.js';
 import {
-  checkTolerance,
   decodeSignature,
   defaultRetentionMs,
   eventTypeOf,
   hmac,
   jsonObject,
-  parseUnixSeconds,
+  matchesOne,
   requireHeader,
   resolveTolerance,
-  safeEqual,
+  signedWithin,
   validateDeliveryId,
 } from './common.js';
 import type { Secret, ToleranceOptions, VerifiedDelivery, WebhookRequest, WebhookVerifier } from './types.js';
@@ -123,8 +122,7 @@ export function standardWebhooksVerifier(options: StandardWebhooksOptions): Webh
       // signature made for another id and timestamp verifies.
       if (id.includes('.')) throw new WebhookMalformedError(`${names.id} must not contain "."`);
       const timestamp = requireHeader(request.headers.get(names.timestamp), names.timestamp);
-      const signedAt = parseUnixSeconds(timestamp, names.timestamp);
-      checkTolerance(signedAt, now, tolerance);
+      const signedAt = signedWithin(timestamp, names.timestamp, now, tolerance);
 
       const prefix = `${id}.${timestamp}.`;
       let supported = false;
@@ -139,7 +137,7 @@ export function standardWebhooksVerifier(options: StandardWebhooksOptions): Webh
           const given = decodeSignature(entry.slice(comma + 1), 'base64');
           if (!given) continue;
           expected ??= keys.map((key) => hmac('sha256', key, [prefix, request.body]));
-          if (expected.some((mac) => safeEqual(mac, given))) return delivered(id, signedAt, request.body);
+          if (matchesOne(expected, given)) return delivered(id, signedAt, request.body);
         } else if (version === 'v1a' && publicKeys.length > 0) {
           supported = true;
           const given = decodeSignature(entry.slice(comma + 1), 'base64');

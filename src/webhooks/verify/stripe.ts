@@ -6,15 +6,14 @@
  */
 import { WebhookMalformedError, WebhookUnauthorizedError } from '../errors.js';
 import {
-  checkTolerance,
   decodeSignature,
   defaultRetentionMs,
   eventTypeOf,
   hmac,
   jsonObject,
-  parseUnixSeconds,
+  matchesOne,
   resolveTolerance,
-  safeEqual,
+  signedWithin,
   utf8Keys,
   validateDeliveryId,
 } from './common.js';
@@ -59,14 +58,13 @@ export function stripeVerifier(options: StripeOptions): WebhookVerifier {
         }
       }
       if (timestamp === undefined) throw new WebhookMalformedError('Stripe-Signature has no timestamp (t)');
-      const signedAt = parseUnixSeconds(timestamp, 'the Stripe-Signature timestamp');
-      checkTolerance(signedAt, now, tolerance);
+      const signedAt = signedWithin(timestamp, 'the Stripe-Signature timestamp', now, tolerance);
       if (v1.length === 0) throw new WebhookUnauthorizedError('signature-unsupported');
 
       const expected = keys.map((key) => hmac('sha256', key, [`${timestamp}.`, request.body]));
       const matched = v1.some((text) => {
         const given = decodeSignature(text, 'hex');
-        return given !== undefined && expected.some((mac) => safeEqual(mac, given));
+        return given !== undefined && matchesOne(expected, given);
       });
       if (!matched) throw new WebhookUnauthorizedError('signature-mismatch');
 
