@@ -14,12 +14,18 @@ import { isTransactionRetryable, SqlState, sqlStateOf } from '../core/sqlstate.j
 import { defaultSchema } from '../migrate/schema-name.js';
 import { observe, type OperationObserver } from '../observability/events.js';
 import { MultiStepRun, type MultiStepOperation } from './multi-step.js';
-import { defaultRetention, type IdemOptions, type OperationSpec } from './options.js';
+import {
+  defaultRetention,
+  type IdemOptions,
+  type OperationSpec,
+  type ReadFirst,
+  type Recording,
+} from './options.js';
 import { toOutcome, type OperationResult, type Outcome } from './outcome.js';
 import { ReplayReadPolicy } from './replay-read.js';
 import { decide, inProgress } from './resolve-existing.js';
 import type { RequestRow } from './request-row.js';
-import { RequestStore, type PreparedSpec, type ReadFirst, type Recording } from './request-store.js';
+import { RequestStore, type PreparedSpec } from './request-store.js';
 import { sweep, type SweepOptions, type SweepResult } from './sweep.js';
 import { defaultHeartbeatMs } from '../steps/engine.js';
 

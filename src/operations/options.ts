@@ -2,9 +2,12 @@ import type { Clock } from '../core/clock.js';
 import type { FingerprintOptions } from '../core/fingerprint.js';
 import type { Sql } from '../core/sql.js';
 import type { OperationObserver } from '../observability/events.js';
-import type { ReadFirst, Recording } from './request-store.js';
 
-export type { ReadFirst, Recording } from './request-store.js';
+/** How `run`/`runIn` record a key; see `IdemOptions.recording`. */
+export type Recording = 'commit' | 'claim';
+
+/** Whether `run`/`runIn` read the key before executing; see `IdemOptions.readFirst`. */
+export type ReadFirst = boolean | 'auto';
 
 const hour = 3_600_000;
 const day = 24 * hour;

@@ -1,4 +1,4 @@
-import type { ReadFirst } from './request-store.js';
+import type { ReadFirst } from './options.js';
 
 /**
  * Below this share of calls that find their key already recorded, `readFirst: 'auto'` skips the

@@ -1,16 +1,10 @@
 import type { Clock } from '../core/clock.js';
 import type { OperationScope } from '../core/errors.js';
 import type { Queryable } from '../core/sql.js';
-import type { RetentionPolicy } from './options.js';
+import type { ReadFirst, Recording, RetentionPolicy } from './options.js';
 import type { Outcome } from './outcome.js';
 import { decodeRequestRow, type RequestRow } from './request-row.js';
 import { renderStatements, type Statements } from './statements.js';
-
-/** How a key is recorded for a single-transaction operation; see `OperationSpec.recording`. */
-export type Recording = 'commit' | 'claim';
-
-/** Whether a replay read goes in front of an execution; see `OperationSpec.readFirst`. */
-export type ReadFirst = boolean | 'auto';
 
 /** A prepared call: validated scope, fingerprint and retention. */
 export interface PreparedSpec {
