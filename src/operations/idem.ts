@@ -15,13 +15,22 @@ import { isTransactionRetryable, SqlState, sqlStateOf } from '../core/sqlstate.j
 import { defaultSchema } from '../migrate/schema-name.js';
 import { observe, type OperationObserver } from '../observability/events.js';
 import { MultiStepRun, type MultiStepOperation } from './multi-step.js';
-import { defaultRetention, type IdemOptions, type OperationSpec, type RetentionPolicy } from './options.js';
+import {
+  defaultRetention,
+  type IdemOptions,
+  type OperationSpec,
+  type ReadFirst,
+  type Recording,
+} from './options.js';
 import { toOutcome, type OperationResult, type Outcome } from './outcome.js';
+import { ReplayReadPolicy } from './replay-read.js';
 import { decide, inProgress } from './resolve-existing.js';
-import { decodeRequestRow, type RequestRow } from './request-row.js';
-import { renderStatements, type Statements } from './statements.js';
+import type { RequestRow } from './request-row.js';
+import { RequestStore, type PreparedSpec } from './request-store.js';
 import { sweep, type SweepOptions, type SweepResult } from './sweep.js';
 import { defaultHeartbeatMs } from '../steps/engine.js';
+
+export type { PreparedSpec } from './request-store.js';
 
 /** Passed to a handler beside the transaction. */
 export interface OperationContext {
@@ -30,14 +39,27 @@ export interface OperationContext {
   deriveKey(name: string): string;
 }
 
-/** A prepared call: validated scope, fingerprint and retention. */
-export interface PreparedSpec {
-  scope: OperationScope;
-  fingerprint: string;
-  retention: RetentionPolicy;
-  waitMs: number;
-  transactionRetries: number;
+type Handler<T, TxClient> = (tx: Transaction<TxClient>, context: OperationContext) => Promise<T | Outcome<T>>;
+
+/**
+ * Thrown inside a commit-time recording transaction when the key already has a row that is not
+ * ours to overwrite: it rolls this execution's writes back, and the caller then answers from the
+ * row (a replay), waits for it (pending), or runs afresh (the row went away).
+ */
+class KeyTaken extends Error {
+  constructor(readonly row: RequestRow | null) {
+    super('the idempotency key was recorded by another execution');
+  }
 }
+
+/** What the caller of `executeAndRecord` learns about a failed attempt. */
+interface Execution {
+  /** The handler threw (as opposed to idem's statements or COMMIT). */
+  handlerFailed: boolean;
+}
+
+/** The savepoint `runIn` rolls back to when another execution recorded the key first. */
+const recordSavepoint = 'idem_record';
 
 /**
  * Keyed operations on one database. Create it once per process with `createIdem`.
@@ -56,20 +78,23 @@ export class Idem<Client = unknown> {
   readonly sql: Sql<Client>;
   readonly schema: string;
   readonly clock: Clock;
-  /** @internal */ readonly statements: Statements;
-  /** @internal */ readonly leaseMs: number;
-  /** @internal */ readonly heartbeatMs: number;
+  private readonly store: RequestStore;
+  private readonly leaseMs: number;
+  private readonly heartbeatMs: number;
   private readonly waitMs: number;
   private readonly minKeyLength: number;
   private readonly transactionRetries: number;
   private readonly retention: IdemOptions['retention'];
+  private readonly recording: Recording;
+  private readonly readFirst: ReadFirst;
+  private readonly replayRead = new ReplayReadPolicy();
   private readonly observer: OperationObserver | undefined;
 
   constructor(options: IdemOptions<Client>) {
     this.sql = options.sql;
     this.schema = options.schema ?? defaultSchema;
-    this.statements = renderStatements(this.schema);
     this.clock = options.clock ?? systemClock;
+    this.store = new RequestStore(this.schema, this.clock);
     this.waitMs = nonNegative('waitMs', options.waitMs ?? 5000);
     this.leaseMs = positive('leaseMs', options.leaseMs ?? 30_000);
     this.heartbeatMs = positive('heartbeatMs', options.heartbeatMs ?? defaultHeartbeatMs(this.leaseMs));
@@ -78,36 +103,68 @@ export class Idem<Client = unknown> {
     this.minKeyLength = positive('minKeyLength', options.minKeyLength ?? 1);
     this.transactionRetries = nonNegative('transactionRetries', options.transactionRetries ?? 3);
     this.retention = options.retention;
+    this.recording = recordingOf(options.recording ?? 'commit');
+    this.readFirst = readFirstOf(options.readFirst ?? 'auto');
     this.observer = options.onEvent;
   }
 
   /**
-   * Runs `handler` once per intent, in a transaction idem opens. The claim, the handler's writes
-   * and the stored result commit together. A retry of a finished key returns the stored result
-   * without running the handler. Throws `KeyReusedError`, `InProgressError`, `ExpiredError`,
-   * `InvalidKeyError`, or `OperationFailedError` (with `retryable` and the handler's error as
-   * `cause`); a handler's throw leaves nothing behind. Serialization failures and deadlocks retry
-   * the whole transaction up to `transactionRetries` times.
+   * Runs `handler` once per intent, in a transaction idem opens. The key's record, the handler's
+   * writes and the stored result commit together. A retry of a finished key returns the stored
+   * result (without running the handler when the read in front is on, see `readFirst`). Throws
+   * `KeyReusedError`, `InProgressError`, `ExpiredError`, `InvalidKeyError`, or
+   * `OperationFailedError` (with `retryable` and the handler's error as `cause`); a handler's throw
+   * leaves nothing behind. Serialization failures and deadlocks retry the whole transaction up to
+   * `transactionRetries` times.
+   *
+   * Every effect of `handler` must be a write in `tx`: with `recording: 'commit'` (the default) a
+   * concurrent duplicate may run it too, and its writes roll back. A handler that calls the
+   * outside world belongs in `steps`, or at least in `recording: 'claim'`.
    */
-  async run<T>(
-    spec: OperationSpec,
-    handler: (tx: Transaction<Client>, context: OperationContext) => Promise<T | Outcome<T>>,
-  ): Promise<OperationResult<T>> {
+  async run<T>(spec: OperationSpec, handler: Handler<T, Client>): Promise<OperationResult<T>> {
     const prepared = this.prepare(spec);
     return observe('idem.run', prepared.scope, this.observer, () => this.runPrepared(prepared, handler));
   }
 
   private async runPrepared<T>(
     prepared: PreparedSpec,
-    handler: (tx: Transaction<Client>, context: OperationContext) => Promise<T | Outcome<T>>,
+    handler: Handler<T, Client>,
   ): Promise<OperationResult<T>> {
+    const { scope } = prepared;
+    const deadline = this.clock.now() + prepared.waitMs;
     // Fast path: a finished key is answered by one indexed read, with no transaction.
-    const replay = await this.tryReplay<T>(this.sql, prepared);
-    if (replay) return replay;
+    if (this.replayRead.shouldRead(scope.operation, prepared.readFirst)) {
+      const row = await this.store.readRow(this.sql, scope);
+      if (row) {
+        this.replayRead.observe(scope.operation, true);
+        const settled = await this.settle<T>(this.sql, prepared, row, deadline);
+        if (settled) return settled;
+      }
+    }
+    const byCommit = prepared.recording === 'commit';
     for (let attempt = 0; ; attempt++) {
+      const execution: Execution = { handlerFailed: false };
       try {
-        return await this.sql.transaction((tx) => this.claimAndRun(tx, tx, prepared, handler));
+        const result = await this.sql.transaction((tx) =>
+          byCommit
+            ? this.executeAndRecord(tx, prepared, handler, execution)
+            : this.claimAndRun(tx, tx, prepared, handler),
+        );
+        this.replayRead.observe(scope.operation, result.replayed);
+        return result;
       } catch (error) {
+        if (error instanceof KeyTaken || execution.handlerFailed) {
+          // Rolled back. Another execution recorded the key (found at commit), or may have (a
+          // handler that failed on the first one's writes, say a unique business key): its
+          // result answers. A failure at COMMIT is not read here: its outcome is unknown.
+          const row = error instanceof KeyTaken ? error.row : await this.readAfterFailure(this.sql, scope);
+          if (row || error instanceof KeyTaken) {
+            this.replayRead.observe(scope.operation, true);
+            const settled = await this.settle<T>(this.sql, prepared, row, deadline);
+            if (settled) return settled;
+            if (error instanceof KeyTaken) continue; // the row went away: run afresh
+          }
+        }
         // A pooler's prepared-statement refusal rolled everything back, and `fromPg` now sends
         // statements unnamed: the same attempt again succeeds.
         const again = isTransactionRetryable(error) || isPreparedStatementsUnsupported(error);
@@ -115,7 +172,7 @@ export class Idem<Client = unknown> {
           await this.clock.sleep(backoff(attempt + 1));
           continue;
         }
-        throw this.classify(error, prepared.scope);
+        throw this.classify(error);
       }
     }
   }
@@ -124,20 +181,67 @@ export class Idem<Client = unknown> {
    * Like `run`, inside a transaction the caller already opened (`fromPgClient(client)`,
    * `fromKysely(trx)`, …). idem's rows commit or roll back with the caller's. If this throws, the
    * caller must roll back. No automatic retry: the caller owns the transaction.
+   *
+   * With `recording: 'commit'` (the default) the handler runs after a savepoint: when another
+   * execution recorded the key first, idem rolls back to it (undoing this handler's writes, and
+   * nothing of the caller's) and returns that execution's result as a replay.
    */
   async runIn<T, TxClient>(
     tx: Transaction<TxClient>,
     spec: OperationSpec,
-    handler: (tx: Transaction<TxClient>, context: OperationContext) => Promise<T | Outcome<T>>,
+    handler: Handler<T, TxClient>,
   ): Promise<OperationResult<T>> {
     const prepared = this.prepare(spec);
     return observe('idem.runIn', prepared.scope, this.observer, async () => {
       try {
-        return await this.claimAndRun(tx, tx, prepared, handler);
+        if (prepared.recording === 'claim') return await this.claimAndRun(tx, tx, prepared, handler);
+        return await this.recordIn(tx, prepared, handler);
       } catch (error) {
-        throw this.classify(error, prepared.scope);
+        throw this.classify(error);
       }
     });
+  }
+
+  /** `runIn` with commit-time recording: savepoint, handler, record; on a taken key, roll back to the savepoint. */
+  private async recordIn<T, TxClient>(
+    tx: Transaction<TxClient>,
+    prepared: PreparedSpec,
+    handler: Handler<T, TxClient>,
+  ): Promise<OperationResult<T>> {
+    const { scope } = prepared;
+    const deadline = this.clock.now() + prepared.waitMs;
+    if (this.replayRead.shouldRead(scope.operation, prepared.readFirst)) {
+      const row = await this.store.readRow(tx, scope);
+      if (row) {
+        this.replayRead.observe(scope.operation, true);
+        const settled = await this.settle<T>(tx, prepared, row, deadline);
+        if (settled) return settled;
+      }
+    }
+    for (;;) {
+      await tx.query(`SAVEPOINT ${recordSavepoint}`);
+      const execution: Execution = { handlerFailed: false };
+      try {
+        const result = await this.executeAndRecord(tx, prepared, handler, execution);
+        this.replayRead.observe(scope.operation, false);
+        return result;
+      } catch (error) {
+        if (!(error instanceof KeyTaken || execution.handlerFailed)) throw error;
+        // Undo this execution's writes (and leave an aborted statement behind), keep the caller's.
+        try {
+          await tx.query(`ROLLBACK TO SAVEPOINT ${recordSavepoint}`);
+        } catch {
+          throw error; // the connection is gone: the caller rolls back
+        }
+        const row = error instanceof KeyTaken ? error.row : await this.readAfterFailure(tx, scope);
+        if (!row && !(error instanceof KeyTaken)) throw error;
+        this.replayRead.observe(scope.operation, true);
+        const settled = await this.settle<T>(tx, prepared, row, deadline);
+        if (settled) return settled;
+        if (!(error instanceof KeyTaken)) throw error;
+        // The row went away (swept, or a multi-step execution freed it): run afresh.
+      }
+    }
   }
 
   /**
@@ -158,20 +262,25 @@ export class Idem<Client = unknown> {
     body: (op: MultiStepOperation<Client>) => Promise<T | Outcome<T>>,
   ): Promise<OperationResult<T>> {
     const prepared = this.prepare(spec);
+    const environment = {
+      sql: this.sql,
+      store: this.store,
+      leaseMs: this.leaseMs,
+      heartbeatMs: this.heartbeatMs,
+    };
     return observe('idem.steps', prepared.scope, this.observer, () =>
-      new MultiStepRun<T, Client>(this, prepared, body).execute(),
+      new MultiStepRun<T, Client>(environment, prepared, body).execute(),
     );
   }
 
   /** Reads a key's row, or null. For tools and tests. */
-  async inspect(scope: OperationScope): Promise<RequestRow | null> {
-    const { rows } = await this.sql.query(this.statements.read, [scope.tenant, scope.operation, scope.key]);
-    return rows[0] ? decodeRequestRow(rows[0]) : null;
+  inspect(scope: OperationScope): Promise<RequestRow | null> {
+    return this.store.readRow(this.sql, scope);
   }
 
   /** Clears expired results and deletes rows past their tombstone, in small batches. */
   sweep(options: SweepOptions = {}): Promise<SweepResult> {
-    return sweep(this.sql, this.statements, this.clock, options);
+    return sweep(this.sql, this.store.statements, this.clock, options);
   }
 
   /** Validates a spec and computes its fingerprint and retention. */
@@ -197,87 +306,122 @@ export class Idem<Client = unknown> {
         'transactionRetries',
         spec.transactionRetries ?? this.transactionRetries,
       ),
+      recording: spec.recording === undefined ? this.recording : recordingOf(spec.recording),
+      readFirst: spec.readFirst === undefined ? this.readFirst : readFirstOf(spec.readFirst),
     };
   }
 
-  /** @internal Reads the key and returns a replay if it is finished; throws its refusal if any. */
-  async tryReplay<T>(db: Queryable, prepared: PreparedSpec): Promise<OperationResult<T> | null> {
-    const row = await this.readRow(db, prepared.scope);
-    if (!row) return null;
-    const decision = decide<T>(prepared.scope, row, prepared.fingerprint, this.clock.now());
-    return decision.kind === 'replay' ? decision.result : null;
+  /**
+   * What an existing row answers: its replay, or its refusal (thrown); a pending row is waited
+   * for until `deadline`. Null: there is no row (any more), or its tombstone passed: run afresh.
+   */
+  private async settle<T>(
+    db: Queryable,
+    prepared: PreparedSpec,
+    found: RequestRow | null,
+    deadline: number,
+  ): Promise<OperationResult<T> | null> {
+    const { scope } = prepared;
+    for (let row = found; row; row = await this.store.readRow(db, scope)) {
+      const now = this.clock.now();
+      const decision = decide<T>(scope, row, prepared.fingerprint, now);
+      if (decision.kind === 'replay') return decision.result;
+      if (decision.kind === 'forgotten') return null;
+      // A committed pending row belongs to a multi-step execution: wait for it, boundedly.
+      if (now >= deadline) throw inProgress(scope, row, now);
+      await this.clock.sleep(Math.min(50, deadline - now));
+    }
+    return null;
   }
 
-  /** @internal */
-  async readRow(db: Queryable, scope: OperationScope): Promise<RequestRow | null> {
-    const { rows } = await db.query(
-      this.statements.read,
-      [scope.tenant, scope.operation, scope.key],
-      this.statements.names.read,
-    );
-    return rows[0] ? decodeRequestRow(rows[0]) : null;
+  /** After a failed execution: the key's row if another execution recorded it; null if none or unreadable. */
+  private async readAfterFailure(db: Queryable, scope: OperationScope): Promise<RequestRow | null> {
+    try {
+      return await this.store.readRow(db, scope);
+    } catch {
+      return null; // the database went away too: the execution's own failure is the answer
+    }
+  }
+
+  /** Turns a thrown value into what the caller sees. */
+  private classify(error: unknown): unknown {
+    if (isIdemError(error)) return error;
+    return new OperationFailedError(error, isRetryable(error));
   }
 
   /**
-   * @internal Parameters shared by every claim statement: $1..$3 scope, $4 fingerprint, $5..$8 times.
-   * A single-transaction claim fixes the retention now (it commits together with its result); a
-   * multi-step claim keeps the whole tombstone window until `completeLate` sets it from completion.
+   * Commit-time recording: runs the handler, then inserts the completed record as the last
+   * statement of its transaction. When the key already has a row, a past tombstone is taken over
+   * in place; another fingerprint, an expired result or a stored failure is thrown (rolling the
+   * handler's writes back); anything else throws `KeyTaken`, which rolls them back too.
    */
-  claimParams(prepared: PreparedSpec, lockedUntil: number | null): unknown[] {
-    const now = this.clock.now();
-    const { scope, retention } = prepared;
-    const resultMs = lockedUntil === null ? retention.resultMs : retention.tombstoneMs;
-    return [
-      scope.tenant,
-      scope.operation,
-      scope.key,
-      prepared.fingerprint,
-      lockedUntil === null ? null : new Date(lockedUntil),
-      new Date(now),
-      new Date(now + resultMs),
-      new Date(now + retention.tombstoneMs),
-    ];
+  private async executeAndRecord<T, TxClient>(
+    tx: Transaction<TxClient>,
+    prepared: PreparedSpec,
+    handler: Handler<T, TxClient>,
+    execution: Execution,
+  ): Promise<OperationResult<T>> {
+    const { scope } = prepared;
+    const { statements } = this.store;
+    let outcome: Outcome<T>;
+    try {
+      outcome = toOutcome(await handler(tx, this.contextOf(scope)));
+    } catch (error) {
+      execution.handlerFailed = true;
+      throw error;
+    }
+    const params = this.store.recordParams(prepared, outcome);
+    const { rows } = await this.bounded(prepared, () =>
+      tx.query<{ recorded: number }>(
+        statements.record,
+        [...params, waitInterval(prepared, this.clock.now())],
+        statements.names.record,
+      ),
+    );
+    if (Number(rows[0]?.recorded) !== 1) {
+      // The duplicate that got here first has committed (the insert waited for it), so a
+      // statement from now on sees its row.
+      const row = await this.store.readRow(tx, scope);
+      if (!row) throw new KeyTaken(null);
+      const decision = decide<T>(scope, row, prepared.fingerprint, this.clock.now());
+      if (decision.kind !== 'forgotten') throw new KeyTaken(row);
+      const reclaimed = await tx.query(statements.recordOverForgotten, params);
+      if (reclaimed.rowCount !== 1) throw new KeyTaken(null);
+      await tx.query(statements.forgetSteps, [scope.tenant, scope.operation, scope.key]);
+    }
+    return freshResult(outcome);
   }
 
-  /** @internal The parameters of `complete` ($1..$10) and `completeLate` ($1..$12). */
-  completeParams(prepared: PreparedSpec, fence: number, outcome: Outcome<unknown>, late = false): unknown[] {
-    const now = this.clock.now();
-    const { scope, retention } = prepared;
-    const params = [
-      scope.tenant,
-      scope.operation,
-      scope.key,
-      fence,
-      outcome.state,
-      JSON.stringify(outcome.value ?? null),
-      outcome.body ?? null,
-      outcome.resource?.type ?? null,
-      outcome.resource?.id ?? null,
-      new Date(now),
-    ];
-    if (late) params.push(new Date(now + retention.resultMs), new Date(now + retention.tombstoneMs));
-    return params;
+  private contextOf(scope: OperationScope): OperationContext {
+    return { scope, deriveKey: (name) => deriveKey(scope, name) };
   }
 
-  /** @internal Turns a thrown value into what the caller sees. */
-  classify(error: unknown, _scope: OperationScope): unknown {
-    if (isIdemError(error)) return error;
-    return new OperationFailedError(error, isRetryable(error));
+  /** Runs a statement that waits on the key's index entry; a lock timeout means in progress. */
+  private async bounded<R>(prepared: PreparedSpec, statement: () => Promise<R>): Promise<R> {
+    try {
+      return await statement();
+    } catch (error) {
+      if (sqlStateOf(error) === SqlState.lockNotAvailable) {
+        throw inProgress(prepared.scope, null, this.clock.now(), error);
+      }
+      throw error;
+    }
   }
 
   private async claimAndRun<T, TxClient>(
     db: Queryable,
     tx: Transaction<TxClient>,
     prepared: PreparedSpec,
-    handler: (tx: Transaction<TxClient>, context: OperationContext) => Promise<T | Outcome<T>>,
+    handler: Handler<T, TxClient>,
   ): Promise<OperationResult<T>> {
     const { scope } = prepared;
+    const { statements } = this.store;
     const deadline = this.clock.now() + prepared.waitMs;
     let fence = await this.claim(db, prepared, deadline);
     while (fence === null) {
       // Someone else holds or held the key. Their transaction has finished (the claim waited for
       // it), so the row is committed and readable.
-      const row = await this.readRow(db, scope);
+      const row = await this.store.readRow(db, scope);
       if (!row) {
         fence = await this.claim(db, prepared, deadline); // swept in between: claim afresh
         continue;
@@ -287,11 +431,11 @@ export class Idem<Client = unknown> {
       if (decision.kind === 'replay') return decision.result;
       if (decision.kind === 'forgotten') {
         const { rows } = await db.query<{ fence: number }>(
-          this.statements.reclaimForgotten,
-          this.claimParams(prepared, null),
+          statements.reclaimForgotten,
+          this.store.claimParams(prepared, null),
         );
         if (rows[0]) {
-          await db.query(this.statements.forgetSteps, [scope.tenant, scope.operation, scope.key]);
+          await db.query(statements.forgetSteps, [scope.tenant, scope.operation, scope.key]);
           fence = Number(rows[0].fence);
         }
         continue;
@@ -300,39 +444,56 @@ export class Idem<Client = unknown> {
       if (now >= deadline) throw inProgress(scope, row, now);
       await this.clock.sleep(Math.min(50, deadline - now));
     }
-    const context: OperationContext = { scope, deriveKey: (name) => deriveKey(scope, name) };
-    const outcome = toOutcome(await handler(tx, context));
+    const outcome = toOutcome(await handler(tx, this.contextOf(scope)));
     await db.query(
-      this.statements.complete,
-      this.completeParams(prepared, fence, outcome),
-      this.statements.names.complete,
+      statements.complete,
+      this.store.completeParams(prepared, fence, outcome),
+      statements.names.complete,
     );
-    return {
-      value: outcome.value,
-      state: outcome.state,
-      replayed: false,
-      resource: outcome.resource ?? null,
-      body: outcome.body ?? null,
-    };
+    return freshResult(outcome);
   }
 
   /** Returns the fence (1) when this transaction claimed the key, null when it already exists. */
   private async claim(db: Queryable, prepared: PreparedSpec, deadline: number): Promise<number | null> {
-    const waitMs = Math.max(1, deadline - this.clock.now());
-    try {
-      const { rows } = await db.query<{ claimed: number }>(
-        this.statements.claim,
-        [...this.claimParams(prepared, null), `${Math.ceil(waitMs)}ms`],
-        this.statements.names.claim,
-      );
-      return Number(rows[0]?.claimed) === 1 ? 1 : null;
-    } catch (error) {
-      if (sqlStateOf(error) === SqlState.lockNotAvailable) {
-        throw inProgress(prepared.scope, null, this.clock.now(), error);
-      }
-      throw error;
-    }
+    const { statements } = this.store;
+    const { rows } = await this.bounded(prepared, () =>
+      db.query<{ claimed: number }>(
+        statements.claim,
+        [...this.store.claimParams(prepared, null), waitInterval(prepared, this.clock.now(), deadline)],
+        statements.names.claim,
+      ),
+    );
+    return Number(rows[0]?.claimed) === 1 ? 1 : null;
   }
+}
+
+function freshResult<T>(outcome: Outcome<T>): OperationResult<T> {
+  return {
+    value: outcome.value,
+    state: outcome.state,
+    replayed: false,
+    resource: outcome.resource ?? null,
+    body: outcome.body ?? null,
+  };
+}
+
+/** The bounded wait on a key's index entry, as a PostgreSQL interval string for `lock_timeout`. */
+function waitInterval(prepared: PreparedSpec, now: number, deadline = now + prepared.waitMs): string {
+  return `${Math.ceil(Math.max(1, deadline - now))}ms`;
+}
+
+function recordingOf(value: Recording): Recording {
+  if (value !== 'commit' && value !== 'claim') {
+    throw new InvalidArgumentError("recording must be 'commit' or 'claim'");
+  }
+  return value;
+}
+
+function readFirstOf(value: ReadFirst): ReadFirst {
+  if (value !== true && value !== false && value !== 'auto') {
+    throw new InvalidArgumentError("readFirst must be true, false or 'auto'");
+  }
+  return value;
 }
 
 /** Creates an `Idem` for one database and schema. See `IdemOptions` for every option and its default. */

@@ -1,7 +1,7 @@
 import { FencedError, isFenced, isIdemError, OperationFailedError, StepFailedError } from '../core/errors.js';
 import type { OperationScope } from '../core/errors.js';
 import { deriveKey } from '../core/keys.js';
-import type { Transaction } from '../core/sql.js';
+import type { Sql, Transaction } from '../core/sql.js';
 import { isRetryableStepFailure } from '../steps/retryable.js';
 import {
   describeFailure,
@@ -11,8 +11,8 @@ import {
   type StepRunner,
 } from '../steps/engine.js';
 import type { FencedLease } from '../steps/lease.js';
-import type { Idem, PreparedSpec } from './idem.js';
 import { toOutcome, type OperationResult, type Outcome } from './outcome.js';
+import type { PreparedSpec, RequestStore } from './request-store.js';
 import { decide, inProgress } from './resolve-existing.js';
 
 export type { CallContext } from '../steps/engine.js';
@@ -53,6 +53,16 @@ export interface MultiStepOperation<Client = unknown> {
   heartbeat(): Promise<void>;
 }
 
+/** What a multi-step execution needs from the `Idem` that started it. */
+export interface MultiStepEnvironment<Client> {
+  sql: Sql<Client>;
+  store: RequestStore;
+  /** See `IdemOptions.leaseMs`. */
+  leaseMs: number;
+  /** See `IdemOptions.heartbeatMs`. */
+  heartbeatMs: number;
+}
+
 /** One execution of a multi-step operation: claim or take over, run the body, complete. */
 export class MultiStepRun<T, Client> implements MultiStepOperation<Client> {
   readonly scope: OperationScope;
@@ -65,27 +75,27 @@ export class MultiStepRun<T, Client> implements MultiStepOperation<Client> {
   private readonly lease: FencedLease;
 
   constructor(
-    private readonly idem: Idem<Client>,
+    private readonly env: MultiStepEnvironment<Client>,
     private readonly prepared: PreparedSpec,
     private readonly body: (op: MultiStepOperation<Client>) => Promise<T | Outcome<T>>,
   ) {
     this.scope = prepared.scope;
-    this.runner = { sql: idem.sql, clock: idem.clock, heartbeatMs: idem.heartbeatMs };
+    this.runner = { sql: env.sql, clock: env.store.clock, heartbeatMs: env.heartbeatMs };
     this.lease = {
       hold: async (tx, point) => {
         const { rowCount } = await tx.query(
-          idem.statements.fenceAndRenew,
+          env.store.statements.fenceAndRenew,
           this.renewParams(point),
-          idem.statements.names.fenceAndRenew,
+          env.store.statements.names.fenceAndRenew,
         );
         if (rowCount !== 1) throw this.lease.lost();
       },
       renew: async () =>
         (
-          await idem.sql.query(
-            idem.statements.fenceAndRenew,
+          await env.sql.query(
+            env.store.statements.fenceAndRenew,
             this.renewParams(null),
-            idem.statements.names.fenceAndRenew,
+            env.store.statements.names.fenceAndRenew,
           )
         ).rowCount === 1,
       lost: () => new FencedError(this.scope, this.fence),
@@ -101,10 +111,10 @@ export class MultiStepRun<T, Client> implements MultiStepOperation<Client> {
     } catch (error) {
       throw await this.settleFailure(error);
     }
-    const { rowCount } = await this.idem.sql.query(
-      this.idem.statements.completeLate,
-      this.idem.completeParams(this.prepared, this.fence, outcome, true),
-      this.idem.statements.names.completeLate,
+    const { rowCount } = await this.env.sql.query(
+      this.env.store.statements.completeLate,
+      this.env.store.completeParams(this.prepared, this.fence, outcome, true),
+      this.env.store.statements.names.completeLate,
     );
     if (rowCount !== 1) throw new FencedError(this.scope, this.fence);
     return {
@@ -127,7 +137,7 @@ export class MultiStepRun<T, Client> implements MultiStepOperation<Client> {
     const stored = this.recorded.get(name);
     if (stored !== undefined) return JSON.parse(stored) as R;
     const key = this.deriveKey(name);
-    const { statements, clock } = this.idem;
+    const { statements, clock } = this.env.store;
     const { value, json } = await this.failingAt(name, () =>
       runLocalStep(this.runner, this.lease, {
         point: name,
@@ -149,7 +159,7 @@ export class MultiStepRun<T, Client> implements MultiStepOperation<Client> {
   async call<R>(name: string, fn: (call: CallContext) => Promise<R>): Promise<R> {
     const stored = this.recorded.get(name);
     if (stored !== undefined) return JSON.parse(stored) as R;
-    const { statements, clock } = this.idem;
+    const { statements, clock } = this.env.store;
     const { value, json } = await this.failingAt(name, () =>
       runCallStep(this.runner, this.lease, {
         key: this.deriveKey(name),
@@ -204,7 +214,8 @@ export class MultiStepRun<T, Client> implements MultiStepOperation<Client> {
       await this.release().catch(() => undefined);
       return isIdemError(error) ? error : new OperationFailedError(error, true);
     }
-    const { sql, statements, clock } = this.idem;
+    const { sql } = this.env;
+    const { statements, clock } = this.env.store;
     try {
       const freed = await sql.query(statements.releaseKey, [...this.scopeParams(), this.fence]);
       if (freed.rowCount === 1) return isIdemError(error) ? error : new OperationFailedError(error, false);
@@ -231,22 +242,23 @@ export class MultiStepRun<T, Client> implements MultiStepOperation<Client> {
 
   /** Claims the key, takes it over from a lapsed holder, or returns the stored result. */
   private async acquire(): Promise<OperationResult<T> | null> {
-    const { idem, prepared, scope } = this;
-    const { statements, clock, sql } = idem;
+    const { env, prepared, scope } = this;
+    const { sql } = env;
+    const { statements, clock } = env.store;
     const deadline = clock.now() + prepared.waitMs;
     for (;;) {
-      const lease = clock.now() + idem.leaseMs;
+      const lease = clock.now() + env.leaseMs;
       // Named (prepared once per connection): every multi-step operation starts with it.
       const claimed = await sql.query<{ fence: number }>(
         statements.claimCommitted,
-        idem.claimParams(prepared, lease),
+        env.store.claimParams(prepared, lease),
         statements.names.claimCommitted,
       );
       if (claimed.rows[0]) {
         this.fence = Number(claimed.rows[0].fence);
         return null;
       }
-      const row = await idem.readRow(sql, scope);
+      const row = await env.store.readRow(sql, scope);
       if (!row) continue; // swept or freed in between
       const now = clock.now();
       const decision = decide<T>(scope, row, prepared.fingerprint, now);
@@ -255,7 +267,7 @@ export class MultiStepRun<T, Client> implements MultiStepOperation<Client> {
         const reclaimed = await sql.transaction(async (tx) => {
           const { rows } = await tx.query<{ fence: number }>(
             statements.reclaimForgotten,
-            idem.claimParams(prepared, lease),
+            env.store.claimParams(prepared, lease),
           );
           if (rows[0]) await tx.query(statements.forgetSteps, this.scopeParams());
           return rows[0] ? Number(rows[0].fence) : null;
@@ -287,24 +299,29 @@ export class MultiStepRun<T, Client> implements MultiStepOperation<Client> {
   }
 
   private async loadRecordedSteps(): Promise<void> {
-    const { rows } = await this.idem.sql.query<{ step: string; result: string }>(
-      this.idem.statements.readSteps,
+    const { rows } = await this.env.sql.query<{ step: string; result: string }>(
+      this.env.store.statements.readSteps,
       this.scopeParams(),
     );
     this.recorded = new Map(rows.map((r) => [r.step, r.result]));
   }
 
   private async release(): Promise<void> {
-    await this.idem.sql.query(this.idem.statements.releaseLease, [
+    await this.env.sql.query(this.env.store.statements.releaseLease, [
       ...this.scopeParams(),
       this.fence,
-      new Date(this.idem.clock.now()),
+      new Date(this.env.store.clock.now()),
     ]);
   }
 
   /** $1..$6 of `fenceAndRenew`: scope, fence, the renewed lease end, the recovery point (or keep it). */
   private renewParams(point: string | null): unknown[] {
-    return [...this.scopeParams(), this.fence, new Date(this.idem.clock.now() + this.idem.leaseMs), point];
+    return [
+      ...this.scopeParams(),
+      this.fence,
+      new Date(this.env.store.clock.now() + this.env.leaseMs),
+      point,
+    ];
   }
 
   private scopeParams(): [string, string, string] {

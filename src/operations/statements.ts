@@ -4,8 +4,9 @@ import { requestColumns } from './request-row.js';
 
 /**
  * Every statement the keyed-operation engine sends, rendered once per schema. Keeping them in one
- * place makes the hot path's round trips countable: a first execution sends `claim`, the
- * handler's statements and `complete`; a replay sends only `read`.
+ * place makes the hot path's round trips countable: a first execution recorded at commit sends
+ * the handler's statements and `record` (plus `read` in front when that is on); one recorded
+ * claim-first sends `claim`, the handler's statements and `complete`; a replay sends only `read`.
  */
 export function renderStatements(schema: string) {
   const s = quoteSchema(schema);
@@ -31,6 +32,36 @@ export function renderStatements(schema: string) {
       )
       SELECT count(*)::int AS claimed, set_config('lock_timeout', (SELECT previous FROM setting), true) AS restored
       FROM inserted`,
+
+    /**
+     * Commit-time recording: the completed record, inserted as the last statement of the
+     * handler's transaction, instead of a claim before the handler and an UPDATE after it (one
+     * statement instead of two; pgbench at c=32 measured BEGIN; INSERT; this; COMMIT at 0.61× a
+     * plain one-INSERT transaction against 0.44–0.52× for read; BEGIN; claim; INSERT; complete;
+     * COMMIT). A concurrent duplicate's insert waits on the unique index until the first commits,
+     * then returns no row; the bounded wait is the same statement-scoped `lock_timeout` as the
+     * claim's ($13). `recorded` 0: the key has a row, read it and decide.
+     */
+    record: `WITH setting AS (
+        SELECT current_setting('lock_timeout') AS previous, set_config('lock_timeout', $13, true)
+      ), inserted AS (
+        INSERT INTO ${s}.requests
+          (tenant_id, operation, idempotency_key, fingerprint, state, fence, result, body,
+           resource_type, resource_id, created_at, completed_at, expires_at, tombstone_until)
+        SELECT $1, $2, $3, $4, $5, 1, $6, $7, $8, $9, $10, $10, $11, $12 FROM setting
+        ON CONFLICT DO NOTHING
+        RETURNING 1
+      )
+      SELECT count(*)::int AS recorded, set_config('lock_timeout', (SELECT previous FROM setting), true) AS restored
+      FROM inserted`,
+
+    /** Commit-time recording over a key whose tombstone has passed: it is new again. */
+    recordOverForgotten: `UPDATE ${s}.requests SET
+        fingerprint = $4, state = $5, fence = fence + 1, locked_until = NULL, recovery_point = NULL,
+        result = $6, body = $7, resource_type = $8, resource_id = $9, error = NULL, error_step = NULL,
+        created_at = $10, completed_at = $10, expires_at = $11, tombstone_until = $12
+      WHERE ${pk} AND state <> 'pending' AND tombstone_until <= $10
+      RETURNING fence`,
 
     /** Claims a key outside any transaction: used by multi-step operations (commits at once). */
     claimCommitted: `INSERT INTO ${s}.requests

@@ -1,84 +1,226 @@
 import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { isInProgress, type InProgressError, type OperationFailedError } from '../../src/core/errors.js';
+import {
+  isInProgress,
+  isKeyReused,
+  type InProgressError,
+  type OperationFailedError,
+} from '../../src/core/errors.js';
 import type { Queryable } from '../../src/core/sql.js';
 import { createIdem, type Idem } from '../../src/operations/idem.js';
 import { adapterFactories, prepareAdapter, type AdapterUnderTest } from '../support/adapters.js';
+import { recordings } from '../support/recordings.js';
 
 const concurrentAdapters = adapterFactories.filter((f) => f.name !== 'pglite');
 
-describe.each(concurrentAdapters)('concurrent duplicates on $name', (factory) => {
-  const schema = `idem_cc_${factory.name.replace(/\W/g, '')}_${randomBytes(3).toString('hex')}`;
-  let adapter: AdapterUnderTest;
-  let idem: Idem;
+const cases = recordings.flatMap((recording) =>
+  concurrentAdapters.map((factory) => ({ recording, factory })),
+);
 
-  beforeAll(async () => {
-    adapter = await prepareAdapter(factory, schema);
-    idem = createIdem({ sql: adapter.sql, schema, waitMs: 10_000 });
-  });
-  afterAll(() => adapter.close());
+describe.each(cases)(
+  'concurrent duplicates recorded at $recording on $factory.name',
+  ({ recording, factory }) => {
+    const schema = `idem_cc_${recording}_${factory.name.replace(/\W/g, '')}_${randomBytes(3).toString('hex')}`;
+    let adapter: AdapterUnderTest;
+    let idem: Idem;
 
-  const insertEffect = async (tx: Queryable, intent: string) => {
-    const { rows } = await tx.query<{ id: number }>(
-      `INSERT INTO "${schema}".effects (tenant, intent) VALUES ('acme', $1) RETURNING id`,
-      [intent],
-    );
-    return rows[0]!.id;
-  };
-
-  it('runs 60 concurrent identical requests once; every caller gets the same result', async () => {
-    const key = `conc-${randomBytes(4).toString('hex')}`;
-    const spec = { tenant: 'acme', operation: 'create-order', key, request: { amount: 42 } };
-    let runs = 0;
-    const results = await Promise.all(
-      Array.from({ length: 60 }, () =>
-        idem.run(spec, async (tx) => {
-          runs++;
-          // Hold the claim a little, so the duplicates really arrive while it is in flight.
-          // `::text`: pg_sleep returns void, which Prisma cannot read.
-          await tx.query('SELECT pg_sleep(0.05)::text');
-          return { id: await insertEffect(tx, key) };
-        }),
-      ),
-    );
-    expect(runs).toBe(1);
-    const { rows } = await adapter.sql.query<{ n: number }>(
-      `SELECT count(*)::int AS n FROM "${schema}".effects WHERE intent = $1`,
-      [key],
-    );
-    expect(Number(rows[0]!.n)).toBe(1);
-    expect(results.filter((r) => !r.replayed)).toHaveLength(1);
-    expect(new Set(results.map((r) => JSON.stringify(r.value))).size).toBe(1);
-  });
-
-  it('gives a typed in-progress error with a retry hint once the bounded wait runs out', async () => {
-    const key = `slow-${randomBytes(4).toString('hex')}`;
-    const spec = { tenant: 'acme', operation: 'slow', key };
-    let release!: () => void;
-    const gate = new Promise<void>((resolve) => (release = resolve));
-    let started!: () => void;
-    const running = new Promise<void>((resolve) => (started = resolve));
-    const first = idem.run(spec, async (tx) => {
-      started();
-      await gate;
-      return insertEffect(tx, key);
+    beforeAll(async () => {
+      adapter = await prepareAdapter(factory, schema);
+      idem = createIdem({ sql: adapter.sql, schema, waitMs: 10_000, recording });
     });
-    await running;
-    const t0 = performance.now();
-    const error = await idem.run({ ...spec, waitMs: 300 }, async () => -1).catch((e: unknown) => e);
-    const waited = performance.now() - t0;
-    expect(isInProgress(error)).toBe(true);
-    expect((error as InProgressError).retryAfterMs).toBeGreaterThan(0);
-    expect(waited).toBeGreaterThanOrEqual(250);
-    expect(waited).toBeLessThan(3000);
-    release();
-    const done = await first;
-    const replay = await idem.run(spec, async () => -1);
-    expect(replay).toMatchObject({ replayed: true, value: done.value });
-  });
-});
+    afterAll(() => adapter.close());
 
-describe('whole-transaction retry on deadlock (pg)', () => {
+    const insertEffect = async (tx: Queryable, intent: string) => {
+      const { rows } = await tx.query<{ id: number }>(
+        `INSERT INTO "${schema}".effects (tenant, intent) VALUES ('acme', $1) RETURNING id`,
+        [intent],
+      );
+      return rows[0]!.id;
+    };
+
+    const effectCount = async (intent: string) => {
+      const { rows } = await adapter.sql.query<{ n: number }>(
+        `SELECT count(*)::int AS n FROM "${schema}".effects WHERE intent = $1`,
+        [intent],
+      );
+      return Number(rows[0]!.n);
+    };
+
+    it('runs 60 concurrent identical requests to one effect; every caller gets the same result', async () => {
+      const key = `conc-${randomBytes(4).toString('hex')}`;
+      const spec = { tenant: 'acme', operation: 'create-order', key, request: { amount: 42 } };
+      let runs = 0;
+      const results = await Promise.all(
+        Array.from({ length: 60 }, () =>
+          idem.run(spec, async (tx) => {
+            runs++;
+            // Hold the transaction a little, so the duplicates really arrive while it is in flight.
+            // `::text`: pg_sleep returns void, which Prisma cannot read.
+            await tx.query('SELECT pg_sleep(0.05)::text');
+            return { id: await insertEffect(tx, key) };
+          }),
+        ),
+      );
+      // Claim-first: the duplicates wait before their handlers. At commit: they run theirs, and
+      // their writes roll back when they find the winner's record.
+      if (recording === 'claim') expect(runs).toBe(1);
+      else expect(runs).toBeGreaterThanOrEqual(1);
+      expect(await effectCount(key)).toBe(1);
+      expect(results.filter((r) => !r.replayed)).toHaveLength(1);
+      expect(new Set(results.map((r) => JSON.stringify(r.value))).size).toBe(1);
+    });
+
+    it.runIf(recording === 'claim')(
+      'gives a typed in-progress error with a retry hint once the bounded wait runs out',
+      async () => {
+        const key = `slow-${randomBytes(4).toString('hex')}`;
+        const spec = { tenant: 'acme', operation: 'slow', key };
+        let release!: () => void;
+        const gate = new Promise<void>((resolve) => (release = resolve));
+        let started!: () => void;
+        const running = new Promise<void>((resolve) => (started = resolve));
+        const first = idem.run(spec, async (tx) => {
+          started();
+          await gate;
+          return insertEffect(tx, key);
+        });
+        await running;
+        const t0 = performance.now();
+        const error = await idem.run({ ...spec, waitMs: 300 }, async () => -1).catch((e: unknown) => e);
+        const waited = performance.now() - t0;
+        release();
+        expect(isInProgress(error)).toBe(true);
+        expect((error as InProgressError).retryAfterMs).toBeGreaterThan(0);
+        expect(waited).toBeGreaterThanOrEqual(250);
+        expect(waited).toBeLessThan(3000);
+        const done = await first;
+        const replay = await idem.run(spec, async () => -1);
+        expect(replay).toMatchObject({ replayed: true, value: done.value });
+      },
+    );
+
+    it.runIf(recording === 'commit')(
+      'the first to commit wins: a duplicate that started earlier rolls its effect back and replays',
+      async () => {
+        const key = `race-${randomBytes(4).toString('hex')}`;
+        const spec = { tenant: 'acme', operation: 'race', key, request: { amount: 1 } };
+        let release!: () => void;
+        const gate = new Promise<void>((resolve) => (release = resolve));
+        let wrote!: () => void;
+        const written = new Promise<void>((resolve) => (wrote = resolve));
+        const early = idem.run(spec, async (tx) => {
+          const id = await insertEffect(tx, key);
+          wrote();
+          await gate; // its record is not written yet
+          return { id, by: 'early' };
+        });
+        await written;
+        const late = await idem.run(spec, async (tx) => ({ id: await insertEffect(tx, key), by: 'late' }));
+        release();
+        const earlyResult = await early;
+        expect(late).toMatchObject({ replayed: false, value: { by: 'late' } });
+        expect(earlyResult).toMatchObject({ replayed: true, value: late.value });
+        expect(await effectCount(key)).toBe(1);
+      },
+    );
+
+    it.runIf(recording === 'commit')(
+      'a duplicate waits on the key until the first commits, then replays; its own writes roll back',
+      async () => {
+        const key = `wait-${randomBytes(4).toString('hex')}`;
+        const spec = { tenant: 'acme', operation: 'wait', key, request: { amount: 1 }, readFirst: false };
+        let commit!: () => void;
+        const committing = new Promise<void>((resolve) => (commit = resolve));
+        let recorded!: () => void;
+        const isRecorded = new Promise<void>((resolve) => (recorded = resolve));
+        // The first records inside its caller's transaction, which stays open until `commit`.
+        const first = adapter.userTransaction(async (tx) => {
+          const result = await idem.runIn(tx, spec, async (inner) => ({
+            id: await insertEffect(inner, key),
+          }));
+          recorded();
+          await committing;
+          return result;
+        });
+        await isRecorded;
+        let duplicateRan = false;
+        const duplicate = idem.run(spec, async (tx) => {
+          duplicateRan = true;
+          return { id: await insertEffect(tx, key) };
+        });
+        await new Promise((resolve) => setTimeout(resolve, 200));
+        expect(await effectCount(key)).toBe(0); // neither has committed
+        commit();
+        const [firstResult, duplicateResult] = await Promise.all([first, duplicate]);
+        expect(duplicateRan).toBe(true);
+        expect(firstResult.replayed).toBe(false);
+        expect(duplicateResult).toMatchObject({ replayed: true, value: firstResult.value });
+        expect(await effectCount(key)).toBe(1);
+      },
+    );
+
+    it.runIf(recording === 'commit')(
+      'a concurrent duplicate with another request waits, then rolls back and is refused',
+      async () => {
+        const key = `mismatch-${randomBytes(4).toString('hex')}`;
+        const spec = { tenant: 'acme', operation: 'mismatch', key, request: { amount: 1 }, readFirst: false };
+        let commit!: () => void;
+        const committing = new Promise<void>((resolve) => (commit = resolve));
+        let recorded!: () => void;
+        const isRecorded = new Promise<void>((resolve) => (recorded = resolve));
+        const first = adapter.userTransaction(async (tx) => {
+          const result = await idem.runIn(tx, spec, async (inner) => insertEffect(inner, key));
+          recorded();
+          await committing;
+          return result;
+        });
+        await isRecorded;
+        const other = idem
+          .run({ ...spec, request: { amount: 2 } }, async (tx) => insertEffect(tx, key))
+          .catch((e: unknown) => e);
+        await new Promise((resolve) => setTimeout(resolve, 100));
+        commit();
+        await first;
+        expect(isKeyReused(await other)).toBe(true);
+        expect(await effectCount(key)).toBe(1);
+      },
+    );
+
+    it.runIf(recording === 'commit')(
+      'gives a typed in-progress error once the wait on an uncommitted record runs out',
+      async () => {
+        const key = `held-${randomBytes(4).toString('hex')}`;
+        const spec = { tenant: 'acme', operation: 'held', key, readFirst: false };
+        let commit!: () => void;
+        const committing = new Promise<void>((resolve) => (commit = resolve));
+        let recorded!: () => void;
+        const isRecorded = new Promise<void>((resolve) => (recorded = resolve));
+        const first = adapter.userTransaction(async (tx) => {
+          const result = await idem.runIn(tx, spec, async (inner) => insertEffect(inner, key));
+          recorded();
+          await committing;
+          return result;
+        });
+        await isRecorded;
+        const t0 = performance.now();
+        const error = await idem
+          .run({ ...spec, waitMs: 300 }, async (tx) => insertEffect(tx, key))
+          .catch((e: unknown) => e);
+        const waited = performance.now() - t0;
+        commit();
+        const done = await first;
+        expect(isInProgress(error)).toBe(true);
+        expect((error as InProgressError).retryAfterMs).toBeGreaterThan(0);
+        expect(waited).toBeGreaterThanOrEqual(250);
+        expect(waited).toBeLessThan(3000);
+        expect(await idem.run(spec, async () => -1)).toMatchObject({ replayed: true, value: done.value });
+        expect(await effectCount(key)).toBe(1);
+      },
+    );
+  },
+);
+
+describe.each(recordings)('whole-transaction retry on deadlock (pg), recorded at %s', (recording) => {
   const factory = adapterFactories.find((f) => f.name === 'pg')!;
   const schema = `idem_dl_${randomBytes(3).toString('hex')}`;
   let adapter: AdapterUnderTest;
@@ -95,7 +237,7 @@ describe('whole-transaction retry on deadlock (pg)', () => {
    * second: a real deadlock. Counts handler attempts; `spec` adds to each call's spec.
    */
   function deadlockingTransfers(keys: [string, string], spec: { transactionRetries?: number } = {}) {
-    const idem = createIdem({ sql: adapter.sql, schema, transactionRetries: 3 });
+    const idem = createIdem({ sql: adapter.sql, schema, transactionRetries: 3, recording });
     const counted = { attempts: 0 };
     let bothLocked!: () => void;
     let arrived = 0;
@@ -113,7 +255,7 @@ describe('whole-transaction retry on deadlock (pg)', () => {
   }
 
   it('retries the deadlock victim and both transfers take effect exactly once', async () => {
-    const { counted, calls } = deadlockingTransfers(['a-to-b', 'b-to-a']);
+    const { counted, calls } = deadlockingTransfers([`a-to-b-${recording}`, `b-to-a-${recording}`]);
     const results = await Promise.all(calls);
     expect(results.map((r) => r.value)).toEqual(['ok', 'ok']);
     // Two first attempts and at least one retried victim (a loaded machine may see a second

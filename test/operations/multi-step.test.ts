@@ -7,6 +7,7 @@ import { ManualClock } from '../../src/core/clock.js';
 import { isFenced, isInProgress } from '../../src/core/errors.js';
 import { deriveKey } from '../../src/core/keys.js';
 import { createIdem } from '../../src/operations/idem.js';
+import { defaultHeartbeatMs } from '../../src/steps/engine.js';
 import { createClient, currentIdempotencyKey } from '../../src/client/index.js';
 import { createTestSchema, databaseUrl, type TestSchema } from '../support/database.js';
 import { partitionable } from '../support/partition.js';
@@ -240,7 +241,7 @@ describe('multi-step operations', () => {
         }),
       );
       await g.arrived;
-      const heartbeat = idem.heartbeatMs; // a third of the lease
+      const heartbeat = defaultHeartbeatMs(lease); // the default: a third of the lease
       expect(heartbeat).toBe(333);
       for (let beat = 1; beat <= 10; beat++) {
         await soon(() => clock.waiting > 0, 'the heartbeat to wait for its next beat');

@@ -7,11 +7,14 @@
 import { randomUUID } from 'node:crypto';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { fromPg } from '../../src/adapters/pg.js';
+import { fromPg, fromPgClient } from '../../src/adapters/pg.js';
 import { isInProgress, isOperationFailed } from '../../src/core/errors.js';
 import { isRetryable } from '../../src/core/retryable.js';
 import { SqlState, sqlStateOf } from '../../src/core/sqlstate.js';
+import type { Queryable } from '../../src/core/sql.js';
 import { createIdem, type Idem } from '../../src/operations/idem.js';
+import type { Recording } from '../../src/operations/options.js';
+import { recordings } from '../support/recordings.js';
 import { createTestSchema, databaseUrl, type TestSchema } from '../support/database.js';
 import { createEffects, effectsOf } from './support/effects.js';
 
@@ -42,18 +45,65 @@ async function holdAccountLock(): Promise<{ release(): Promise<void> }> {
 
 const transfer = (
   key: string,
-  options: { lockTimeout?: string; statementTimeout?: string; sleep?: number } = {},
+  options: { lockTimeout?: string; statementTimeout?: string; sleep?: number; recording?: Recording } = {},
 ) =>
-  idem.run({ tenant: 'acme', operation: 'transfer', key, request: { amount: 10 } }, async (tx) => {
-    // The half that must not survive: written before the statement that times out.
+  idem.run(
+    { tenant: 'acme', operation: 'transfer', key, request: { amount: 10 }, recording: options.recording },
+    async (tx) => {
+      // The half that must not survive: written before the statement that times out.
+      await tx.query(`INSERT INTO "${db.schema}".effects (key, amount) VALUES ($1, 10)`, [key]);
+      if (options.lockTimeout) await tx.query(`SET LOCAL lock_timeout = '${options.lockTimeout}'`);
+      if (options.statementTimeout)
+        await tx.query(`SET LOCAL statement_timeout = '${options.statementTimeout}'`);
+      if (options.sleep) await tx.query('SELECT pg_sleep($1)', [options.sleep]);
+      await tx.query(`UPDATE "${db.schema}".accounts SET balance = balance + 10 WHERE id = 1`);
+      return { moved: 10 };
+    },
+  );
+
+/**
+ * Starts an execution of `transfer` for `key` that holds the key until `release`: claimed before
+ * its handler (claim-first), or recorded at commit inside a caller's transaction kept open.
+ */
+async function holdKey(key: string, recording: Recording): Promise<{ release(): Promise<unknown> }> {
+  const spec = { tenant: 'acme', operation: 'transfer', key, request: { amount: 10 }, recording };
+  const handler = async (tx: Queryable) => {
     await tx.query(`INSERT INTO "${db.schema}".effects (key, amount) VALUES ($1, 10)`, [key]);
-    if (options.lockTimeout) await tx.query(`SET LOCAL lock_timeout = '${options.lockTimeout}'`);
-    if (options.statementTimeout)
-      await tx.query(`SET LOCAL statement_timeout = '${options.statementTimeout}'`);
-    if (options.sleep) await tx.query('SELECT pg_sleep($1)', [options.sleep]);
-    await tx.query(`UPDATE "${db.schema}".accounts SET balance = balance + 10 WHERE id = 1`);
     return { moved: 10 };
-  });
+  };
+  let releaseFirst!: () => void;
+  const firstHolds = new Promise<void>((resolve) => (releaseFirst = resolve));
+  let firstHeld!: () => void;
+  const held = new Promise<void>((resolve) => (firstHeld = resolve));
+  const first =
+    recording === 'claim'
+      ? idem.run(spec, async (tx) => {
+          const value = await handler(tx);
+          firstHeld();
+          await firstHolds;
+          return value;
+        })
+      : (async () => {
+          const client = await db.pool.connect();
+          try {
+            await client.query('BEGIN');
+            const result = await idem.runIn(fromPgClient(client), spec, handler);
+            firstHeld();
+            await firstHolds;
+            await client.query('COMMIT');
+            return result;
+          } finally {
+            client.release();
+          }
+        })();
+  await held;
+  return {
+    release: () => {
+      releaseFirst();
+      return first;
+    },
+  };
+}
 
 async function nothingStored(key: string, operation = 'transfer') {
   expect(await idem.inspect({ tenant: 'acme', operation, key })).toBeNull();
@@ -77,32 +127,21 @@ describe('lock_timeout', () => {
     expect((await effectsOf(db.pool, db.schema, [key])).get(key)).toBe(1);
   });
 
-  it("on idem's own claim (a concurrent execution holds the key): InProgressError with Retry-After; the waiter stored nothing", async () => {
-    const key = `claim-${randomUUID()}`;
-    let releaseFirst!: () => void;
-    const firstHolds = new Promise<void>((resolve) => (releaseFirst = resolve));
-    let firstStarted!: () => void;
-    const started = new Promise<void>((resolve) => (firstStarted = resolve));
-    const first = idem.run(
-      { tenant: 'acme', operation: 'transfer', key, request: { amount: 10 } },
-      async (tx) => {
-        await tx.query(`INSERT INTO "${db.schema}".effects (key, amount) VALUES ($1, 10)`, [key]);
-        firstStarted();
-        await firstHolds;
-        return { moved: 10 };
-      },
-    );
-    await started;
-    const error = await transfer(key).catch((e: unknown) => e);
-    expect(isInProgress(error)).toBe(true);
-    expect(isRetryable(error)).toBe(true);
-    expect((error as { retryAfterMs: number }).retryAfterMs).toBeGreaterThan(0);
-    releaseFirst();
-    await first;
-    // The retry after the first committed is its stored result, and there is one effect.
-    expect(await transfer(key)).toMatchObject({ replayed: true, value: { moved: 10 } });
-    expect((await effectsOf(db.pool, db.schema, [key])).get(key)).toBe(1);
-  });
+  it.each(recordings)(
+    "on idem's own wait for the key, recorded at %s (a concurrent execution holds it): InProgressError with Retry-After; the waiter stored nothing",
+    async (recording) => {
+      const key = `claim-${recording}-${randomUUID()}`;
+      const holder = await holdKey(key, recording);
+      const error = await transfer(key, { recording }).catch((e: unknown) => e);
+      expect(isInProgress(error)).toBe(true);
+      expect(isRetryable(error)).toBe(true);
+      expect((error as { retryAfterMs: number }).retryAfterMs).toBeGreaterThan(0);
+      await holder.release();
+      // The retry after the first committed is its stored result, and there is one effect.
+      expect(await transfer(key, { recording })).toMatchObject({ replayed: true, value: { moved: 10 } });
+      expect((await effectsOf(db.pool, db.schema, [key])).get(key)).toBe(1);
+    },
+  );
 });
 
 describe('statement_timeout', () => {
@@ -117,53 +156,42 @@ describe('statement_timeout', () => {
     expect((await effectsOf(db.pool, db.schema, [key])).get(key)).toBe(1);
   });
 
-  it("set for every session (a role or pool setting) and hit by idem's own claim while it waits: retryable, nothing stored", async () => {
-    // statement_timeout shorter than idem's wait: the claim's wait for the holder is cancelled.
-    const short = new pg.Pool({
-      connectionString: databaseUrl(),
-      max: 2,
-      options: '-c statement_timeout=150',
-    });
-    const impatient = createIdem({ sql: fromPg(short), schema: db.schema, waitMs: 5000 });
-    try {
-      const key = `role-${randomUUID()}`;
-      let releaseFirst!: () => void;
-      const firstHolds = new Promise<void>((resolve) => (releaseFirst = resolve));
-      let firstStarted!: () => void;
-      const started = new Promise<void>((resolve) => (firstStarted = resolve));
-      const first = idem.run(
-        { tenant: 'acme', operation: 'transfer', key, request: { amount: 10 } },
-        async (tx) => {
-          firstStarted();
-          await firstHolds;
-          await tx.query(`INSERT INTO "${db.schema}".effects (key, amount) VALUES ($1, 10)`, [key]);
-          return { moved: 10 };
-        },
-      );
-      await started;
-      const error = await impatient
-        .run({ tenant: 'acme', operation: 'transfer', key, request: { amount: 10 } }, async () => ({
-          moved: -1,
-        }))
-        .catch((e: unknown) => e);
-      expect(isRetryable(error)).toBe(true);
-      expect(isOperationFailed(error) || isInProgress(error)).toBe(true);
-      releaseFirst();
-      await first;
-      expect((await effectsOf(db.pool, db.schema, [key])).get(key)).toBe(1);
-      expect(
-        await impatient.run(
-          { tenant: 'acme', operation: 'transfer', key, request: { amount: 10 } },
-          async () => ({ moved: -1 }),
-        ),
-      ).toMatchObject({
-        replayed: true,
-        value: { moved: 10 },
+  it.each(recordings)(
+    "set for every session (a role or pool setting) and hit by idem's own wait for the key, recorded at %s: retryable, nothing stored",
+    async (recording) => {
+      // statement_timeout shorter than idem's wait: the wait for the holder is cancelled.
+      const short = new pg.Pool({
+        connectionString: databaseUrl(),
+        max: 2,
+        options: '-c statement_timeout=150',
       });
-    } finally {
-      await short.end();
-    }
-  });
+      const impatient = createIdem({ sql: fromPg(short), schema: db.schema, waitMs: 5000, recording });
+      try {
+        const key = `role-${recording}-${randomUUID()}`;
+        const holder = await holdKey(key, recording);
+        const error = await impatient
+          .run({ tenant: 'acme', operation: 'transfer', key, request: { amount: 10 } }, async () => ({
+            moved: -1,
+          }))
+          .catch((e: unknown) => e);
+        expect(isRetryable(error)).toBe(true);
+        expect(isOperationFailed(error) || isInProgress(error)).toBe(true);
+        await holder.release();
+        expect((await effectsOf(db.pool, db.schema, [key])).get(key)).toBe(1);
+        expect(
+          await impatient.run(
+            { tenant: 'acme', operation: 'transfer', key, request: { amount: 10 } },
+            async () => ({ moved: -1 }),
+          ),
+        ).toMatchObject({
+          replayed: true,
+          value: { moved: 10 },
+        });
+      } finally {
+        await short.end();
+      }
+    },
+  );
 
   it('in a multi-step operation: the step rolls back, the lease is released, the retry resumes at that step', async () => {
     const key = `steps-${randomUUID()}`;

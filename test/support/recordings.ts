@@ -1,0 +1,7 @@
+import type { Recording } from '../../src/operations/options.js';
+
+/**
+ * Both ways `run`/`runIn` record a key. Suites about single-transaction operations run under each:
+ * the guarantees (one effect per intent, mismatch refused, failures store nothing) hold for both.
+ */
+export const recordings: readonly Recording[] = ['commit', 'claim'];
