@@ -5,15 +5,9 @@
  * or not at all. Failures retry with backoff until a dead letter; dead and unhandled receipts can
  * be redriven.
  *
- * Order-aware handling, chosen per event type (`ordering` on the handler):
- * - `state` (latest wins): for events that carry the entity's whole state. An older version is
- *   recorded as `superseded` and never handled; the same version again, under any delivery id, is
- *   a `duplicate`.
- * - `sequence` (every version, in order): for events that carry a change. Version n+1 is handled
- *   only after n; a later one `waits` for the missing one up to `gapTimeoutMs`, then its entity is
- *   parked (console, metric, `idem webhooks parked`) until the gap is filled or an operator skips
- *   it. Nothing is ever skipped silently.
- * - `none`: no entity; every delivery is handled once (deduplicated on its delivery id).
+ * Order-aware handling is chosen per event type: `state` (latest wins), `sequence` (every version,
+ * in order; a gap waits, then parks its entity visibly) or `none`. `WebhookHandler.ordering` says
+ * what each does. Nothing is ever skipped silently.
  *
  * One entity is handled by one worker at a time, across processes: its row in
  * `webhook_entity_versions` is locked with SKIP LOCKED, and when another worker holds it the
