@@ -1,6 +1,5 @@
 import { hostname } from 'node:os';
 import { randomBytes } from 'node:crypto';
-import { systemClock, type Clock } from '../core/clock.js';
 import {
   ConcurrentChangeError,
   FencedError,
@@ -10,10 +9,10 @@ import {
 } from '../core/errors.js';
 import { fingerprint } from '../core/fingerprint.js';
 import { validateKey, validateName } from '../core/keys.js';
-import type { Queryable, Sql, Transaction } from '../core/sql.js';
+import type { Queryable, Transaction } from '../core/sql.js';
 import { deletedColumn, sweepInBatches, type SweepOptions, type SweepResult } from '../core/sweeper.js';
 import { validateTenant } from '../core/tenant.js';
-import { defaultSchema } from '../core/schema-name.js';
+import { TableModule } from '../core/store.js';
 import { createBackoff, type Backoff } from '../core/resilience/backoff.js';
 import { positive, positiveInteger } from '../core/validate.js';
 import { isRetryableFailure } from '../client/classify.js';
@@ -72,22 +71,15 @@ export type RunOutcome<R> =
  *   });
  * }
  */
-export class Claims<Client = unknown> {
-  readonly sql: Sql<Client>;
-  readonly schema: string;
-  readonly clock: Clock;
+export class Claims<Client = unknown> extends TableModule<Client, ClaimStatements> {
   readonly workerId: string;
   readonly leaseMs: number;
-  /** @internal */ readonly statements: ClaimStatements;
   private readonly maxAttempts: number;
   private readonly backoff: Backoff;
   private readonly retentionMs: number;
 
   constructor(options: ClaimsOptions<Client>) {
-    this.sql = options.sql;
-    this.schema = options.schema ?? defaultSchema;
-    this.statements = renderClaimStatements(this.schema);
-    this.clock = options.clock ?? systemClock;
+    super(options, renderClaimStatements);
     this.leaseMs = positive('leaseMs', options.leaseMs ?? claimDefaults.leaseMs);
     this.maxAttempts = positiveInteger('maxAttempts', options.maxAttempts ?? claimDefaults.maxAttempts);
     this.backoff = createBackoff(options.backoff, claimDefaults.backoff);

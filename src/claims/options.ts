@@ -1,18 +1,11 @@
-import type { Clock } from '../core/clock.js';
 import type { BackoffOptions } from '../core/resilience/backoff.js';
-import type { Sql } from '../core/sql.js';
+import type { StoreOptions } from '../core/store.js';
 import type { TaskRecord } from './task.js';
 
 const day = 86_400_000;
 
-/** Options of `createClaims`. */
-export interface ClaimsOptions<Client = unknown> {
-  /** Where the tables live and how transactions open. See `idem/pg`, `idem/postgres`, … */
-  sql: Sql<Client>;
-  /** Schema of idem's tables. Default `idem`. */
-  schema?: string;
-  /** Time source for leases and backoff. Default: the system clock. */
-  clock?: Clock;
+/** Options of `createClaims`; `clock` times leases, backoff and retention. */
+export interface ClaimsOptions<Client = unknown> extends StoreOptions<Client> {
   /**
    * How long a claim holds a task before another worker may take it over. Heartbeats renew it.
    * Default 30000 ms. Shorter recovers crashed workers sooner but needs more frequent heartbeats.

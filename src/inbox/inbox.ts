@@ -1,23 +1,17 @@
-import { systemClock, toMillis, type Clock } from '../core/clock.js';
+import { toMillis } from '../core/clock.js';
 import { InvalidArgumentError } from '../core/errors.js';
 import { deriveKey, validateName } from '../core/keys.js';
-import type { Queryable, Sql, Transaction } from '../core/sql.js';
+import type { Queryable, Transaction } from '../core/sql.js';
 import { isTransactionRetryable } from '../core/sqlstate.js';
 import { sweepInBatches, type SweepOptions, type SweepResult } from '../core/sweeper.js';
 import { defaultTenant, validateTenant } from '../core/tenant.js';
-import { defaultSchema } from '../core/schema-name.js';
+import { TableModule, type StoreOptions } from '../core/store.js';
 import { renderInboxStatements, type InboxStatements } from './statements.js';
 
 const day = 86_400_000;
 
 /** Options of `createInbox`. */
-export interface InboxOptions<Client = unknown> {
-  /** Where the inbox lives and how `handle` opens transactions. */
-  sql: Sql<Client>;
-  /** Schema of idem's tables. Default `idem`. */
-  schema?: string;
-  /** Time source for retention. Default: the system clock. */
-  clock?: Clock;
+export interface InboxOptions<Client = unknown> extends StoreOptions<Client> {
   /**
    * How long a processed id is remembered. A redelivery after this is processed again, so choose
    * the longest of: broker redelivery, dead-letter redrive, operator replay, producer outbox
@@ -106,22 +100,15 @@ export interface InboxCounters {
  * });
  * // result.duplicate is true for a redelivery: nothing ran; ack it.
  */
-export class Inbox<Client = unknown> {
-  readonly sql: Sql<Client>;
-  readonly schema: string;
-  readonly clock: Clock;
+export class Inbox<Client = unknown> extends TableModule<Client, InboxStatements> {
   readonly retentionMs: number;
   readonly counters: InboxCounters = { processed: 0, duplicates: 0, dead: 0 };
-  /** @internal */ readonly statements: InboxStatements;
   private readonly transactionRetries: number;
   private readonly onDuplicate: InboxOptions['onDuplicate'];
   private readonly tenant: string;
 
   constructor(options: InboxOptions<Client>) {
-    this.sql = options.sql;
-    this.schema = options.schema ?? defaultSchema;
-    this.statements = renderInboxStatements(this.schema);
-    this.clock = options.clock ?? systemClock;
+    super(options, renderInboxStatements);
     this.retentionMs = options.retentionMs ?? 30 * day;
     if (!(this.retentionMs > 0)) throw new InvalidArgumentError('retentionMs must be positive');
     this.transactionRetries = options.transactionRetries ?? 3;

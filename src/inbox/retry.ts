@@ -6,8 +6,10 @@ export interface ConsumerRetryOptions {
   /** Deliveries before a message is dead-lettered (the first delivery counts). Default 5. */
   maxAttempts?: number;
   /**
-   * Delay before redelivery after the n-th failed delivery (the last value repeats). Default
-   * [1000, 10000, 60000, 300000] ms.
+   * Delay before redelivery after the n-th failed delivery (the last value repeats): the core
+   * backoff's `schedule` strategy, without jitter. A list rather than a `backoff` curve because
+   * RabbitMQ redelivers through one delay queue per distinct delay, so the delays must be few and
+   * known in advance. Default [1000, 10000, 60000, 300000] ms.
    */
   retryDelaysMs?: readonly number[];
   /**

@@ -5,29 +5,23 @@
  * or not at all. Failures retry with backoff until a dead letter; dead and unhandled receipts can
  * be redriven.
  *
- * Order-aware handling, chosen per event type (`ordering` on the handler):
- * - `state` (latest wins): for events that carry the entity's whole state. An older version is
- *   recorded as `superseded` and never handled; the same version again, under any delivery id, is
- *   a `duplicate`.
- * - `sequence` (every version, in order): for events that carry a change. Version n+1 is handled
- *   only after n; a later one `waits` for the missing one up to `gapTimeoutMs`, then its entity is
- *   parked (console, metric, `idem webhooks parked`) until the gap is filled or an operator skips
- *   it. Nothing is ever skipped silently.
- * - `none`: no entity; every delivery is handled once (deduplicated on its delivery id).
+ * Order-aware handling is chosen per event type: `state` (latest wins), `sequence` (every version,
+ * in order; a gap waits, then parks its entity visibly) or `none`. `WebhookHandler.ordering` says
+ * what each does. Nothing is ever skipped silently.
  *
  * One entity is handled by one worker at a time, across processes: its row in
  * `webhook_entity_versions` is locked with SKIP LOCKED, and when another worker holds it the
  * receipt goes back to `waiting` (woken when that worker commits) instead of blocking a worker.
  * Different entities proceed in parallel.
  */
-import { systemClock, toMillis, type Clock } from '../core/clock.js';
+import { toMillis } from '../core/clock.js';
 import { InvalidArgumentError } from '../core/errors.js';
-import type { Sql, Transaction } from '../core/sql.js';
+import type { Transaction } from '../core/sql.js';
 import type { SweepOptions, SweepResult } from '../core/sweeper.js';
 import { validateTenant, validateTenants } from '../core/tenant.js';
 import { positiveInteger } from '../core/validate.js';
 import { drainRounds, PollingWorker, type WorkerErrorHandler } from '../core/worker/polling-worker.js';
-import { defaultSchema } from '../core/schema-name.js';
+import { TableModule, type StoreOptions } from '../core/store.js';
 import { createBackoff, type BackoffOptions } from '../core/resilience/backoff.js';
 import {
   listParkedEntities,
@@ -125,14 +119,11 @@ export const processorBackoff: BackoffOptions = {
   jitter: 'equal',
 };
 
-/** Options of `createWebhookProcessor`. */
-export interface WebhookProcessorOptions<Client = unknown> {
-  /** A pool: every receipt is processed in its own transaction. */
-  sql: Sql<Client>;
-  /** Schema of idem's tables. Default `idem`. */
-  schema?: string;
-  /** Time for claims, leases, backoff, gaps and retention. Default: the system clock. */
-  clock?: Clock;
+/**
+ * Options of `createWebhookProcessor`. `sql` is a pool: every receipt is processed in its own
+ * transaction; `clock` times claims, leases, backoff, gaps and retention.
+ */
+export interface WebhookProcessorOptions<Client = unknown> extends StoreOptions<Client> {
   handlers: WebhookHandlers<Client>;
   /**
    * Receipts processed at once by `start()`, each holding one connection while its handler runs.
@@ -290,11 +281,7 @@ interface DeclaredEntity {
 }
 
 /** Processes receipts. `start()` runs workers; `runOnce()` and `drain()` drive it by hand (tests, cron). */
-export class WebhookProcessor<Client = unknown> {
-  readonly schema: string;
-  readonly clock: Clock;
-  private readonly sql: Sql<Client>;
-  private readonly statements: ReceiptStatements;
+export class WebhookProcessor<Client = unknown> extends TableModule<Client, ReceiptStatements> {
   private readonly handlers = new Map<string, Map<string, ResolvedHandler<Client>>>();
   private readonly concurrency: number;
   private readonly pollIntervalMs: number;
@@ -311,10 +298,7 @@ export class WebhookProcessor<Client = unknown> {
   private readonly worker: PollingWorker;
 
   constructor(options: WebhookProcessorOptions<Client>) {
-    this.sql = options.sql;
-    this.schema = options.schema ?? defaultSchema;
-    this.statements = receiptStatements(this.schema);
-    this.clock = options.clock ?? systemClock;
+    super(options, receiptStatements);
     this.concurrency = positiveInteger('concurrency', options.concurrency ?? 4);
     this.pollIntervalMs = positiveInteger('pollIntervalMs', options.pollIntervalMs ?? 1000);
     this.leaseMs = positiveInteger('leaseMs', options.leaseMs ?? 60_000);
@@ -720,9 +704,7 @@ export class WebhookProcessor<Client = unknown> {
         state,
         new Date(this.clock.now()),
         null,
-        entity?.scope ?? null,
-        entity?.key ?? null,
-        entity?.version ?? null,
+        ...entityParams(entity),
         row.tenant_id,
       ],
       this.statements.names.finish,
@@ -745,9 +727,7 @@ export class WebhookProcessor<Client = unknown> {
         row.attempts,
         new Date(this.clock.now()),
         message,
-        entity?.scope ?? null,
-        entity?.key ?? null,
-        entity?.version ?? null,
+        ...entityParams(entity),
         row.tenant_id,
       ],
       this.statements.names.reject,
@@ -787,6 +767,13 @@ export class WebhookProcessor<Client = unknown> {
       this.statements.names.fail,
     );
   }
+}
+
+/** An entity's scope, key and version as statement parameters; three nulls without one. */
+function entityParams(
+  entity: { scope: string; key: string; version: string } | null,
+): [string | null, string | null, string | null] {
+  return entity ? [entity.scope, entity.key, entity.version] : [null, null, null];
 }
 
 /** Creates a processor. See `WebhookProcessorOptions`. */

@@ -110,7 +110,7 @@ it('every event takes effect once, through lost answers and retries, on every fr
     ),
   });
   // No breaker here: the proxy fails every first answer on purpose, which would open it (the
-  // breaker is tested in sender.test.ts; it reads the wall clock, this test moves a manual one).
+  // breaker is tested in sender.test.ts).
   const sender = createWebhookSender({
     sql: fromPg(db.pool),
     schema: db.schema,

@@ -1,8 +1,7 @@
 /** The sender's options, their defaults, and their checks. */
 import { InvalidArgumentError } from '../../core/errors.js';
-import type { Clock } from '../../core/clock.js';
 import type { BackoffOptions } from '../../core/resilience/backoff.js';
-import type { Sql } from '../../core/sql.js';
+import type { StoreOptions } from '../../core/store.js';
 import { nonNegative, positive } from '../../core/validate.js';
 import type { WorkerErrorHandler } from '../../core/worker/polling-worker.js';
 import type { WebhookLogger } from '../logger.js';
@@ -38,13 +37,11 @@ export const senderBackoff: BackoffOptions = {
   jitter: 0.2,
 };
 
-/** Options of `createWebhookSender`. */
-export interface WebhookSenderOptions<Client = unknown> {
-  sql: Sql<Client>;
-  /** Schema of idem's tables. Default `idem`. */
-  schema?: string;
-  /** Time for schedules, signatures' timestamps and `Retry-After` dates. Default: the system clock. */
-  clock?: Clock;
+/**
+ * Options of `createWebhookSender`. `clock` times schedules, signatures' timestamps, `Retry-After`
+ * dates and the breakers' open period.
+ */
+export interface WebhookSenderOptions<Client = unknown> extends StoreOptions<Client> {
   /** Random numbers in [0, 1) for jitter. Default `Math.random`. */
   random?: () => number;
   /**

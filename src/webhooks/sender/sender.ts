@@ -7,11 +7,10 @@
  * other special-purpose destinations are refused unless allowed (see destination.ts): such a
  * delivery fails at once with the reason, without a request.
  */
-import { systemClock, type Clock } from '../../core/clock.js';
 import { InvalidArgumentError } from '../../core/errors.js';
 import { createBackoff } from '../../core/resilience/backoff.js';
-import { defaultSchema } from '../../core/schema-name.js';
-import type { Queryable, Sql } from '../../core/sql.js';
+import { TableModule } from '../../core/store.js';
+import type { Queryable } from '../../core/sql.js';
 import {
   cutoffBefore,
   sweepInBatches,
@@ -60,17 +59,13 @@ export type {
 } from './delivery.js';
 
 /** Delivers messages to subscriber endpoints. */
-export class WebhookSender<Client = unknown> {
-  readonly schema: string;
-  readonly clock: Clock;
+export class WebhookSender<Client = unknown> extends TableModule<Client, SenderStatements> {
   /** The endpoints of the sender's tenant (its `tenant` option). `endpointsOf` gives another tenant's. */
   readonly endpoints: WebhookEndpoints;
   /** The tenant of messages that name none, and of `endpoints`. */
   readonly tenant: string;
   /** Attempts per delivery, the first included. */
   readonly maxAttempts: number;
-  /** @internal */ readonly sql: Sql<Client>;
-  private readonly statements: SenderStatements;
   private readonly options: ResolvedSenderOptions;
   private readonly destinations: DestinationPolicy;
   private readonly transport: AttemptTransport;
@@ -81,10 +76,7 @@ export class WebhookSender<Client = unknown> {
   private readonly worker: PollingWorker;
 
   constructor(options: WebhookSenderOptions<Client>) {
-    this.sql = options.sql;
-    this.schema = options.schema ?? defaultSchema;
-    this.statements = senderStatements(this.schema);
-    this.clock = options.clock ?? systemClock;
+    super(options, senderStatements);
     this.tenant = options.tenant ?? defaultTenant;
     validateTenant(this.tenant);
     this.tenants = validateTenants(options.tenants);
