@@ -148,11 +148,7 @@ export class Claims<Client = unknown> {
       const row = existing.rows[0];
       if (!row) continue;
       if (row.fingerprint !== print) {
-        throw new KeyReusedError(
-          taskScope({ ...spec, dedupeKey: spec.key }),
-          row.fingerprint as string,
-          print,
-        );
+        throw new KeyReusedError(taskScope(spec), row.fingerprint as string, print);
       }
       return { task: decodeTask<P>(row), created: false };
     }
@@ -220,11 +216,7 @@ export class Claims<Client = unknown> {
       if (!row)
         throw new ConcurrentChangeError(`enqueueMany: task ${p.spec.key} vanished between insert and read`);
       if (row.fingerprint !== p.print) {
-        throw new KeyReusedError(
-          taskScope({ ...p.spec, dedupeKey: p.spec.key }),
-          row.fingerprint as string,
-          p.print,
-        );
+        throw new KeyReusedError(taskScope(p.spec), row.fingerprint as string, p.print);
       }
       const first = created.has(id) && !handedOut.has(id);
       handedOut.add(id);
@@ -441,7 +433,7 @@ export class Claims<Client = unknown> {
    * over even if the lease runs out. The transaction (a pooled connection, the row lock) stays
    * open while the handler runs: keep it to database work. Work that leaves the database (an
    * HTTP call, an LLM request) runs outside any transaction with `keepAlive(claims, task)` and a
-   * fenced `complete(task, result)`, sending `task.key` as its idempotency key so a retry after a
+   * fenced `complete(task, result)`, sending `task.downstreamKey` as its idempotency key so a retry after a
    * crash sends the same one.
    *
    * Never throws for the handler's failure: it is recorded with `fail` and returned. A lost

@@ -94,7 +94,7 @@ async function handle<Client>(
     route: routePattern(req),
     path,
     query,
-    keyFields: rawHeaderValues(req.rawHeaders, engine.options.header),
+    keyFields: rawHeaderValues(req.rawHeaders, engine.options.keyHeader),
     contentLength: declaredLength(req.headers['content-length']),
   };
   let admission;

@@ -73,7 +73,7 @@ export function withIdempotency<Client = unknown>(
       route: typeof route === 'function' ? route(req) : route,
       path,
       query,
-      keyFields: rawHeaderValues(req.rawHeaders, engine.options.header),
+      keyFields: rawHeaderValues(req.rawHeaders, engine.options.keyHeader),
       contentLength: declaredLength(req.headers['content-length']),
     };
     let admission;

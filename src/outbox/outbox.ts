@@ -68,10 +68,13 @@ export interface OutboxStats {
 /** An event with the dispatcher's bookkeeping, for tools and tests. */
 export interface OutboxRecord extends OutboxEvent {
   seq: number;
-  availableAt: Date | null;
+  /** When it is due (epoch ms); null while it waits behind a dead event of its key. */
+  availableAt: number | null;
   lastError: string | null;
-  publishedAt: Date | null;
-  deadAt: Date | null;
+  /** Epoch ms. */
+  publishedAt: number | null;
+  /** Epoch ms. */
+  deadAt: number | null;
 }
 
 /** Options of `cleanup`. */
@@ -301,7 +304,7 @@ export function decodeEvent(row: Record<string, unknown>): OutboxEvent {
     type: row.type as string,
     payload: parseJson(row.payload),
     headers: (parseJson(row.headers) ?? {}) as Record<string, string>,
-    createdAt: toDate(row.created_at)!,
+    createdAt: finiteMillis(row.created_at)!,
     attempts: Number(row.attempts),
   };
 }
@@ -310,10 +313,10 @@ function decodeRecord(row: Record<string, unknown>): OutboxRecord {
   return {
     ...decodeEvent(row),
     seq: Number(row.seq),
-    availableAt: toDate(row.available_at),
+    availableAt: finiteMillis(row.available_at),
     lastError: (row.last_error as string | null) ?? null,
-    publishedAt: toDate(row.published_at),
-    deadAt: toDate(row.dead_at),
+    publishedAt: finiteMillis(row.published_at),
+    deadAt: finiteMillis(row.dead_at),
   };
 }
 
@@ -322,8 +325,9 @@ function parseJson(value: unknown): unknown {
   return typeof value === 'string' ? (JSON.parse(value) as unknown) : null;
 }
 
-function toDate(value: unknown): Date | null {
+/** Epoch ms, or null for NULL and 'infinity' (a parked event's availability). */
+function finiteMillis(value: unknown): number | null {
   if (value === 'infinity' || value === Infinity) return null;
   const ms = toMillis(value);
-  return ms === null || !Number.isFinite(ms) ? null : new Date(ms);
+  return ms === null || !Number.isFinite(ms) ? null : ms;
 }

@@ -198,22 +198,23 @@ export interface WebhookReceipt {
   eventType: string | null;
   headers: Record<string, string>;
   body: Uint8Array;
-  receivedAt: Date;
+  /** Epoch ms, as every time in idem's records. */
+  receivedAt: number;
   state: 'pending' | 'processing' | 'waiting' | 'applied' | 'superseded' | 'duplicate' | 'unhandled' | 'dead';
   /** Handler attempts (claims that only put the receipt back to wait are not counted). */
   attempts: number;
   /** Claims that put the receipt back to wait for its entity. */
   deferrals: number;
   /** When it is due; `null` while its entity is parked (not scheduled until the gap is filled or skipped). */
-  nextAttemptAt: Date | null;
+  nextAttemptAt: number | null;
   lastError: string | null;
   entityScope: string | null;
   entityKey: string | null;
   entityVersion: string | null;
   /** When this sequence event was first seen waiting for an earlier version. */
-  waitingSince: Date | null;
-  processedAt: Date | null;
-  expiresAt: Date;
+  waitingSince: number | null;
+  processedAt: number | null;
+  expiresAt: number;
 }
 
 /** Selects receipts to redrive. */
@@ -501,7 +502,7 @@ export class WebhookProcessor<Client = unknown> {
       headers:
         typeof row.headers === 'string' ? (JSON.parse(row.headers) as Record<string, string>) : row.headers,
       body: row.body,
-      receivedAt: new Date(toMillis(row.received_at)!),
+      receivedAt: toMillis(row.received_at)!,
       attempt,
     });
     const fields = {
@@ -899,7 +900,7 @@ function decodeReceipt(row: Record<string, unknown>): WebhookReceipt {
     eventType: (row.event_type as string | null) ?? null,
     headers: (typeof headers === 'string' ? JSON.parse(headers) : headers) as Record<string, string>,
     body: row.body as Uint8Array,
-    receivedAt: new Date(toMillis(row.received_at)!),
+    receivedAt: toMillis(row.received_at)!,
     state: row.state as WebhookReceipt['state'],
     attempts: Number(row.attempts) - Number(row.deferrals),
     deferrals: Number(row.deferrals),
@@ -909,16 +910,16 @@ function decodeReceipt(row: Record<string, unknown>): WebhookReceipt {
     entityKey: (row.entity_key as string | null) ?? null,
     // numeric arrives as text from pg and postgres.js, keeping its full precision.
     entityVersion: versionText(row.entity_version),
-    waitingSince: row.waiting_since === null ? null : new Date(toMillis(row.waiting_since)!),
-    processedAt: row.processed_at === null ? null : new Date(toMillis(row.processed_at)!),
-    expiresAt: new Date(toMillis(row.expires_at)!),
+    waitingSince: toMillis(row.waiting_since),
+    processedAt: toMillis(row.processed_at),
+    expiresAt: toMillis(row.expires_at)!,
   };
 }
 
 /** A parked receipt's 'infinity' arrives as Infinity (pg) or as the text 'infinity'. */
-function scheduled(value: unknown): Date | null {
+function scheduled(value: unknown): number | null {
   const ms = value === 'infinity' ? Number.POSITIVE_INFINITY : toMillis(value);
-  return ms === null || !Number.isFinite(ms) ? null : new Date(ms);
+  return ms === null || !Number.isFinite(ms) ? null : ms;
 }
 
 /** numeric arrives as text from pg and postgres.js, keeping its full precision. */
