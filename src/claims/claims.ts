@@ -76,7 +76,7 @@ export class Claims<Client = unknown> {
   readonly clock: Clock;
   readonly workerId: string;
   readonly leaseMs: number;
-  /** @internal */ readonly statements: ClaimStatements;
+  private readonly statements: ClaimStatements;
   private readonly maxAttempts: number;
   private readonly retryBaseMs: number;
   private readonly retryMaxMs: number;

@@ -111,7 +111,7 @@ export class Inbox<Client = unknown> {
   readonly clock: Clock;
   readonly retentionMs: number;
   readonly counters: InboxCounters = { processed: 0, duplicates: 0, dead: 0 };
-  /** @internal */ readonly statements: InboxStatements;
+  private readonly statements: InboxStatements;
   private readonly transactionRetries: number;
   private readonly onDuplicate: InboxOptions['onDuplicate'];
   private readonly tenant: string;

@@ -7,7 +7,7 @@ import { createBackoff, type Backoff, type BackoffPolicy } from './backoff.js';
 import { describeError, PublishError } from './errors.js';
 import { NotificationListener, type ListenSource } from './listener.js';
 import { decodeEvent, defaultPublishedRetentionMs, Outbox } from './outbox.js';
-import type { OutboxStatements } from './statements.js';
+import { renderOutboxStatements, type OutboxStatements } from './statements.js';
 import type { OutboxEvent, PublishFailure, Publisher, PublishResult } from './types.js';
 
 /** Options of `createDispatcher`. */
@@ -176,7 +176,7 @@ export class OutboxDispatcher {
     this.clock = options.clock ?? systemClock;
     const schema = options.schema ?? defaultSchema;
     this.outbox = new Outbox({ sql: options.sql, schema, clock: this.clock });
-    this.statements = this.outbox.statements;
+    this.statements = renderOutboxStatements(schema);
     this.topics = options.topics ? [...options.topics] : null;
     this.topicsJson = this.topics ? JSON.stringify(this.topics) : null;
     this.tenants = validateTenants(options.tenants);

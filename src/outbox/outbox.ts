@@ -112,7 +112,7 @@ export const defaultPublishedRetentionMs = 86_400_000;
 export class Outbox {
   readonly schema: string;
   readonly clock: Clock;
-  /** @internal */ readonly statements: OutboxStatements;
+  private readonly statements: OutboxStatements;
   private readonly sql: Queryable | undefined;
   private readonly notify: boolean;
   /** The tenant of events that name none. */
@@ -294,7 +294,7 @@ function prepare(
   return [tenant, id, event.topic, event.key, event.type, payload, JSON.stringify(headers)];
 }
 
-/** @internal Decodes an event row as the claim statement returns it. */
+/** Decodes an event row as the claim statement returns it (for the dispatcher; not in `idem/outbox`). */
 export function decodeEvent(row: Record<string, unknown>): OutboxEvent {
   return {
     id: row.id as string,

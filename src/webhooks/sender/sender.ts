@@ -210,7 +210,8 @@ export class WebhookSender<Client = unknown> {
   readonly endpoints: WebhookEndpoints;
   /** The tenant of messages that name none, and of `endpoints`. */
   readonly tenant: string;
-  /** @internal */ readonly sql: Sql<Client>;
+  /** Where messages and deliveries are stored (the `sql` option). */
+  readonly sql: Sql<Client>;
   private readonly statements: SenderStatements;
   private readonly random: () => number;
   private readonly schedule: readonly number[];
