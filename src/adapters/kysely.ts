@@ -32,10 +32,27 @@ async function run<R extends Row>(
   };
 }
 
+/**
+ * The `trx` of your own `db.transaction().execute(async (trx) => …)`. idem's statements run in
+ * it; idem will not commit or roll it back.
+ *
+ * @example
+ * await db.transaction().execute(async (trx) => {
+ *   await trx.insertInto('orders').values({ id: orderId, amount }).execute();
+ *   await outbox.add(fromKyselyTransaction(trx), { topic: 'orders', key: orderId, type: 'order.created', payload: { orderId } });
+ * });
+ */
 export function fromKyselyTransaction<Tx extends KyselyQueryableLike>(trx: Tx): Transaction<Tx> {
   return { client: trx, query: (text, params) => run(trx, text, params) };
 }
 
+/**
+ * A `Kysely` instance: statements run on its pool; `transaction` uses `db.transaction()`.
+ *
+ * @example
+ * import { fromKysely } from 'idem/kysely';
+ * const idem = createIdem({ sql: fromKysely(db) });
+ */
 export function fromKysely<Tx extends KyselyQueryableLike>(db: KyselyLike<Tx>): Sql<Tx> {
   return {
     query: (text, params) => run(db, text, params),

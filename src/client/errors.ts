@@ -30,7 +30,25 @@ export class HttpStatusError extends IdemError {
   }
 }
 
+/**
+ * True for a `CircuitOpenError`: the breaker refused the call without sending it.
+ *
+ * @example
+ * try {
+ *   await client.fetch(url, { method: 'POST', key, body });
+ * } catch (error) {
+ *   if (isCircuitOpen(error)) return queueForLater(); // nothing was sent
+ *   throw error;
+ * }
+ */
 export const isCircuitOpen = (e: unknown): e is CircuitOpenError =>
   isIdemError(e) && e.code === 'IDEM_CIRCUIT_OPEN';
+/**
+ * True for an `HttpStatusError` (`assertOk` on a non-2xx answer), with its `status`, `retryable`
+ * and `retryAfterMs`.
+ *
+ * @example
+ * if (isHttpStatusError(error) && error.status === 404) return null;
+ */
 export const isHttpStatusError = (e: unknown): e is HttpStatusError =>
   isIdemError(e) && e.code === 'IDEM_HTTP_STATUS';
