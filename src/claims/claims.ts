@@ -228,6 +228,11 @@ export class Claims<Client = unknown> {
    * Claims up to `limit` due tasks of `queue` (and tasks whose holder's lease lapsed), in one
    * statement with `FOR UPDATE SKIP LOCKED`: concurrent workers never wait for each other and
    * never get the same task while its lease holds. Each claim raises the task's fence.
+   *
+   * @example
+   * for (const task of await claims.claim<{ orderId: string }>('receipts', { limit: 10 })) {
+   *   await claims.run(task, (tx) => sendReceipt(tx, task.payload.orderId, task.downstreamKey));
+   * }
    */
   async claim<P = unknown>(queue: string, options: ClaimOptions = {}): Promise<ClaimedTask<P>[]> {
     const limit = positiveInteger('limit', options.limit ?? 1);
@@ -438,6 +443,12 @@ export class Claims<Client = unknown> {
    *
    * Never throws for the handler's failure: it is recorded with `fail` and returned. A lost
    * lease is returned as `{ state: 'fenced' }`; database errors while recording are thrown.
+   *
+   * @example
+   * const outcome = await claims.run(task, async (tx) => {
+   *   await outbox.add(tx, { topic: 'emails', key: task.payload.user, type: 'email.requested', payload: task.payload });
+   * });
+   * if (outcome.state === 'dead') alert(task.id, outcome.error);
    */
   async run<P, R>(
     task: ClaimedTask<P>,
@@ -574,7 +585,12 @@ export class Claims<Client = unknown> {
   }
 }
 
-/** Creates a `Claims` for one database and schema. See `ClaimsOptions` for the defaults. */
+/**
+ * Creates a `Claims` for one database and schema. See `ClaimsOptions` for the defaults.
+ *
+ * @example
+ * const claims = createClaims({ sql: fromPg(pool), leaseMs: 30_000, maxAttempts: 5 });
+ */
 export function createClaims<Client>(options: ClaimsOptions<Client>): Claims<Client> {
   return new Claims(options);
 }

@@ -19,6 +19,9 @@ export interface Classification {
  * Statuses worth a retry: 408 Request Timeout, 425 Too Early, 429 Too Many Requests, and every
  * 5xx except 501 Not Implemented, which RFC 9110 defines as a permanent lack of support (a retry
  * cannot change it).
+ *
+ * @example
+ * if (!response.ok && !isRetryableStatus(response.status)) return refuse(response.status);
  */
 export function isRetryableStatus(status: number): boolean {
   return (
@@ -70,7 +73,12 @@ export function classifyError(error: unknown): Classification {
   return { retryable: false, unhealthy: false, reason: code ?? (name as string | undefined) ?? 'error' };
 }
 
-/** True when a later attempt of the same intent may succeed. For saga steps and task handlers. */
+/**
+ * True when a later attempt of the same intent may succeed. For saga steps and task handlers.
+ *
+ * @example
+ * await claims.fail(task, error, { retryable: isRetryableFailure(error) });
+ */
 export function isRetryableFailure(error: unknown): boolean {
   return classifyError(error).retryable;
 }

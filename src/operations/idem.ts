@@ -87,6 +87,15 @@ export class Idem<Client = unknown> {
    * `InvalidKeyError`, or `OperationFailedError` (with `retryable` and the handler's error as
    * `cause`); a handler's throw leaves nothing behind. Serialization failures and deadlocks retry
    * the whole transaction up to `transactionRetries` times.
+   *
+   * @example
+   * const { value, replayed } = await idem.run(
+   *   { tenant: 'acme', operation: 'create-order', key: idempotencyKey, request: body },
+   *   async (tx) => {
+   *     const { rows } = await tx.query('INSERT INTO orders (total) VALUES ($1) RETURNING id', [body.total]);
+   *     return { orderId: rows[0].id };
+   *   },
+   * );
    */
   async run<T>(
     spec: OperationSpec,
@@ -123,6 +132,13 @@ export class Idem<Client = unknown> {
    * Like `run`, inside a transaction the caller already opened (`fromPgClient(client)`,
    * `fromKysely(trx)`, …). idem's rows commit or roll back with the caller's. If this throws, the
    * caller must roll back. No automatic retry: the caller owns the transaction.
+   *
+   * @example
+   * await knex.transaction(async (trx) => {
+   *   await idem.runIn(fromKnexTransaction(trx), { tenant, operation: 'create-order', key, request: body }, async (tx) => {
+   *     await tx.query('INSERT INTO orders (total) VALUES ($1)', [body.total]);
+   *   });
+   * });
    */
   async runIn<T, TxClient>(
     tx: Transaction<TxClient>,
@@ -151,6 +167,14 @@ export class Idem<Client = unknown> {
    * runs afresh (`OperationFailedError`). A non-retryable one after that is stored: the operation
    * ends `failed` with the error and the step, and this call and every retry of the key throw
    * `StepFailedError`. A lost lease throws `FencedError` and writes nothing.
+   *
+   * @example
+   * const { value } = await idem.steps({ tenant, operation: 'pay', key, request: body }, async (op) => {
+   *   const order = await op.step('order', (tx) => insertOrder(tx, body));
+   *   const charge = await op.call('charge', ({ key, signal }) => provider.charge(body, { idempotencyKey: key, signal }));
+   *   await op.step('mark-paid', (tx) => markPaid(tx, order.id, charge.id));
+   *   return { orderId: order.id };
+   * });
    */
   async steps<T>(
     spec: OperationSpec,
@@ -334,7 +358,12 @@ export class Idem<Client = unknown> {
   }
 }
 
-/** Creates an `Idem` for one database and schema. See `IdemOptions` for every option and its default. */
+/**
+ * Creates an `Idem` for one database and schema. See `IdemOptions` for every option and its default.
+ *
+ * @example
+ * const idem = createIdem({ sql: fromPg(pool), waitMs: 2000 });
+ */
 export function createIdem<Client>(options: IdemOptions<Client>): Idem<Client> {
   return new Idem(options);
 }

@@ -592,6 +592,14 @@ export class OutboxDispatcher {
   }
 }
 
+/**
+ * Creates a dispatcher (see `OutboxDispatcher` for the lifecycle and `DispatcherOptions` for the
+ * defaults).
+ *
+ * @example
+ * const dispatcher = createDispatcher({ sql: fromPg(pool), publisher: rabbitMqPublisher({ url }) });
+ * await dispatcher.start();
+ */
 export function createDispatcher(options: DispatcherOptions): OutboxDispatcher {
   return new OutboxDispatcher(options);
 }

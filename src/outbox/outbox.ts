@@ -134,6 +134,12 @@ export class Outbox {
    * Events of one key are published in the order they were added; add them from transactions
    * that are serialised on the key (e.g. that update the aggregate's row), as you usually do.
    * Returns the event's id (a UUIDv7 unless `event.id` was given).
+   *
+   * @example
+   * await sql.transaction(async (tx) => {
+   *   await tx.query('UPDATE orders SET state = $2 WHERE id = $1', [orderId, 'paid']);
+   *   await outbox.add(tx, { topic: 'orders', key: orderId, type: 'order.paid', payload: { orderId } });
+   * });
    */
   async add(tx: Queryable, event: NewOutboxEvent): Promise<string> {
     const row = prepare(event, this.tenant);
@@ -269,6 +275,13 @@ export class Outbox {
   }
 }
 
+/**
+ * Creates an outbox. `sql` is needed only for the methods that manage events afterwards (`read`,
+ * `stats`, `redrive`, …); `add` writes on the transaction it is given.
+ *
+ * @example
+ * const outbox = createOutbox({ sql: fromPg(pool) });
+ */
 export function createOutbox(options: OutboxOptions = {}): Outbox {
   return new Outbox(options);
 }

@@ -5,15 +5,9 @@
  * or not at all. Failures retry with backoff until a dead letter; dead and unhandled receipts can
  * be redriven.
  *
- * Order-aware handling, chosen per event type (`ordering` on the handler):
- * - `state` (latest wins): for events that carry the entity's whole state. An older version is
- *   recorded as `superseded` and never handled; the same version again, under any delivery id, is
- *   a `duplicate`.
- * - `sequence` (every version, in order): for events that carry a change. Version n+1 is handled
- *   only after n; a later one `waits` for the missing one up to `gapTimeoutMs`, then its entity is
- *   parked (console, metric, `idem webhooks parked`) until the gap is filled or an operator skips
- *   it. Nothing is ever skipped silently.
- * - `none`: no entity; every delivery is handled once (deduplicated on its delivery id).
+ * Order-aware handling is chosen per event type: `state` (latest wins), `sequence` (every
+ * version, in order) or `none`; `WebhookHandler.ordering` says what each does. Nothing is ever
+ * skipped silently.
  *
  * One entity is handled by one worker at a time, across processes: its row in
  * `webhook_entity_versions` is locked with SKIP LOCKED, and when another worker holds it the
@@ -70,9 +64,11 @@ export interface WebhookHandler<Client = unknown> {
    * - `sequence` (every version, in order), for events that carry a change (an amount refunded, a
    *   line added): version n is handled only once n-1 was, one at a time across every worker and
    *   process. A later version waits for the missing one (never handled before it) for up to
-   *   `gapTimeoutMs`, then the entity is parked with a visible reason until the gap is filled or
-   *   an operator skips it. A version far ahead is a gap, not the new truth.
-   * - `none`: not about one entity; each delivery is handled once, in no particular order.
+   *   `gapTimeoutMs`, then the entity is parked with a visible reason (console, metric,
+   *   `idem webhooks parked`) until the gap is filled or an operator skips it. A version far ahead
+   *   is a gap, not the new truth.
+   * - `none`: not about one entity; each delivery is handled once (deduplicated on its delivery
+   *   id), in no particular order.
    *
    * Event types that share entities (scope and key) must share the model: an event whose entity
    * was first seen under the other model is dead-lettered with the reason.
@@ -103,7 +99,15 @@ export interface WebhookHandler<Client = unknown> {
    * parked or not: parking only makes the wait visible.
    */
   gapTimeoutMs?: number;
-  /** Applies the event through `tx`; idem commits it with the entity version and the receipt's state. */
+  /**
+   * Applies the event through `tx`; idem commits it with the entity version and the receipt's state.
+   *
+   * @example
+   * handle: async (tx, event) => {
+   *   const { id, status } = event.json<{ id: string; status: string }>();
+   *   await tx.query('UPDATE refunds SET status = $2 WHERE id = $1', [id, status]);
+   * },
+   */
   handle(tx: Transaction<Client>, event: WebhookEvent): Promise<void>;
 }
 
@@ -798,7 +802,16 @@ export class WebhookProcessor<Client = unknown> {
   }
 }
 
-/** Creates a processor. See `WebhookProcessorOptions`. */
+/**
+ * Creates a processor. See `WebhookProcessorOptions`.
+ *
+ * @example
+ * const processor = createWebhookProcessor({
+ *   sql: fromPg(pool),
+ *   handlers: { stripe: { 'refund.updated': { ordering: 'state', entity: refundVersion, handle: applyRefund } } },
+ * });
+ * processor.start();
+ */
 export function createWebhookProcessor<Client>(
   options: WebhookProcessorOptions<Client>,
 ): WebhookProcessor<Client> {
@@ -908,7 +921,6 @@ function decodeReceipt(row: Record<string, unknown>): WebhookReceipt {
     lastError: (row.last_error as string | null) ?? null,
     entityScope: (row.entity_scope as string | null) ?? null,
     entityKey: (row.entity_key as string | null) ?? null,
-    // numeric arrives as text from pg and postgres.js, keeping its full precision.
     entityVersion: versionText(row.entity_version),
     waitingSince: toMillis(row.waiting_since),
     processedAt: toMillis(row.processed_at),

@@ -153,7 +153,8 @@ export class WebhookReceiver {
     const now = this.clock.now();
     let verified;
     try {
-      if (request.body.byteLength > source.maxBodyBytes) throw new WebhookBodyTooLargeError(source.maxBodyBytes);
+      if (request.body.byteLength > source.maxBodyBytes)
+        throw new WebhookBodyTooLargeError(source.maxBodyBytes);
       verified = source.verifier.verify(request, now);
     } catch (error) {
       if (!isWebhookRequestError(error)) throw error;
@@ -233,7 +234,17 @@ export class WebhookReceiver {
   }
 }
 
-/** Creates a receiver. See `WebhookReceiverOptions`. */
+/**
+ * Creates a receiver. See `WebhookReceiverOptions`.
+ *
+ * @example
+ * const receiver = createWebhookReceiver({
+ *   sql: fromPg(pool),
+ *   sources: { stripe: stripeVerifier({ secrets: [process.env.STRIPE_WEBHOOK_SECRET!] }) },
+ *   onReceipt: () => processor.notify(),
+ * });
+ * await app.register(fastifyWebhooks(receiver, { routes: { '/webhooks/stripe': 'stripe' } }));
+ */
 export function createWebhookReceiver(options: WebhookReceiverOptions): WebhookReceiver {
   return new WebhookReceiver(options);
 }

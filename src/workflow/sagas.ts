@@ -466,7 +466,13 @@ export class Sagas<Client = unknown> {
   }
 }
 
-/** Creates a saga engine for one database and schema. See `SagasOptions` for the defaults. */
+/**
+ * Creates a saga engine for one database and schema. See `SagasOptions` for the defaults.
+ *
+ * @example
+ * const sagas = createSagas({ sql: fromPg(pool), sagas: [checkout] });
+ * setInterval(() => void sagas.recover(), 10_000); // resume sagas whose process died
+ */
 export function createSagas<Client>(options: SagasOptions<Client>): Sagas<Client> {
   return new Sagas(options);
 }
