@@ -107,7 +107,7 @@ export default async function messagingBench(ctx: BenchContext): Promise<BenchSe
         type: 'order.updated',
         payload: { orderId: `order-${(from + i) % keys}`, seq: from + i, amount: 1250, currency: 'EUR' },
         headers: {},
-        createdAt: new Date(),
+        createdAt: Date.now(),
         attempts: 0,
       }));
     await publisher.publish(batch(1, 0), new AbortController().signal); // connect first

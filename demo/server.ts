@@ -148,7 +148,7 @@ export async function startDemo(overrides: DemoOverrides = {}): Promise<DemoHand
       schema,
       sources: { provider: standardWebhooksVerifier({ secrets: [config.webhookSecret] }) },
       // The app's own 64 KiB, not the receiver's 1 MiB default: refund events are a few hundred bytes.
-      bodyLimit: 64 * 1024,
+      maxBodyBytes: 64 * 1024,
       // Every refusal is logged with its code and reason: counted by reason, then logged as before.
       logger: countingWebhookLogger(metrics),
       onReceipt: () => processor.notify(),

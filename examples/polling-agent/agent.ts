@@ -50,7 +50,7 @@ async function main(): Promise<void> {
     const alive = keepAlive(claims, task, { intervalMs: Math.floor(leaseMs / 4) });
     try {
       // The slow part, outside any transaction: nothing is held in the database meanwhile.
-      log(`thinking ${task.dedupeKey} fence=${task.fence}`);
+      log(`thinking ${task.key} fence=${task.fence}`);
       const text = await think(task.payload, thinkMs, alive.signal);
       await sql.transaction(async (tx) => {
         // Fence first: this refuses a zombie and row-locks the task until commit.
@@ -59,22 +59,22 @@ async function main(): Promise<void> {
           topic: notificationsTopic,
           key: task.payload.user,
           type: 'notification.requested',
-          payload: { task: task.dedupeKey, user: task.payload.user, text },
-          id: uuidv5(task.key, notificationNamespace),
+          payload: { task: task.key, user: task.payload.user, text },
+          id: uuidv5(task.downstreamKey, notificationNamespace),
         });
       });
-      log(`completed ${task.dedupeKey} fence=${task.fence}`);
+      log(`completed ${task.key} fence=${task.fence}`);
     } catch (error) {
       if (isFenced(error) || alive.signal.aborted) {
-        log(`fenced ${task.dedupeKey} fence=${task.fence}: another agent took it over`);
+        log(`fenced ${task.key} fence=${task.fence}: another agent took it over`);
         return;
       }
       try {
         const failed = await claims.fail(task, error);
-        log(`failed ${task.dedupeKey}: ${String(error)} -> ${failed.state}`);
+        log(`failed ${task.key}: ${String(error)} -> ${failed.state}`);
       } catch (failError) {
         if (!isFenced(failError)) throw failError;
-        log(`fenced ${task.dedupeKey} fence=${task.fence}: another agent took it over`);
+        log(`fenced ${task.key} fence=${task.fence}: another agent took it over`);
       }
     } finally {
       await alive.stop();

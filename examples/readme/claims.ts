@@ -18,7 +18,7 @@ export function receiptQueue(sql: Sql, schema = 'idem') {
     async workOnce(send: (orderId: string, key: string) => Promise<void>) {
       for (const task of await claims.claim<{ orderId: string }>('receipts', { limit: 10 })) {
         const outcome = await claims.run(task, async (tx) => {
-          await send(task.payload.orderId, task.key); // task.key: the same for every worker and attempt
+          await send(task.payload.orderId, task.downstreamKey); // the same for every worker and attempt
           await tx.query('UPDATE orders SET receipt_sent = true WHERE id = $1', [task.payload.orderId]);
         }); // fence check, the writes and the completion: one commit
         if (outcome.state !== 'completed') console.warn(`receipt ${task.id}: ${outcome.state}`);

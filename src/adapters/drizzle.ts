@@ -51,10 +51,28 @@ async function run<R extends Row>(
   return normalize<R>(await db.execute(toDrizzleSql(text, params)));
 }
 
+/**
+ * The `tx` of your own `db.transaction(async (tx) => …)` (drizzle-orm's node-postgres, postgres.js
+ * or PGlite drivers). idem's statements run in it; idem will not commit or roll it back.
+ *
+ * @example
+ * await db.transaction(async (tx) => {
+ *   await tx.insert(orders).values({ id: orderId, amount });
+ *   await outbox.add(fromDrizzleTransaction(tx), { topic: 'orders', key: orderId, type: 'order.created', payload: { orderId } });
+ * });
+ */
 export function fromDrizzleTransaction<Tx extends DrizzleQueryableLike>(tx: Tx): Transaction<Tx> {
   return transactionOf(tx, run);
 }
 
+/**
+ * A Drizzle database: statements run on it; `transaction` uses `db.transaction`.
+ *
+ * @example
+ * import { drizzle } from 'drizzle-orm/node-postgres';
+ * import { fromDrizzle } from 'idem/drizzle';
+ * const idem = createIdem({ sql: fromDrizzle(drizzle(pool)) });
+ */
 export function fromDrizzle<Tx extends DrizzleQueryableLike>(db: DrizzleLike<Tx>): Sql<Tx> {
   return sqlOf(db, run, (fn) => db.transaction(fn));
 }

@@ -49,12 +49,26 @@ async function run<R extends Row>(
   return { rows, rowCount: result.rowCount ?? rows.length };
 }
 
-/** The `trx` of your own `knex.transaction(async (trx) => …)`. idem will not commit or roll it back. */
+/**
+ * The `trx` of your own `knex.transaction(async (trx) => …)`. idem will not commit or roll it back.
+ *
+ * @example
+ * await knex.transaction(async (trx) => {
+ *   await trx('orders').insert({ id: orderId, amount });
+ *   await outbox.add(fromKnexTransaction(trx), { topic: 'orders', key: orderId, type: 'order.created', payload: { orderId } });
+ * });
+ */
 export function fromKnexTransaction<Trx extends KnexQueryableLike>(trx: Trx): Transaction<Trx> {
   return transactionOf(trx, run);
 }
 
-/** A Knex instance: statements run on its pool; `transaction` uses `knex.transaction`. */
+/**
+ * A Knex instance: statements run on its pool; `transaction` uses `knex.transaction`.
+ *
+ * @example
+ * import { fromKnex } from 'idem/knex';
+ * const idem = createIdem({ sql: fromKnex(knex) });
+ */
 export function fromKnex<Trx extends KnexQueryableLike>(knex: KnexLike<Trx>): Sql<Trx> {
   return sqlOf(knex, run, (fn) => knex.transaction(fn));
 }

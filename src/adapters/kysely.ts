@@ -33,10 +33,27 @@ async function run<R extends Row>(
   };
 }
 
+/**
+ * The `trx` of your own `db.transaction().execute(async (trx) => …)`. idem's statements run in
+ * it; idem will not commit or roll it back.
+ *
+ * @example
+ * await db.transaction().execute(async (trx) => {
+ *   await trx.insertInto('orders').values({ id: orderId, amount }).execute();
+ *   await outbox.add(fromKyselyTransaction(trx), { topic: 'orders', key: orderId, type: 'order.created', payload: { orderId } });
+ * });
+ */
 export function fromKyselyTransaction<Tx extends KyselyQueryableLike>(trx: Tx): Transaction<Tx> {
   return transactionOf(trx, run);
 }
 
+/**
+ * A `Kysely` instance: statements run on its pool; `transaction` uses `db.transaction()`.
+ *
+ * @example
+ * import { fromKysely } from 'idem/kysely';
+ * const idem = createIdem({ sql: fromKysely(db) });
+ */
 export function fromKysely<Tx extends KyselyQueryableLike>(db: KyselyLike<Tx>): Sql<Tx> {
   return sqlOf(db, run, (fn) => db.transaction().execute(fn));
 }

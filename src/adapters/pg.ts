@@ -93,7 +93,22 @@ const runner =
     return { rows: result.rows as R[], rowCount: result.rowCount ?? result.rows.length };
   };
 
-/** A transaction on a client the caller already began. Idem will not BEGIN or COMMIT it. */
+/**
+ * A transaction on a client the caller already began. idem will not BEGIN or COMMIT it.
+ *
+ * @example
+ * const client = await pool.connect();
+ * try {
+ *   await client.query('BEGIN');
+ *   await idem.runIn(fromPgClient(client), spec, async (tx) => createOrder(tx));
+ *   await client.query('COMMIT');
+ * } catch (error) {
+ *   await client.query('ROLLBACK');
+ *   throw error;
+ * } finally {
+ *   client.release();
+ * }
+ */
 export function fromPgClient<C extends PgClientLike>(
   client: C,
   options: PgAdapterOptions = {},
@@ -101,7 +116,16 @@ export function fromPgClient<C extends PgClientLike>(
   return transactionOf(client, runner({ enabled: options.prepare ?? true }));
 }
 
-/** A pool: statements run on any connection; `transaction` checks one out for BEGIN … COMMIT. */
+/**
+ * A pool: statements run on any connection; `transaction` checks one out for BEGIN … COMMIT.
+ * Behind a transaction-mode pooler, pass `{ prepare: false }`.
+ *
+ * @example
+ * import pg from 'pg';
+ * import { fromPg } from 'idem/pg';
+ * const sql = fromPg(new pg.Pool({ connectionString: process.env.DATABASE_URL }));
+ * const idem = createIdem({ sql });
+ */
 export function fromPg<Client extends PgClientLike = PoolClient>(
   pool: PgPoolLike<Client>,
   options: PgAdapterOptions = {},

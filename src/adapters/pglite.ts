@@ -35,10 +35,28 @@ async function run<R extends Row>(
   return { rows: result.rows as R[], rowCount: result.affectedRows || result.rows.length };
 }
 
+/**
+ * The `tx` of your own `db.transaction(async (tx) => …)`. idem will not commit or roll it back.
+ *
+ * @example
+ * await db.transaction(async (tx) => {
+ *   await idem.runIn(fromPgliteTransaction(tx), spec, async (tx) => createOrder(tx));
+ * });
+ */
 export function fromPgliteTransaction<Tx extends PgliteQueryableLike>(tx: Tx): Transaction<Tx> {
   return transactionOf(tx, run);
 }
 
+/**
+ * A PGlite database (in-process PostgreSQL, for tests and local tools): statements run on it;
+ * `transaction` uses `db.transaction`.
+ *
+ * @example
+ * import { PGlite } from '@electric-sql/pglite';
+ * import { fromPglite } from 'idem/pglite';
+ * const sql = fromPglite(new PGlite());
+ * await migrate(sql);
+ */
 export function fromPglite<Tx extends PgliteQueryableLike>(db: PgliteLike<Tx>): Sql<Tx> {
   return sqlOf(db, run, (fn) => db.transaction(fn));
 }

@@ -69,6 +69,15 @@ const runner =
     return { rows: [...rows], rowCount: typeof result.count === 'number' ? result.count : rows.length };
   };
 
+/**
+ * The `tx` of your own `sql.begin(async (tx) => …)`. idem will not commit or roll it back.
+ *
+ * @example
+ * await sql.begin(async (tx) => {
+ *   await tx`INSERT INTO orders (id, amount) VALUES (${orderId}, ${amount})`;
+ *   await outbox.add(fromPostgresJsTransaction(tx), { topic: 'orders', key: orderId, type: 'order.created', payload: { orderId } });
+ * });
+ */
 export function fromPostgresJsTransaction<Tx extends PostgresJsLike>(
   tx: Tx,
   options: PostgresJsAdapterOptions = {},
@@ -76,6 +85,15 @@ export function fromPostgresJsTransaction<Tx extends PostgresJsLike>(
   return transactionOf(tx, runner(options.prepare ?? true));
 }
 
+/**
+ * A postgres.js `sql`: statements run on its pool; `transaction` uses `sql.begin`. Behind a
+ * transaction-mode pooler, pass `{ prepare: false }`.
+ *
+ * @example
+ * import postgres from 'postgres';
+ * import { fromPostgresJs } from 'idem/postgres';
+ * const idem = createIdem({ sql: fromPostgresJs(postgres(process.env.DATABASE_URL!)) });
+ */
 export function fromPostgresJs<Tx extends PostgresJsLike>(
   sql: PostgresJsRootLike<Tx>,
   options: PostgresJsAdapterOptions = {},

@@ -74,12 +74,26 @@ async function run<R extends Row>(
   return { rows: [], rowCount };
 }
 
-/** The `tx` of your own `prisma.$transaction(async (tx) => …)`. idem will not commit or roll it back. */
+/**
+ * The `tx` of your own `prisma.$transaction(async (tx) => …)`. idem will not commit or roll it back.
+ *
+ * @example
+ * await prisma.$transaction(async (tx) => {
+ *   const order = await tx.order.create({ data: { amount } });
+ *   await outbox.add(fromPrismaTransaction(tx), { topic: 'orders', key: String(order.id), type: 'order.created', payload: order });
+ * });
+ */
 export function fromPrismaTransaction<Tx extends PrismaQueryableLike>(tx: Tx): Transaction<Tx> {
   return transactionOf(tx, run);
 }
 
-/** A `PrismaClient`: statements run on it directly; `transaction` opens an interactive transaction. */
+/**
+ * A `PrismaClient`: statements run on it directly; `transaction` opens an interactive transaction.
+ *
+ * @example
+ * import { fromPrisma } from 'idem/prisma';
+ * const idem = createIdem({ sql: fromPrisma(prisma) });
+ */
 export function fromPrisma<Tx extends PrismaQueryableLike>(
   prisma: PrismaLike<Tx>,
   options: PrismaAdapterOptions = {},

@@ -57,6 +57,12 @@ async function run<R extends Row>(
  * The `EntityManager` of your own `dataSource.transaction(async (manager) => …)`. idem will not
  * commit or roll it back. Throws `InvalidArgumentError` for a manager outside a transaction
  * (`dataSource.manager`): idem's writes would commit on their own, apart from yours.
+ *
+ * @example
+ * await dataSource.transaction(async (manager) => {
+ *   const order = await manager.save(Order, { amount });
+ *   await outbox.add(fromTypeORMTransaction(manager), { topic: 'orders', key: String(order.id), type: 'order.created', payload: order });
+ * });
  */
 export function fromTypeORMTransaction<Manager extends TypeORMEntityManagerLike>(
   manager: Manager,
@@ -70,7 +76,13 @@ export function fromTypeORMTransaction<Manager extends TypeORMEntityManagerLike>
   return { client: manager, query: (text, params) => run(runner, text, params) };
 }
 
-/** A `DataSource`: each statement checks out a query runner; `transaction` uses `dataSource.transaction`. */
+/**
+ * A `DataSource`: each statement checks out a query runner; `transaction` uses `dataSource.transaction`.
+ *
+ * @example
+ * import { fromTypeORM } from 'idem/typeorm';
+ * const idem = createIdem({ sql: fromTypeORM(dataSource) });
+ */
 export function fromTypeORM<Manager extends TypeORMEntityManagerLike>(
   dataSource: TypeORMDataSourceLike<Manager>,
 ): Sql<Manager> {

@@ -184,7 +184,13 @@ export class Cells<Client = unknown> {
   }
 }
 
-/** Creates a router from tenants to cells. See `CellsOptions`. */
+/**
+ * Creates a router from tenants to cells. See `CellsOptions`.
+ *
+ * @example
+ * const cells = createCells({ cells: { eu: fromPg(euPool), us: fromPg(usPool) }, cellOf: (tenant) => home(tenant) });
+ * const { idem } = cells.forTenant('acme');
+ */
 export function createCells<Client>(options: CellsOptions<Client>): Cells<Client> {
   return new Cells(options);
 }

@@ -140,11 +140,7 @@ export class Claims<Client = unknown> extends TableModule<Client, ClaimStatement
       const row = existing.rows[0];
       if (!row) continue;
       if (row.fingerprint !== print) {
-        throw new KeyReusedError(
-          taskScope({ ...spec, dedupeKey: spec.key }),
-          row.fingerprint as string,
-          print,
-        );
+        throw new KeyReusedError(taskScope(spec), row.fingerprint as string, print);
       }
       return { task: decodeTask<P>(row), created: false };
     }
@@ -212,11 +208,7 @@ export class Claims<Client = unknown> extends TableModule<Client, ClaimStatement
       if (!row)
         throw new ConcurrentChangeError(`enqueueMany: task ${p.spec.key} vanished between insert and read`);
       if (row.fingerprint !== p.print) {
-        throw new KeyReusedError(
-          taskScope({ ...p.spec, dedupeKey: p.spec.key }),
-          row.fingerprint as string,
-          p.print,
-        );
+        throw new KeyReusedError(taskScope(p.spec), row.fingerprint as string, p.print);
       }
       const first = created.has(id) && !handedOut.has(id);
       handedOut.add(id);
@@ -228,6 +220,11 @@ export class Claims<Client = unknown> extends TableModule<Client, ClaimStatement
    * Claims up to `limit` due tasks of `queue` (and tasks whose holder's lease lapsed), in one
    * statement with `FOR UPDATE SKIP LOCKED`: concurrent workers never wait for each other and
    * never get the same task while its lease holds. Each claim raises the task's fence.
+   *
+   * @example
+   * for (const task of await claims.claim<{ orderId: string }>('receipts', { limit: 10 })) {
+   *   await claims.run(task, (tx) => sendReceipt(tx, task.payload.orderId, task.downstreamKey));
+   * }
    */
   async claim<P = unknown>(queue: string, options: ClaimOptions = {}): Promise<ClaimedTask<P>[]> {
     const limit = positiveInteger('limit', options.limit ?? 1);
@@ -433,11 +430,17 @@ export class Claims<Client = unknown> extends TableModule<Client, ClaimStatement
    * over even if the lease runs out. The transaction (a pooled connection, the row lock) stays
    * open while the handler runs: keep it to database work. Work that leaves the database (an
    * HTTP call, an LLM request) runs outside any transaction with `keepAlive(claims, task)` and a
-   * fenced `complete(task, result)`, sending `task.key` as its idempotency key so a retry after a
+   * fenced `complete(task, result)`, sending `task.downstreamKey` as its idempotency key so a retry after a
    * crash sends the same one.
    *
    * Never throws for the handler's failure: it is recorded with `fail` and returned. A lost
    * lease is returned as `{ state: 'fenced' }`; database errors while recording are thrown.
+   *
+   * @example
+   * const outcome = await claims.run(task, async (tx) => {
+   *   await outbox.add(tx, { topic: 'emails', key: task.payload.user, type: 'email.requested', payload: task.payload });
+   * });
+   * if (outcome.state === 'dead') alert(task.id, outcome.error);
    */
   async run<P, R>(
     task: ClaimedTask<P>,
@@ -564,7 +567,12 @@ export class Claims<Client = unknown> extends TableModule<Client, ClaimStatement
   }
 }
 
-/** Creates a `Claims` for one database and schema. See `ClaimsOptions` for the defaults. */
+/**
+ * Creates a `Claims` for one database and schema. See `ClaimsOptions` for the defaults.
+ *
+ * @example
+ * const claims = createClaims({ sql: fromPg(pool), leaseMs: 30_000, maxAttempts: 5 });
+ */
 export function createClaims<Client>(options: ClaimsOptions<Client>): Claims<Client> {
   return new Claims(options);
 }

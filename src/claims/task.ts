@@ -11,8 +11,8 @@ export interface TaskRecord<P = unknown> {
   id: string;
   tenant: string;
   queue: string;
-  /** The dedupe key it was enqueued with: the intent it names. */
-  dedupeKey: string;
+  /** The key it was enqueued with (`EnqueueSpec.key`): the intent it names, its dedupe key. */
+  key: string;
   payload: P;
   state: TaskState;
   /** For a ready task, when it becomes due; for a claimed one, when its lease ends (epoch ms). */
@@ -28,9 +28,9 @@ export interface TaskRecord<P = unknown> {
   finishedAt: number | null;
   /**
    * The idempotency key to send downstream for this task's external calls: derived from
-   * (tenant, queue, dedupe key), so it is the same for every worker, attempt and takeover.
+   * (tenant, queue, key), so it is the same for every worker, attempt and takeover.
    */
-  key: string;
+  downstreamKey: string;
 }
 
 /** A task this worker holds. Every write about it carries `fence`. */
@@ -42,26 +42,27 @@ export interface ClaimedTask<P = unknown> extends TaskRecord<P> {
   workerId: string;
 }
 
-export function taskScope(task: Pick<TaskRecord, 'tenant' | 'queue' | 'dedupeKey'>): OperationScope {
-  return { tenant: task.tenant, operation: task.queue, key: task.dedupeKey };
+export function taskScope(task: Pick<TaskRecord, 'tenant' | 'queue' | 'key'>): OperationScope {
+  return { tenant: task.tenant, operation: task.queue, key: task.key };
 }
 
 /** The downstream key of a task; `path` names a sub-call when the task makes several. */
-export function taskKey(task: Pick<TaskRecord, 'tenant' | 'queue' | 'dedupeKey'>, ...path: string[]): string {
+export function taskKey(task: Pick<TaskRecord, 'tenant' | 'queue' | 'key'>, ...path: string[]): string {
   return deriveKey(taskScope(task), 'task', ...path);
 }
 
 /**
- * A task read from a row. Built field by field (no object spread) and with a lazy `key`: on the
- * claim path this object is made for every task, and in a profile of 8 workers claiming batches
- * of 10, the SHA-256 of an eager `key` and a spread of the row made `decodeTask` 6.7% of the
- * client's CPU; the downstream key is only needed when a handler calls out.
+ * A task read from a row. Built field by field (no object spread) and with a lazy
+ * `downstreamKey`: on the claim path this object is made for every task, and in a profile of 8
+ * workers claiming batches of 10, the SHA-256 of an eager downstream key and a spread of the row
+ * made `decodeTask` 6.7% of the client's CPU; the downstream key is only needed when a handler
+ * calls out.
  */
 class StoredTask<P> implements TaskRecord<P> {
   readonly id: string;
   readonly tenant: string;
   readonly queue: string;
-  readonly dedupeKey: string;
+  readonly key: string;
   readonly payload: P;
   state: TaskState;
   visibleAt: number;
@@ -74,13 +75,13 @@ class StoredTask<P> implements TaskRecord<P> {
   readonly finishedAt: number | null;
   leaseUntil: number;
   workerId: string;
-  #key: string | undefined;
+  #downstreamKey: string | undefined;
 
   constructor(row: Record<string, unknown>, workerId: string) {
     this.id = String(row.id);
     this.tenant = row.tenant_id as string;
     this.queue = row.queue as string;
-    this.dedupeKey = row.dedupe_key as string;
+    this.key = row.dedupe_key as string;
     this.payload = JSON.parse(row.payload as string) as P;
     this.state = (row.state as TaskState | undefined) ?? 'claimed';
     this.visibleAt = toMillis(row.visible_at)!;
@@ -96,12 +97,12 @@ class StoredTask<P> implements TaskRecord<P> {
     this.workerId = workerId;
   }
 
-  get key(): string {
-    return (this.#key ??= taskKey(this));
+  get downstreamKey(): string {
+    return (this.#downstreamKey ??= taskKey(this));
   }
 
   toJSON(): Record<string, unknown> {
-    return { ...(this as object), key: this.key };
+    return { ...(this as object), downstreamKey: this.downstreamKey };
   }
 }
 

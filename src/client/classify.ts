@@ -61,7 +61,12 @@ export function classifyError(error: unknown): Classification {
   return { retryable: false, unhealthy: false, reason: code ?? (name as string | undefined) ?? 'error' };
 }
 
-/** True when a later attempt of the same intent may succeed. For saga steps and task handlers. */
+/**
+ * True when a later attempt of the same intent may succeed. For saga steps and task handlers.
+ *
+ * @example
+ * await claims.fail(task, error, { retryable: isRetryableFailure(error) });
+ */
 export function isRetryableFailure(error: unknown): boolean {
   return classifyError(error).retryable;
 }

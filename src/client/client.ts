@@ -226,7 +226,13 @@ function settle(outcome: Attempt): Response {
   throw outcome.error;
 }
 
-/** Creates a client. One per downstream service is the usual shape (its breaker is per origin). */
+/**
+ * Creates a client. One per downstream service is the usual shape (its breaker is per origin).
+ *
+ * @example
+ * const payments = createClient({ baseUrl: 'https://payments.example', maxAttempts: 4 });
+ * const res = await payments.fetch('/charges', { method: 'POST', idempotencyKey: deriveKey(scope, 'charge'), body });
+ */
 export function createClient(options: ClientOptions = {}): ResilientClient {
   return new ResilientClient(options);
 }

@@ -17,5 +17,12 @@ export class HttpStatusError extends IdemError {
   }
 }
 
+/**
+ * True for an `HttpStatusError` (`assertOk` on a non-2xx answer), with its `status`, `retryable`
+ * and `retryAfterMs`.
+ *
+ * @example
+ * if (isHttpStatusError(error) && error.status === 404) return null;
+ */
 export const isHttpStatusError = (e: unknown): e is HttpStatusError =>
   isIdemError(e) && e.code === 'IDEM_HTTP_STATUS';

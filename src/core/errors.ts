@@ -46,7 +46,15 @@ export class IdemError extends Error {
   }
 }
 
-/** True for any idem error, including one from another copy of the package. */
+/**
+ * True for any idem error, including one from another copy of the package.
+ *
+ * @example
+ * app.setErrorHandler((error, request, reply) => {
+ *   if (isIdemError(error)) return reply.code(error.retryable ? 503 : 400).send({ code: error.code });
+ *   throw error;
+ * });
+ */
 export function isIdemError(error: unknown): error is IdemError {
   return typeof error === 'object' && error !== null && (error as Record<symbol, unknown>)[brand] === true;
 }
@@ -198,18 +206,99 @@ export class ConcurrentChangeError extends IdemError {
   }
 }
 
+/**
+ * True for an `InvalidKeyError`, from any copy of the package (a brand check, not `instanceof`).
+ *
+ * @example
+ * try {
+ *   await idem.run({ tenant, operation: 'create-order', key: req.header('idempotency-key') ?? '' }, handler);
+ * } catch (error) {
+ *   if (isInvalidKey(error)) return res.status(400).send(error.message);
+ *   throw error;
+ * }
+ */
 export const isInvalidKey = (e: unknown): e is InvalidKeyError => hasCode(e, 'IDEM_INVALID_KEY');
+
+/**
+ * True for a `KeyReusedError`: the key was first used with another request; nothing ran.
+ *
+ * @example
+ * if (isKeyReused(error)) return res.status(422).send('this key was used with another request');
+ */
 export const isKeyReused = (e: unknown): e is KeyReusedError => hasCode(e, 'IDEM_KEY_REUSED');
+
+/**
+ * True for an `InProgressError`: the same key is still running elsewhere; retry after `retryAfterMs`.
+ *
+ * @example
+ * if (isInProgress(error)) {
+ *   return res.status(409).set('Retry-After', String(Math.ceil(error.retryAfterMs / 1000))).end();
+ * }
+ */
 export const isInProgress = (e: unknown): e is InProgressError => hasCode(e, 'IDEM_IN_PROGRESS');
+
+/**
+ * True for an `ExpiredError`: the operation ran, its stored result is gone, its tombstone remains.
+ *
+ * @example
+ * if (isExpired(error)) return res.status(410).json({ resource: error.resource });
+ */
 export const isExpired = (e: unknown): e is ExpiredError => hasCode(e, 'IDEM_EXPIRED');
+
+/**
+ * True for a `FencedError`: this holder lost its lease; roll back and let go.
+ *
+ * @example
+ * try {
+ *   await claims.complete(task, result);
+ * } catch (error) {
+ *   if (!isFenced(error)) throw error; // the new holder's attempt is the one that counts
+ * }
+ */
 export const isFenced = (e: unknown): e is FencedError => hasCode(e, 'IDEM_FENCED');
+
+/**
+ * True for an `OperationFailedError`: the handler threw and nothing it wrote remains.
+ *
+ * @example
+ * if (isOperationFailed(error) && error.retryable) return res.status(503).end();
+ */
 export const isOperationFailed = (e: unknown): e is OperationFailedError =>
   hasCode(e, 'IDEM_OPERATION_FAILED');
+
+/**
+ * True for a `StepFailedError`: a multi-step operation failed for good; the key will not run again.
+ *
+ * @example
+ * if (isStepFailed(error)) log.error({ step: error.step, failure: error.failure }, 'needs an operator');
+ */
 export const isStepFailed = (e: unknown): e is StepFailedError => hasCode(e, 'IDEM_STEP_FAILED');
+
+/**
+ * True for an `InvalidArgumentError`: an option or argument is not valid (a setup error).
+ *
+ * @example
+ * expect(() => createClaims({ sql, leaseMs: -1 })).toThrow(expect.toSatisfy(isInvalidArgument));
+ */
 export const isInvalidArgument = (e: unknown): e is InvalidArgumentError =>
   hasCode(e, 'IDEM_INVALID_ARGUMENT');
+
+/**
+ * True for a `ConcurrentChangeError`: a row changed under idem between two statements; retryable.
+ *
+ * @example
+ * if (isConcurrentChange(error)) return claims.enqueue(spec); // the same call again
+ */
 export const isConcurrentChange = (e: unknown): e is ConcurrentChangeError =>
   hasCode(e, 'IDEM_CONCURRENT_CHANGE');
+
+/**
+ * True for a `PreparedStatementsUnsupportedError`: a transaction-mode pooler dropped a prepared
+ * statement; nothing was committed.
+ *
+ * @example
+ * if (isPreparedStatementsUnsupported(error)) log.warn('set prepare: false on the adapter (fromPg(pool, { prepare: false }))');
+ */
 export const isPreparedStatementsUnsupported = (e: unknown): e is PreparedStatementsUnsupportedError =>
   hasCode(e, 'IDEM_PREPARED_STATEMENTS_UNSUPPORTED');
 

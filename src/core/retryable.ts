@@ -80,6 +80,9 @@ function prismaAdapterKind(error: object): string | undefined {
  * An error can say so itself with a boolean `retryable` property; otherwise PostgreSQL
  * serialization, deadlock, lock-timeout, cancel, shutdown and class-08 connection errors, a
  * driver's lost connection, Prisma's transient errors, and Node network errors, are retryable. Everything else is not.
+ *
+ * @example
+ * if (isRetryable(error)) return reply.code(503).header('Retry-After', '1').send();
  */
 export function isRetryable(error: unknown): boolean {
   if (typeof error !== 'object' || error === null) return false;

@@ -54,7 +54,19 @@ export function sqlStateOf(error: unknown): string | undefined {
   return undefined;
 }
 
-/** 40001 and 40P01: the whole transaction may be retried as it is. */
+/**
+ * 40001 and 40P01: the whole transaction may be retried as it is.
+ *
+ * @example
+ * for (let attempt = 0; ; attempt++) {
+ *   try {
+ *     return await sql.transaction(work);
+ *   } catch (error) {
+ *     if (attempt < 3 && isTransactionRetryable(error)) continue;
+ *     throw error;
+ *   }
+ * }
+ */
 export function isTransactionRetryable(error: unknown): boolean {
   const state = sqlStateOf(error);
   return state === SqlState.serializationFailure || state === SqlState.deadlockDetected;

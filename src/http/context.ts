@@ -44,7 +44,7 @@ export interface IdempotencyContext<Client = unknown> {
   setResource(resource: ResourcePointer): void;
 }
 
-/** @internal Common state of both modes. */
+/** Common state of both modes. Not exported by `idem/http`: users see `IdempotencyContext`. */
 abstract class BaseContext<Client> implements IdempotencyContext<Client> {
   abstract readonly mode: 'transaction' | 'steps';
   resource: ResourcePointer | null = null;
@@ -85,7 +85,7 @@ abstract class BaseContext<Client> implements IdempotencyContext<Client> {
   }
 }
 
-/** @internal */
+/** The context of `mode: 'transaction'`, built by the engine (users see `IdempotencyContext`). */
 export class TransactionContext<Client> extends BaseContext<Client> {
   readonly mode = 'transaction';
   private readonly guarded: Transaction<Client>;
@@ -127,7 +127,7 @@ export class TransactionContext<Client> extends BaseContext<Client> {
   }
 }
 
-/** @internal */
+/** The context of `mode: 'steps'`, built by the engine (users see `IdempotencyContext`). */
 export class StepsContext<Client> extends BaseContext<Client> {
   readonly mode = 'steps';
 

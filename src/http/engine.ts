@@ -122,7 +122,7 @@ export class HttpIdempotency<Req, Client = unknown> {
       operation: base.operation,
       methods: [...base.methods],
       required: base.required,
-      header: base.header,
+      keyHeader: base.keyHeader,
       maxBodyBytes: base.maxBodyBytes,
       fingerprint: { exclude: base.exclude, query: base.includeQuery },
       replayHeaders: [...base.replayHeaders],

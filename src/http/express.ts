@@ -81,7 +81,7 @@ async function handle<Client>(
     req,
     req,
     { method: req.method, url: req.originalUrl, route: routePattern(req) },
-    engine.options.header,
+    engine.options.keyHeader,
   );
   let admission;
   try {

@@ -120,7 +120,7 @@ function hooks(value: unknown): unknown[] {
 function onRequest(engine: HttpIdempotency<FastifyRequest>) {
   return async function idemOnRequest(request: FastifyRequest, reply: FastifyReply) {
     if (!engine.covers(request.method)) return;
-    const key = engine.readKey(rawHeaderValues(request.raw.rawHeaders, engine.options.header));
+    const key = engine.readKey(rawHeaderValues(request.raw.rawHeaders, engine.options.keyHeader));
     if (key.kind === 'pass') return;
     if (key.kind === 'answer') return send(reply, key.response);
     const tooLarge = engine.checkLength(declaredLength(request.headers['content-length']));

@@ -55,7 +55,7 @@ function middleware<Client>(engine: HttpIdempotency<Context, Client>): HonoIdemp
       route: routePattern(c),
       path: url.pathname,
       query: url.search.slice(1),
-      keyFields: keyFields(c, engine.options.header),
+      keyFields: keyFields(c, engine.options.keyHeader),
       contentLength: declaredLength(c.req.header('content-length')),
     };
     const admission = await engine.admit(view);

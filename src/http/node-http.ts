@@ -64,7 +64,7 @@ export function withIdempotency<Client = unknown>(
         url: req.url ?? '/',
         route: typeof route === 'function' ? route(req) : route,
       },
-      engine.options.header,
+      engine.options.keyHeader,
     );
     let admission;
     try {

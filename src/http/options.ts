@@ -51,8 +51,11 @@ export interface IdempotencyOptions<Req, Client = unknown> {
    * false, such a request runs the handler without idempotency (and without `idem` on the request).
    */
   required?: boolean;
-  /** The request header that carries the key. Default `Idempotency-Key`. */
-  header?: string;
+  /**
+   * The request header that carries the key. Default `Idempotency-Key`. (The same name as the
+   * outgoing client's option, `createClient({ keyHeader })`.)
+   */
+  keyHeader?: string;
   /**
    * Largest request body accepted, in bytes. A larger body is answered 413 `body-too-large` before
    * anything is stored or the handler runs. Default 1 MiB (1 048 576). It only ever adds a limit:
@@ -118,7 +121,8 @@ export interface ResolvedOptions<Req, Client> {
   operation: string | ((req: Req, route: RouteInfo) => string) | undefined;
   methods: ReadonlySet<string>;
   required: boolean;
-  header: string;
+  /** Lower-cased. */
+  keyHeader: string;
   maxBodyBytes: number;
   exclude: readonly string[];
   includeQuery: boolean;
@@ -176,9 +180,9 @@ export function resolveOptions<Req, Client>(
     }
   }
   const methods = new Set((options.methods ?? ['POST', 'PATCH']).map((m) => m.toUpperCase()));
-  const header = options.header ?? 'Idempotency-Key';
-  if (!/^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/.test(header)) {
-    throw new InvalidArgumentError('header must be a valid HTTP field name');
+  const keyHeader = options.keyHeader ?? 'Idempotency-Key';
+  if (!/^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/.test(keyHeader)) {
+    throw new InvalidArgumentError('keyHeader must be a valid HTTP field name');
   }
   const mode = options.mode ?? 'transaction';
   if (mode !== 'transaction' && mode !== 'steps') {
@@ -190,7 +194,7 @@ export function resolveOptions<Req, Client>(
     operation: options.operation,
     methods,
     required: options.required ?? true,
-    header: header.toLowerCase(),
+    keyHeader: keyHeader.toLowerCase(),
     maxBodyBytes,
     exclude: options.fingerprint?.exclude ?? [],
     includeQuery: options.fingerprint?.query ?? true,

@@ -122,6 +122,12 @@ export class Inbox<Client = unknown> extends TableModule<Client, InboxStatements
    * A duplicate returns `{ duplicate: true }` without running it (and counts it); a throw rolls
    * back both the record and the handler's writes, so a redelivery runs it again. Ack the
    * message only after this resolves.
+   *
+   * @example
+   * const { duplicate } = await inbox.handle({ consumer: 'billing', messageId: message.id }, async (tx) => {
+   *   await tx.query('INSERT INTO invoices (order_id) VALUES ($1)', [message.body.orderId]);
+   * });
+   * message.ack(); // a duplicate too: it was processed before
    */
   async handle<T>(
     message: InboxMessage,
@@ -143,6 +149,13 @@ export class Inbox<Client = unknown> extends TableModule<Client, InboxStatements
   /**
    * Like `handle`, inside a transaction the caller already opened. If this throws, roll back.
    * On a duplicate the caller's transaction has written nothing of idem's but the duplicate count.
+   *
+   * @example
+   * await sql.transaction(async (tx) => {
+   *   await inbox.handleIn(tx, { consumer: 'billing', messageId: message.id }, async (tx) => {
+   *     await tx.query('INSERT INTO invoices (order_id) VALUES ($1)', [message.body.orderId]);
+   *   });
+   * });
    */
   async handleIn<T, TxClient>(
     tx: Transaction<TxClient>,
@@ -291,6 +304,12 @@ export class Inbox<Client = unknown> extends TableModule<Client, InboxStatements
   }
 }
 
+/**
+ * Creates an inbox for one database and schema. See `InboxOptions` for the defaults.
+ *
+ * @example
+ * const inbox = createInbox({ sql: fromPg(pool), retentionMs: 14 * 86_400_000 });
+ */
 export function createInbox<Client>(options: InboxOptions<Client>): Inbox<Client> {
   return new Inbox(options);
 }

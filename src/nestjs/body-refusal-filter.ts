@@ -38,7 +38,7 @@ export class IdempotencyBodyFilter extends BaseExceptionFilter {
     if (host.getType() !== 'http') return null;
     const raw = rawRequestOf(host.switchToHttp().getRequest<unknown>());
     if (!this.engine.covers(raw.method ?? '')) return null;
-    if (rawHeaderValues(raw.rawHeaders, this.engine.options.header).length === 0) return null;
+    if (rawHeaderValues(raw.rawHeaders, this.engine.options.keyHeader).length === 0) return null;
     return bodyRefusal(this.engine, exception);
   }
 }

@@ -77,7 +77,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
     response: unknown,
     next: CallHandler,
   ): Promise<Observable<unknown>> {
-    const admission = await engine.admit(requestView(request, engine.options.header));
+    const admission = await engine.admit(requestView(request, engine.options.keyHeader));
     if (admission.kind === 'pass') return next.handle();
     const capture = captureNodeResponse(rawResponseOf(response));
     try {

@@ -35,7 +35,10 @@ export const joinIdemTransaction: unique symbol = Symbol('idem.nestjs.join-trans
 
 /** Options of a transaction opened through `TransactionHost.withTransaction(options, fn)`. */
 export interface IdemTransactionOptions {
-  /** @internal Set by `@Idempotent()`: join this transaction instead of opening one. */
+  /**
+   * Set by `@Idempotent()` (never by you): join this transaction instead of opening one, so a
+   * `@Transactional()` method inside an idempotent route writes in idem's transaction.
+   */
   [joinIdemTransaction]?: Transaction;
 }
 

@@ -36,6 +36,13 @@ export interface IdemMetrics {
   render(): Promise<string>;
 }
 
+/**
+ * Creates the metrics, registered on `registry` (default a new one). See the module's example.
+ *
+ * @example
+ * const metrics = createIdemMetrics({ sql, schema: 'idem' });
+ * const idem = createIdem({ sql, onEvent: (event) => metrics.onOperation(event) });
+ */
 export function createIdemMetrics(options: IdemMetricsOptions = {}): IdemMetrics {
   const registry = options.registry ?? new Registry();
   const prefix = options.prefix ?? 'idem_';

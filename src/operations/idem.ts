@@ -120,6 +120,15 @@ export class Idem<Client = unknown> {
    * Every effect of `handler` must be a write in `tx`: with `recording: 'commit'` (the default) a
    * concurrent duplicate may run it too, and its writes roll back. A handler that calls the
    * outside world belongs in `steps`, or at least in `recording: 'claim'`.
+   *
+   * @example
+   * const { value, replayed } = await idem.run(
+   *   { tenant: 'acme', operation: 'create-order', key: idempotencyKey, request: body },
+   *   async (tx) => {
+   *     const { rows } = await tx.query('INSERT INTO orders (total) VALUES ($1) RETURNING id', [body.total]);
+   *     return { orderId: rows[0].id };
+   *   },
+   * );
    */
   async run<T>(spec: OperationSpec, handler: Handler<T, Client>): Promise<OperationResult<T>> {
     const prepared = this.prepare(spec);
@@ -185,6 +194,13 @@ export class Idem<Client = unknown> {
    * With `recording: 'commit'` (the default) the handler runs after a savepoint: when another
    * execution recorded the key first, idem rolls back to it (undoing this handler's writes, and
    * nothing of the caller's) and returns that execution's result as a replay.
+   *
+   * @example
+   * await knex.transaction(async (trx) => {
+   *   await idem.runIn(fromKnexTransaction(trx), { tenant, operation: 'create-order', key, request: body }, async (tx) => {
+   *     await tx.query('INSERT INTO orders (total) VALUES ($1)', [body.total]);
+   *   });
+   * });
    */
   async runIn<T, TxClient>(
     tx: Transaction<TxClient>,
@@ -256,6 +272,14 @@ export class Idem<Client = unknown> {
    * runs afresh (`OperationFailedError`). A non-retryable one after that is stored: the operation
    * ends `failed` with the error and the step, and this call and every retry of the key throw
    * `StepFailedError`. A lost lease throws `FencedError` and writes nothing.
+   *
+   * @example
+   * const { value } = await idem.steps({ tenant, operation: 'pay', key, request: body }, async (op) => {
+   *   const order = await op.step('order', (tx) => insertOrder(tx, body));
+   *   const charge = await op.call('charge', ({ key, signal }) => provider.charge(body, { idempotencyKey: key, signal }));
+   *   await op.step('mark-paid', (tx) => markPaid(tx, order.id, charge.id));
+   *   return { orderId: order.id };
+   * });
    */
   async steps<T>(
     spec: OperationSpec,
@@ -496,7 +520,12 @@ function readFirstOf(value: ReadFirst): ReadFirst {
   return value;
 }
 
-/** Creates an `Idem` for one database and schema. See `IdemOptions` for every option and its default. */
+/**
+ * Creates an `Idem` for one database and schema. See `IdemOptions` for every option and its default.
+ *
+ * @example
+ * const idem = createIdem({ sql: fromPg(pool), waitMs: 2000 });
+ */
 export function createIdem<Client>(options: IdemOptions<Client>): Idem<Client> {
   return new Idem(options);
 }

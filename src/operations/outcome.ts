@@ -33,6 +33,13 @@ export function refused<T>(value: T, options: OutcomeOptions = {}): Outcome<T> {
   return { [outcomeBrand]: true, state: 'failed', value, ...options };
 }
 
+/**
+ * True for a value made by `completed(…)` or `refused(…)` (a brand check).
+ *
+ * @example
+ * const value = await handler(tx, context);
+ * const outcome = isOutcome(value) ? value : completed(value);
+ */
 export function isOutcome(value: unknown): value is Outcome<unknown> {
   return (
     typeof value === 'object' && value !== null && (value as Record<symbol, unknown>)[outcomeBrand] === true

@@ -8,7 +8,7 @@ import { createBackoff, type Backoff, type BackoffOptions } from '../core/resili
 import { describeError, PublishError } from './errors.js';
 import { NotificationListener, type ListenSource } from './listener.js';
 import { decodeEvent, defaultPublishedRetentionMs, Outbox } from './outbox.js';
-import type { OutboxStatements } from './statements.js';
+import { renderOutboxStatements, type OutboxStatements } from './statements.js';
 import type { OutboxEvent, PublishFailure, Publisher, PublishResult } from './types.js';
 
 /** The dispatcher's default `backoff`: 1 s doubling to 5 minutes, equal jitter. */
@@ -199,7 +199,7 @@ export class OutboxDispatcher {
     this.clock = options.clock ?? systemClock;
     const schema = options.schema ?? defaultSchema;
     this.outbox = new Outbox({ sql: options.sql, schema, clock: this.clock });
-    this.statements = this.outbox.statements;
+    this.statements = renderOutboxStatements(schema);
     this.topics = options.topics ? [...options.topics] : null;
     this.topicsJson = this.topics ? JSON.stringify(this.topics) : null;
     this.tenants = validateTenants(options.tenants);
@@ -588,6 +588,14 @@ export class OutboxDispatcher {
   }
 }
 
+/**
+ * Creates a dispatcher (see `OutboxDispatcher` for the lifecycle and `DispatcherOptions` for the
+ * defaults).
+ *
+ * @example
+ * const dispatcher = createDispatcher({ sql: fromPg(pool), publisher: rabbitMqPublisher({ url }) });
+ * await dispatcher.start();
+ */
 export function createDispatcher(options: DispatcherOptions): OutboxDispatcher {
   return new OutboxDispatcher(options);
 }

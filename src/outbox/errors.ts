@@ -10,6 +10,13 @@ export class PublishError extends IdemError {
   }
 }
 
+/**
+ * True for a `PublishError`, from any copy of the package.
+ *
+ * @example
+ * const results = await publisher.publish(events);
+ * for (const r of results) if (!r.ok && isPublishError(r.error) && !r.error.retryable) alert(r.id);
+ */
 export const isPublishError = (error: unknown): error is PublishError =>
   typeof error === 'object' &&
   error !== null &&

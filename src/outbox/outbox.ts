@@ -74,10 +74,13 @@ export interface OutboxStats {
 /** An event with the dispatcher's bookkeeping, for tools and tests. */
 export interface OutboxRecord extends OutboxEvent {
   seq: number;
-  availableAt: Date | null;
+  /** When it is due (epoch ms); null while it waits behind a dead event of its key. */
+  availableAt: number | null;
   lastError: string | null;
-  publishedAt: Date | null;
-  deadAt: Date | null;
+  /** Epoch ms. */
+  publishedAt: number | null;
+  /** Epoch ms. */
+  deadAt: number | null;
 }
 
 /** Options of the outbox's `sweep`. */
@@ -112,7 +115,7 @@ export const defaultPublishedRetentionMs = 86_400_000;
 export class Outbox {
   readonly schema: string;
   readonly clock: Clock;
-  /** @internal */ readonly statements: OutboxStatements;
+  private readonly statements: OutboxStatements;
   private readonly sql: Queryable | undefined;
   private readonly notify: boolean;
   /** The tenant of events that name none. */
@@ -134,6 +137,12 @@ export class Outbox {
    * Events of one key are published in the order they were added; add them from transactions
    * that are serialised on the key (e.g. that update the aggregate's row), as you usually do.
    * Returns the event's id (a UUIDv7 unless `event.id` was given).
+   *
+   * @example
+   * await sql.transaction(async (tx) => {
+   *   await tx.query('UPDATE orders SET state = $2 WHERE id = $1', [orderId, 'paid']);
+   *   await outbox.add(tx, { topic: 'orders', key: orderId, type: 'order.paid', payload: { orderId } });
+   * });
    */
   async add(tx: Queryable, event: NewOutboxEvent): Promise<string> {
     const row = prepare(event, this.tenant);
@@ -268,6 +277,13 @@ export class Outbox {
   }
 }
 
+/**
+ * Creates an outbox. `sql` is needed only for the methods that manage events afterwards (`read`,
+ * `stats`, `redrive`, …); `add` writes on the transaction it is given.
+ *
+ * @example
+ * const outbox = createOutbox({ sql: fromPg(pool) });
+ */
 export function createOutbox(options: OutboxOptions = {}): Outbox {
   return new Outbox(options);
 }
@@ -293,7 +309,7 @@ function prepare(
   return [tenant, id, event.topic, event.key, event.type, payload, JSON.stringify(headers)];
 }
 
-/** @internal Decodes an event row as the claim statement returns it. */
+/** Decodes an event row as the claim statement returns it (for the dispatcher; not in `idem/outbox`). */
 export function decodeEvent(row: Record<string, unknown>): OutboxEvent {
   return {
     id: row.id as string,
@@ -303,7 +319,7 @@ export function decodeEvent(row: Record<string, unknown>): OutboxEvent {
     type: row.type as string,
     payload: parseJson(row.payload),
     headers: (parseJson(row.headers) ?? {}) as Record<string, string>,
-    createdAt: toDate(row.created_at)!,
+    createdAt: finiteMillis(row.created_at)!,
     attempts: Number(row.attempts),
   };
 }
@@ -312,10 +328,10 @@ function decodeRecord(row: Record<string, unknown>): OutboxRecord {
   return {
     ...decodeEvent(row),
     seq: Number(row.seq),
-    availableAt: toDate(row.available_at),
+    availableAt: finiteMillis(row.available_at),
     lastError: (row.last_error as string | null) ?? null,
-    publishedAt: toDate(row.published_at),
-    deadAt: toDate(row.dead_at),
+    publishedAt: finiteMillis(row.published_at),
+    deadAt: finiteMillis(row.dead_at),
   };
 }
 
@@ -324,8 +340,9 @@ function parseJson(value: unknown): unknown {
   return typeof value === 'string' ? (JSON.parse(value) as unknown) : null;
 }
 
-function toDate(value: unknown): Date | null {
+/** Epoch ms, or null for NULL and 'infinity' (a parked event's availability). */
+function finiteMillis(value: unknown): number | null {
   if (value === 'infinity' || value === Infinity) return null;
   const ms = toMillis(value);
-  return ms === null || !Number.isFinite(ms) ? null : new Date(ms);
+  return ms === null || !Number.isFinite(ms) ? null : ms;
 }

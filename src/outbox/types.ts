@@ -35,8 +35,8 @@ export interface OutboxEvent<Payload = unknown> {
   readonly payload: Payload;
   /** Headers the producer set; publishers pass them on as message headers. */
   readonly headers: Readonly<Record<string, string>>;
-  /** When the producer's transaction added the event. */
-  readonly createdAt: Date;
+  /** When the producer's transaction added the event (epoch ms). */
+  readonly createdAt: number;
   /** Failed publish attempts before this one (0 on the first). */
   readonly attempts: number;
 }

@@ -26,8 +26,9 @@ export interface ParkedEntity {
   /** The lowest version among them: skipping through the one before it lets it apply. */
   lowestWaitingVersion: string | null;
   /** When the oldest of them started waiting. */
-  waitingSince: Date | null;
-  parkedAt: Date;
+  waitingSince: number | null;
+  /** Epoch ms. */
+  parkedAt: number;
   reason: string;
 }
 
@@ -63,8 +64,8 @@ export async function listParkedEntities(
     missingVersion: (r.missing_version as string | null) ?? null,
     waiting: Number(r.waiting ?? 0),
     lowestWaitingVersion: (r.lowest as string | null) ?? null,
-    waitingSince: r.since === null || r.since === undefined ? null : new Date(toMillis(r.since)!),
-    parkedAt: new Date(toMillis(r.parked_at)!),
+    waitingSince: toMillis(r.since),
+    parkedAt: toMillis(r.parked_at)!,
     reason: (r.parked_reason as string | null) ?? '',
   }));
 }

@@ -80,6 +80,12 @@ export class InvalidWebhookEventError extends IdemError {
   }
 }
 
+/**
+ * True for an `InvalidWebhookEventError`: a handler refused an event for good (a dead letter).
+ *
+ * @example
+ * if (isInvalidWebhookEvent(receipt.error)) log.warn('refused for good', receipt.deliveryId);
+ */
 export const isInvalidWebhookEvent = (e: unknown): e is InvalidWebhookEventError =>
   isIdemError(e) && e.code === 'IDEM_WEBHOOK_EVENT_INVALID';
 
@@ -87,16 +93,49 @@ export const isInvalidWebhookEvent = (e: unknown): e is InvalidWebhookEventError
 export type WebhookRequestError =
   WebhookUnauthorizedError | WebhookMalformedError | WebhookBodyTooLargeError | RawBodyUnavailableError;
 
+/**
+ * True for a `WebhookUnauthorizedError`: the signature did not verify (answered 401).
+ *
+ * @example
+ * if (isWebhookUnauthorized(error)) metrics.badSignatures.inc({ source });
+ */
 export const isWebhookUnauthorized = (e: unknown): e is WebhookUnauthorizedError =>
   isIdemError(e) && e.code === 'IDEM_WEBHOOK_UNAUTHORIZED';
+/**
+ * True for a `WebhookMalformedError`: a verified request without what a receipt needs (answered 400).
+ *
+ * @example
+ * if (isWebhookMalformed(error)) return reply.code(400).send(error.message);
+ */
 export const isWebhookMalformed = (e: unknown): e is WebhookMalformedError =>
   isIdemError(e) && e.code === 'IDEM_WEBHOOK_MALFORMED';
+/**
+ * True for a `WebhookBodyTooLargeError`: the body passed the source's `maxBodyBytes` (answered 413).
+ *
+ * @example
+ * if (isWebhookBodyTooLarge(error)) return reply.code(413).end();
+ */
 export const isWebhookBodyTooLarge = (e: unknown): e is WebhookBodyTooLargeError =>
   isIdemError(e) && e.code === 'IDEM_WEBHOOK_TOO_LARGE';
+/**
+ * True for a `RawBodyUnavailableError`: a body parser consumed the bytes before the receiver
+ * could verify them (answered 500: mount the receiver before the parser).
+ *
+ * @example
+ * if (isRawBodyUnavailable(error)) log.error('mount the webhook route before express.json()');
+ */
 export const isRawBodyUnavailable = (e: unknown): e is RawBodyUnavailableError =>
   isIdemError(e) && e.code === 'IDEM_WEBHOOK_RAW_BODY';
 
-/** True for the errors the receiver maps to 400, 401, 413 or 500 itself. */
+/**
+ * True for the errors the receiver maps to 400, 401, 413 or 500 itself.
+ *
+ * @example
+ * const outcome = await receiver.receive(source, request).catch((error: unknown) => {
+ *   if (isWebhookRequestError(error)) return null; // already answered with its status
+ *   throw error;
+ * });
+ */
 export function isWebhookRequestError(e: unknown): e is WebhookRequestError {
   return (
     isWebhookUnauthorized(e) || isWebhookMalformed(e) || isWebhookBodyTooLarge(e) || isRawBodyUnavailable(e)

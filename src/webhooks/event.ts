@@ -13,7 +13,8 @@ export interface WebhookEvent {
   readonly headers: Readonly<Record<string, string>>;
   /** The exact bytes that were verified. */
   readonly body: Uint8Array;
-  readonly receivedAt: Date;
+  /** Epoch ms. */
+  readonly receivedAt: number;
   /** 1 on the first processing attempt. */
   readonly attempt: number;
   /** The body as UTF-8 text. */

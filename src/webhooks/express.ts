@@ -42,7 +42,7 @@ export function expressWebhook<Req extends ExpressRequestLike = ExpressRequestLi
   async function handle(request: Req, response: ServerResponse): Promise<void> {
     let body: Uint8Array;
     try {
-      body = await rawBytes(request, resolved.bodyLimit, options);
+      body = await rawBytes(request, resolved.maxBodyBytes, options);
     } catch (error) {
       if (!isWebhookRequestError(error)) throw error;
       sendNodeAnswer(response, receiver.reject(source, error), error.status === 413);

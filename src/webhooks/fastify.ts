@@ -45,7 +45,7 @@ const fastifyDefaultBodyLimit = 1_048_576;
 
 /**
  * A Fastify plugin that mounts one POST route per entry of `routes`, with raw-body parsing. Each
- * route's body limit is the source's `bodyLimit`, never more than the server's own.
+ * route's body limit is the source's `maxBodyBytes`, never more than the server's own.
  */
 export function fastifyWebhooks(
   receiver: WebhookReceiver,
@@ -69,7 +69,7 @@ export function fastifyWebhooks(
       if (isWebhookRequestError(error)) mapped = error;
       else if (error.code === 'FST_ERR_CTP_BODY_TOO_LARGE')
         mapped = new WebhookBodyTooLargeError(
-          limits.get(request.routeOptions.url ?? '') ?? receiver.source(source).bodyLimit,
+          limits.get(request.routeOptions.url ?? '') ?? receiver.source(source).maxBodyBytes,
         );
       else if (
         error.code === 'FST_ERR_CTP_INVALID_MEDIA_TYPE' ||
@@ -84,7 +84,7 @@ export function fastifyWebhooks(
     // source's limit and the server's (Fastify's default is 1 MiB) applies.
     const serverLimit = instance.initialConfig.bodyLimit ?? fastifyDefaultBodyLimit;
     for (const { path, source } of routes) {
-      const bodyLimit = Math.min(source.bodyLimit, serverLimit);
+      const bodyLimit = Math.min(source.maxBodyBytes, serverLimit);
       limits.set(instance.prefix + path, bodyLimit);
       instance.post(path, { bodyLimit }, fastifyWebhookHandler(receiver, source.name));
     }

@@ -30,7 +30,7 @@ export function honoWebhook(
     const c = context as Context; // what Hono passes
     let body: Uint8Array;
     try {
-      body = await rawBytes(c, resolved.bodyLimit);
+      body = await rawBytes(c, resolved.maxBodyBytes);
     } catch (error) {
       if (!isWebhookRequestError(error)) throw error;
       return toResponse(receiver.reject(source, error), error.status === 413);

@@ -18,7 +18,7 @@ export function nodeWebhookHandler(
   return async (request, response) => {
     let body: Uint8Array;
     try {
-      body = await readNodeBody(request, resolved.bodyLimit);
+      body = await readNodeBody(request, resolved.maxBodyBytes);
     } catch (error) {
       if (!isWebhookRequestError(error)) throw error;
       sendNodeAnswer(response, receiver.reject(source, error), error.status === 413);

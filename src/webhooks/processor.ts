@@ -68,9 +68,11 @@ export interface WebhookHandler<Client = unknown> {
    * - `sequence` (every version, in order), for events that carry a change (an amount refunded, a
    *   line added): version n is handled only once n-1 was, one at a time across every worker and
    *   process. A later version waits for the missing one (never handled before it) for up to
-   *   `gapTimeoutMs`, then the entity is parked with a visible reason until the gap is filled or
-   *   an operator skips it. A version far ahead is a gap, not the new truth.
-   * - `none`: not about one entity; each delivery is handled once, in no particular order.
+   *   `gapTimeoutMs`, then the entity is parked with a visible reason (console, metric,
+   *   `idem webhooks parked`) until the gap is filled or an operator skips it. A version far ahead
+   *   is a gap, not the new truth.
+   * - `none`: not about one entity; each delivery is handled once (deduplicated on its delivery
+   *   id), in no particular order.
    *
    * Event types that share entities (scope and key) must share the model: an event whose entity
    * was first seen under the other model is dead-lettered with the reason.
@@ -101,7 +103,15 @@ export interface WebhookHandler<Client = unknown> {
    * parked or not: parking only makes the wait visible.
    */
   gapTimeoutMs?: number;
-  /** Applies the event through `tx`; idem commits it with the entity version and the receipt's state. */
+  /**
+   * Applies the event through `tx`; idem commits it with the entity version and the receipt's state.
+   *
+   * @example
+   * handle: async (tx, event) => {
+   *   const { id, status } = event.json<{ id: string; status: string }>();
+   *   await tx.query('UPDATE refunds SET status = $2 WHERE id = $1', [id, status]);
+   * },
+   */
   handle(tx: Transaction<Client>, event: WebhookEvent): Promise<void>;
 }
 
@@ -209,22 +219,23 @@ export interface WebhookReceipt {
   eventType: string | null;
   headers: Record<string, string>;
   body: Uint8Array;
-  receivedAt: Date;
+  /** Epoch ms, as every time in idem's records. */
+  receivedAt: number;
   state: 'pending' | 'processing' | 'waiting' | 'applied' | 'superseded' | 'duplicate' | 'unhandled' | 'dead';
   /** Handler attempts (claims that only put the receipt back to wait are not counted). */
   attempts: number;
   /** Claims that put the receipt back to wait for its entity. */
   deferrals: number;
   /** When it is due; `null` while its entity is parked (not scheduled until the gap is filled or skipped). */
-  nextAttemptAt: Date | null;
+  nextAttemptAt: number | null;
   lastError: string | null;
   entityScope: string | null;
   entityKey: string | null;
   entityVersion: string | null;
   /** When this sequence event was first seen waiting for an earlier version. */
-  waitingSince: Date | null;
-  processedAt: Date | null;
-  expiresAt: Date;
+  waitingSince: number | null;
+  processedAt: number | null;
+  expiresAt: number;
 }
 
 /** Selects receipts to redrive. */
@@ -477,7 +488,7 @@ export class WebhookProcessor<Client = unknown> extends TableModule<Client, Rece
       headers:
         typeof row.headers === 'string' ? (JSON.parse(row.headers) as Record<string, string>) : row.headers,
       body: row.body,
-      receivedAt: new Date(toMillis(row.received_at)!),
+      receivedAt: toMillis(row.received_at)!,
       attempt,
     });
     const fields = {
@@ -776,7 +787,16 @@ function entityParams(
   return entity ? [entity.scope, entity.key, entity.version] : [null, null, null];
 }
 
-/** Creates a processor. See `WebhookProcessorOptions`. */
+/**
+ * Creates a processor. See `WebhookProcessorOptions`.
+ *
+ * @example
+ * const processor = createWebhookProcessor({
+ *   sql: fromPg(pool),
+ *   handlers: { stripe: { 'refund.updated': { ordering: 'state', entity: refundVersion, handle: applyRefund } } },
+ * });
+ * processor.start();
+ */
 export function createWebhookProcessor<Client>(
   options: WebhookProcessorOptions<Client>,
 ): WebhookProcessor<Client> {
@@ -878,7 +898,7 @@ function decodeReceipt(row: Record<string, unknown>): WebhookReceipt {
     eventType: (row.event_type as string | null) ?? null,
     headers: (typeof headers === 'string' ? JSON.parse(headers) : headers) as Record<string, string>,
     body: row.body as Uint8Array,
-    receivedAt: new Date(toMillis(row.received_at)!),
+    receivedAt: toMillis(row.received_at)!,
     state: row.state as WebhookReceipt['state'],
     attempts: Number(row.attempts) - Number(row.deferrals),
     deferrals: Number(row.deferrals),
@@ -886,18 +906,17 @@ function decodeReceipt(row: Record<string, unknown>): WebhookReceipt {
     lastError: (row.last_error as string | null) ?? null,
     entityScope: (row.entity_scope as string | null) ?? null,
     entityKey: (row.entity_key as string | null) ?? null,
-    // numeric arrives as text from pg and postgres.js, keeping its full precision.
     entityVersion: versionText(row.entity_version),
-    waitingSince: row.waiting_since === null ? null : new Date(toMillis(row.waiting_since)!),
-    processedAt: row.processed_at === null ? null : new Date(toMillis(row.processed_at)!),
-    expiresAt: new Date(toMillis(row.expires_at)!),
+    waitingSince: toMillis(row.waiting_since),
+    processedAt: toMillis(row.processed_at),
+    expiresAt: toMillis(row.expires_at)!,
   };
 }
 
 /** A parked receipt's 'infinity' arrives as Infinity (pg) or as the text 'infinity'. */
-function scheduled(value: unknown): Date | null {
+function scheduled(value: unknown): number | null {
   const ms = value === 'infinity' ? Number.POSITIVE_INFINITY : toMillis(value);
-  return ms === null || !Number.isFinite(ms) ? null : new Date(ms);
+  return ms === null || !Number.isFinite(ms) ? null : ms;
 }
 
 /** numeric arrives as text from pg and postgres.js, keeping its full precision. */

@@ -23,8 +23,8 @@ export interface WebhookSourceOptions {
   retentionMs?: number;
   /** Headers to store besides the verifier's defaults. Signature headers are never stored. */
   storeHeaders?: string[];
-  /** Body limit of this source in bytes. Default: the receiver's `bodyLimit`. */
-  bodyLimit?: number;
+  /** Largest body of this source, in bytes. Default: the receiver's `maxBodyBytes`. */
+  maxBodyBytes?: number;
   /**
    * The tenant this source's deliveries belong to: the receipt, the entities its handlers name and
    * the dedupe key (tenant, source, delivery id) live with the tenant's other rows. Mount one source
@@ -46,9 +46,10 @@ export interface WebhookReceiverOptions {
   sources: Record<string, WebhookSourceOptions | WebhookVerifier>;
   /**
    * Largest body accepted, in bytes; a larger one gets 413 before anything is stored. Default
-   * 1 MiB. GitHub caps payloads at 25 MB: raise it for sources that send large pushes.
+   * 1 MiB. GitHub caps payloads at 25 MB: raise it for sources that send large pushes. (The same
+   * name as `idem/http`'s option.)
    */
-  bodyLimit?: number;
+  maxBodyBytes?: number;
   /** Where rejections and failures are reported. Default: warnings and errors to stderr as JSON. */
   logger?: WebhookLogger;
   /** Called after a new receipt committed, e.g. `() => processor.notify()` to skip the poll delay. */
@@ -61,7 +62,7 @@ export interface ResolvedSource {
   tenant: string;
   verifier: WebhookVerifier;
   retentionMs: number;
-  bodyLimit: number;
+  maxBodyBytes: number;
   storedHeaders: readonly string[];
   excludedHeaders: ReadonlySet<string>;
 }
@@ -73,7 +74,7 @@ export type ReceiveOutcome =
   | { kind: 'rejected'; error: WebhookRequestError }
   | { kind: 'failed'; error: unknown };
 
-const defaultBodyLimit = 1024 * 1024;
+const defaultMaxBodyBytes = 1024 * 1024;
 
 /**
  * Receives webhooks for several sources. Framework adapters (`expressWebhook`, `fastifyWebhooks`,
@@ -95,7 +96,7 @@ export class WebhookReceiver {
     this.clock = options.clock ?? systemClock;
     this.logger = options.logger ?? consoleLogger;
     this.onReceipt = options.onReceipt;
-    const bodyLimit = positiveInteger('bodyLimit', options.bodyLimit ?? defaultBodyLimit);
+    const maxBodyBytes = positiveInteger('maxBodyBytes', options.maxBodyBytes ?? defaultMaxBodyBytes);
     for (const [name, given] of Object.entries(options.sources)) {
       if (!/^[\x21-\x7e]{1,100}$/.test(name)) {
         throw new InvalidArgumentError(`source name must be 1–100 printable ASCII characters`);
@@ -109,7 +110,7 @@ export class WebhookReceiver {
         tenant,
         verifier: source.verifier,
         retentionMs: positiveInteger('retentionMs', source.retentionMs ?? source.verifier.retentionMs),
-        bodyLimit: positiveInteger('bodyLimit', source.bodyLimit ?? bodyLimit),
+        maxBodyBytes: positiveInteger('maxBodyBytes', source.maxBodyBytes ?? maxBodyBytes),
         storedHeaders: [
           ...new Set(
             [...source.verifier.storedHeaders, ...(source.storeHeaders ?? [])].map((h) => h.toLowerCase()),
@@ -153,7 +154,8 @@ export class WebhookReceiver {
     const now = this.clock.now();
     let verified;
     try {
-      if (request.body.byteLength > source.bodyLimit) throw new WebhookBodyTooLargeError(source.bodyLimit);
+      if (request.body.byteLength > source.maxBodyBytes)
+        throw new WebhookBodyTooLargeError(source.maxBodyBytes);
       verified = source.verifier.verify(request, now);
     } catch (error) {
       if (!isWebhookRequestError(error)) throw error;
@@ -233,7 +235,17 @@ export class WebhookReceiver {
   }
 }
 
-/** Creates a receiver. See `WebhookReceiverOptions`. */
+/**
+ * Creates a receiver. See `WebhookReceiverOptions`.
+ *
+ * @example
+ * const receiver = createWebhookReceiver({
+ *   sql: fromPg(pool),
+ *   sources: { stripe: stripeVerifier({ secrets: [process.env.STRIPE_WEBHOOK_SECRET!] }) },
+ *   onReceipt: () => processor.notify(),
+ * });
+ * await app.register(fastifyWebhooks(receiver, { routes: { '/webhooks/stripe': 'stripe' } }));
+ */
 export function createWebhookReceiver(options: WebhookReceiverOptions): WebhookReceiver {
   return new WebhookReceiver(options);
 }

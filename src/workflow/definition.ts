@@ -142,7 +142,7 @@ export type SagaStep<I = unknown, R = unknown, Client = unknown> = {
 } & (LocalAction<I, R, Client> | CallAction<I, R, Client>) &
   (LocalCompensation<I, R, Client> | CallCompensation<I, R, Client>);
 
-/** @internal A step as the engine reads it, whatever its input, result and client types. */
+/** A step as the engine reads it, whatever its input, result and client types (not in `idem/workflow`). */
 export interface AnyStep {
   name: string;
   action?: StepFunction;

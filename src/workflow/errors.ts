@@ -39,7 +39,24 @@ export class SagaStuckError extends IdemError {
   }
 }
 
+/**
+ * True for a `SagaFailedError`: a step failed for good and every started step was compensated.
+ *
+ * @example
+ * try {
+ *   await sagas.run(checkout, { tenant: 'acme', key: `order-${orderId}`, input });
+ * } catch (error) {
+ *   if (isSagaFailed(error)) return res.status(402).json({ failure: error.failure });
+ *   throw error;
+ * }
+ */
 export const isSagaFailed = (e: unknown): e is SagaFailedError =>
   isIdemError(e) && e.code === 'IDEM_SAGA_FAILED';
+/**
+ * True for a `SagaStuckError`: a compensation kept failing; the saga waits for an operator.
+ *
+ * @example
+ * if (isSagaStuck(error)) pageOnCall(`saga ${error.saga.key} stuck at ${error.step}`);
+ */
 export const isSagaStuck = (e: unknown): e is SagaStuckError =>
   isIdemError(e) && e.code === 'IDEM_SAGA_STUCK';

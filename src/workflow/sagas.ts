@@ -241,7 +241,8 @@ export class Sagas<Client = unknown> {
    * here: steps are short transactions of their own and calls between them, which never run
    * inside a caller's transaction. Once the caller commits, `run(definition, spec)` with the same
    * spec drives it at once (its lease is unset, so the takeover needs no wait; `resumed` is true),
-   * and `recover()` drives it if the process dies before. The same key again returns
+   * and `recover()` drives it if the process dies before (if a recoverer takes it first, `run`
+   * answers `InProgressError` until it is done, then its outcome). The same key again returns
    * `created: false`; with another input it throws `KeyReusedError`.
    *
    * @example
@@ -466,7 +467,13 @@ export class Sagas<Client = unknown> {
   }
 }
 
-/** Creates a saga engine for one database and schema. See `SagasOptions` for the defaults. */
+/**
+ * Creates a saga engine for one database and schema. See `SagasOptions` for the defaults.
+ *
+ * @example
+ * const sagas = createSagas({ sql: fromPg(pool), sagas: [checkout] });
+ * setInterval(() => void sagas.recover(), 10_000); // resume sagas whose process died
+ */
 export function createSagas<Client>(options: SagasOptions<Client>): Sagas<Client> {
   return new Sagas(options);
 }

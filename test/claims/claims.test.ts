@@ -28,7 +28,7 @@ describe('claims', () => {
 
   async function effect(tx: Queryable, task: ClaimedTask, worker: string): Promise<void> {
     await tx.query(`INSERT INTO "${db.schema}".effects (task_key, worker) VALUES ($1, $2)`, [
-      task.key,
+      task.downstreamKey,
       worker,
     ]);
   }
@@ -101,7 +101,7 @@ describe('claims', () => {
     const [holder] = await b.claim(queue);
     expect(holder!.id).toBe(zombie!.id);
     expect(holder!.fence).toBe(2);
-    expect(holder!.key).toBe(zombie!.key); // the same downstream key for the same intent
+    expect(holder!.downstreamKey).toBe(zombie!.downstreamKey); // the same downstream key for the same intent
 
     await expect(a.complete(zombie!)).rejects.toSatisfy(isFenced);
     await expect(a.heartbeat(zombie!)).rejects.toSatisfy(isFenced);
@@ -121,7 +121,7 @@ describe('claims', () => {
       return { by: 'b' };
     });
     expect(outcome).toEqual({ state: 'completed', value: { by: 'b' } });
-    expect(await effects(holder!.key)).toBe(1);
+    expect(await effects(holder!.downstreamKey)).toBe(1);
     const stored = await b.get(holder!.id);
     expect(stored?.state).toBe('completed');
     expect(stored?.result).toEqual({ by: 'b' });
@@ -143,7 +143,7 @@ describe('claims', () => {
       }),
     ).rejects.toThrow('the caller rolls back');
     expect((await a.get(task!.id))!.state).toBe('claimed');
-    expect(await effects(task!.key)).toBe(0);
+    expect(await effects(task!.downstreamKey)).toBe(0);
     clock.advance(lease + 1);
     const [taken] = await b.claim(queue);
     await expect(
@@ -151,7 +151,7 @@ describe('claims', () => {
     ).rejects.toSatisfy(isFenced);
     await sql.transaction((tx) => b.runIn(tx, taken!, (tx, t) => effect(tx, t, 'b')));
     expect((await b.get(task!.id))!.state).toBe('completed');
-    expect(await effects(task!.key)).toBe(1);
+    expect(await effects(task!.downstreamKey)).toBe(1);
   });
 
   it('heartbeats keep the lease; keepAlive aborts its signal when the lease is lost', async () => {
@@ -206,7 +206,7 @@ describe('claims', () => {
       }
     }
     const dead = await claims.dead(queue);
-    expect(dead.map((t) => t.dedupeKey)).toEqual(['flaky']);
+    expect(dead.map((t) => t.key)).toEqual(['flaky']);
     expect(dead[0]!.lastError).toContain('ECONNREFUSED');
     clock.advance(60_000);
     expect(await claims.claim(queue)).toHaveLength(0);
@@ -237,7 +237,7 @@ describe('claims', () => {
     clock.advance(lease + 1);
     expect(await claims.claim(queue)).toHaveLength(0);
     const dead = await claims.dead(queue);
-    expect(dead.map((t) => [t.dedupeKey, t.lastError?.split(':')[0]])).toEqual([
+    expect(dead.map((t) => [t.key, t.lastError?.split(':')[0]])).toEqual([
       ['bad-input', 'TypeError'],
       ['poison', 'lease expired'],
     ]);
@@ -253,7 +253,7 @@ describe('claims', () => {
       throw Object.assign(new Error('deadlock'), { code: '40P01' });
     });
     expect(failed.state).toBe('ready');
-    expect(await effects(task!.key)).toBe(0);
+    expect(await effects(task!.downstreamKey)).toBe(0);
     clock.advance(60_000);
     const [retry] = await claims.claim(queue);
     const done = await claims.run(retry!, async (tx) => {
@@ -261,7 +261,7 @@ describe('claims', () => {
       return 'ok';
     });
     expect(done).toEqual({ state: 'completed', value: 'ok' });
-    expect(await effects(task!.key)).toBe(1);
+    expect(await effects(task!.downstreamKey)).toBe(1);
   });
 
   it('gives exactly one effect per task with four concurrent workers that abandon tasks at random', async () => {
@@ -302,7 +302,7 @@ describe('claims', () => {
     expect(rows[0]!.n).toBe(total);
     for (let i = 0; i < total; i++) {
       const task = (await workers[0]!.find('acme', queue, `c${i}`))!;
-      expect(await effects(task.key)).toBe(1);
+      expect(await effects(task.downstreamKey)).toBe(1);
     }
   });
 
@@ -312,7 +312,7 @@ describe('claims', () => {
     const b = make('worker-b');
     const specs = ['m1', 'm2', 'm1', 'm3'].map((key) => ({ tenant: 'acme', queue, key, payload: { key } }));
     const first = await a.enqueueMany(specs);
-    expect(first.map((r) => [r.task.dedupeKey, r.created])).toEqual([
+    expect(first.map((r) => [r.task.key, r.created])).toEqual([
       ['m1', true],
       ['m2', true],
       ['m1', false],
@@ -329,7 +329,7 @@ describe('claims', () => {
     ).rejects.toSatisfy(isKeyReused);
 
     const held = await a.claim(queue, { limit: 2 });
-    expect(held.map((t) => t.dedupeKey)).toEqual(['m1', 'm2']);
+    expect(held.map((t) => t.key)).toEqual(['m1', 'm2']);
     await a.enqueue({
       tenant: 'acme',
       queue,
@@ -340,13 +340,13 @@ describe('claims', () => {
     // A stalls past its lease; worker B takes m1 over (m3, due earlier, stays for later).
     clock.advance(lease + 1);
     const byB = await b.claim(queue, { limit: 2 });
-    expect(byB.map((t) => t.dedupeKey)).toEqual(['m1', 'm3']); // returned in id order
+    expect(byB.map((t) => t.key)).toEqual(['m1', 'm3']); // returned in id order
     const [taken, t3] = byB;
     // A's batch completion must refuse m1 (fenced) and accept m2; the same statement claims m4.
     const next = await a.completeAndClaim(held, queue, { limit: 5, results: ['r1', 'r2'] });
-    expect(next.completed.map((t) => t.dedupeKey)).toEqual(['m2']);
-    expect(next.refused.map((t) => t.dedupeKey)).toEqual(['m1']);
-    expect(next.claimed.map((t) => [t.dedupeKey, t.fence, t.attempts])).toEqual([['m4', 1, 1]]);
+    expect(next.completed.map((t) => t.key)).toEqual(['m2']);
+    expect(next.refused.map((t) => t.key)).toEqual(['m1']);
+    expect(next.claimed.map((t) => [t.key, t.fence, t.attempts])).toEqual([['m4', 1, 1]]);
     expect(next.claimed[0]!.leaseUntil).toBe(clock.now() + lease);
     expect(next.claimed[0]!.payload).toEqual({ key: 'm4' });
     expect((await a.get(held[1]!.id))?.result).toBe('r2');
@@ -368,7 +368,7 @@ describe('claims', () => {
       queue,
       async (tx, task: ClaimedTask<{ i: number }>) => {
         await effect(tx, task, 'loop');
-        seen.push(task.dedupeKey);
+        seen.push(task.key);
       },
       {
         batchSize: 2,

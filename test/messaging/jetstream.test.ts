@@ -121,7 +121,7 @@ describe.skipIf(!natsUrl)('NATS JetStream', () => {
       type: 'test.event',
       payload: { i: 0, key: 'k' },
       headers: {},
-      createdAt: new Date(),
+      createdAt: Date.now(),
       attempts: 0,
     };
     expect(await publisher.publish([event], new AbortController().signal)).toEqual([{ id, ok: true }]);

@@ -218,7 +218,7 @@ describe.skipIf(!amqpUrl)('RabbitMQ', () => {
         type: 'test.event',
         payload: { i, key: 'k' },
         headers: {},
-        createdAt: new Date(),
+        createdAt: Date.now(),
         attempts: 0,
       })),
       new AbortController().signal,

@@ -60,7 +60,7 @@ const servers = new Map<Framework, TestServer>();
 
 type Source = 'standard' | 'github' | 'stripe' | 'generic';
 const sources: Source[] = ['standard', 'github', 'stripe', 'generic'];
-const bodyLimit = 4096;
+const maxBodyBytes = 4096;
 
 /** A signed delivery of `source` whose dedupe id is derived from `id`. */
 function signed(source: Source, id: string, type = 'thing.happened'): SignedRequest {
@@ -97,7 +97,7 @@ beforeAll(async () => {
     schema: db.schema,
     clock,
     logger,
-    bodyLimit,
+    maxBodyBytes,
     sources: {
       standard: standardWebhooksVerifier({ secrets: [standardSecret] }),
       github: githubVerifier({ secrets: [githubSecret] }),
@@ -242,7 +242,7 @@ describe.each(frameworks)('%s', (framework) => {
 
   it('a body over the limit is 413 and nothing is stored', async () => {
     const before = await receipts();
-    const big = JSON.stringify({ type: 'thing.happened', pad: 'x'.repeat(bodyLimit) });
+    const big = JSON.stringify({ type: 'thing.happened', pad: 'x'.repeat(maxBodyBytes) });
     const answer = await send(
       framework,
       'standard',

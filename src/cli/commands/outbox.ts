@@ -54,7 +54,7 @@ export async function run(argv: string[]): Promise<number> {
         const dead = await outbox.listDead({ topic: values.topic, limit });
         for (const e of dead) {
           console.log(
-            `${e.id}  ${e.topic}  key=${e.key}  type=${e.type}  attempts=${e.attempts}  dead=${e.deadAt?.toISOString()}\n    ${e.lastError}`,
+            `${e.id}  ${e.topic}  key=${e.key}  type=${e.type}  attempts=${e.attempts}  dead=${e.deadAt === null ? '-' : new Date(e.deadAt).toISOString()}\n    ${e.lastError}`,
           );
         }
         console.log(`${dead.length} dead event(s)`);

@@ -41,7 +41,7 @@ export async function run(argv: string[]): Promise<number> {
       for (const e of parked) {
         console.log(
           `${e.scope}/${e.key}  applied=${e.appliedVersion ?? '-'}  missing=${e.missingVersion ?? '-'}  ` +
-            `waiting=${e.waiting} (lowest ${e.lowestWaitingVersion ?? '-'})  parked=${e.parkedAt.toISOString()}\n    ${e.reason}`,
+            `waiting=${e.waiting} (lowest ${e.lowestWaitingVersion ?? '-'})  parked=${new Date(e.parkedAt).toISOString()}\n    ${e.reason}`,
         );
       }
       console.log(`${parked.length} parked entit${parked.length === 1 ? 'y' : 'ies'}`);

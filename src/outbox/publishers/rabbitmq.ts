@@ -137,7 +137,7 @@ export class RabbitMqPublisher implements Publisher {
             contentType,
             persistent: this.options.persistent ?? true,
             mandatory: this.options.mandatory ?? true,
-            timestamp: Math.floor(event.createdAt.getTime() / 1000),
+            timestamp: Math.floor(event.createdAt / 1000),
             headers: {
               ...event.headers,
               'idem-topic': event.topic,

@@ -108,7 +108,7 @@ export class DeliveryAttempts<Client> {
           'circuit open: endpoint failing',
           row.tenant_id,
         ]);
-        return { ...base, outcome: 'circuit-open', nextAttemptAt: next };
+        return { ...base, outcome: 'circuit-open', nextAttemptAt: next.getTime() };
       }
       failure = error;
     }
@@ -187,7 +187,7 @@ export class DeliveryAttempts<Client> {
       outcome,
       status,
       latencyMs,
-      ...(outcome === 'retry' ? { nextAttemptAt: next } : {}),
+      ...(outcome === 'retry' ? { nextAttemptAt: next.getTime() } : {}),
     };
   }
 

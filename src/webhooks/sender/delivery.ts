@@ -32,8 +32,8 @@ export interface AttemptResult {
   /** The HTTP status, when an answer came. */
   status?: number;
   latencyMs?: number;
-  /** When the next attempt is due, for `retry` and `circuit-open`. */
-  nextAttemptAt?: Date;
+  /** When the next attempt is due (epoch ms), for `retry` and `circuit-open`. */
+  nextAttemptAt?: number;
 }
 
 /** A delivery as stored. */
@@ -43,10 +43,12 @@ export interface WebhookDelivery {
   endpointId: string;
   state: 'pending' | 'delivering' | 'delivered' | 'failed' | 'cancelled';
   attempts: number;
-  nextAttemptAt: Date;
+  /** Epoch ms. */
+  nextAttemptAt: number;
   lastStatus: number | null;
   lastError: string | null;
-  deliveredAt: Date | null;
+  /** Epoch ms. */
+  deliveredAt: number | null;
 }
 
 /** One logged HTTP attempt. */
@@ -55,7 +57,8 @@ export interface WebhookDeliveryAttempt {
   messageId: string;
   endpointId: string;
   attempt: number;
-  startedAt: Date;
+  /** Epoch ms. */
+  startedAt: number;
   status: number | null;
   latencyMs: number;
   outcome: 'delivered' | 'retry' | 'failed' | 'gone';
@@ -103,10 +106,10 @@ export function decodeDelivery(r: Record<string, unknown>): WebhookDelivery {
     endpointId: r.endpoint_id as string,
     state: r.state as WebhookDelivery['state'],
     attempts: Number(r.attempts),
-    nextAttemptAt: new Date(toMillis(r.next_attempt_at)!),
+    nextAttemptAt: toMillis(r.next_attempt_at)!,
     lastStatus: r.last_status === null ? null : Number(r.last_status),
     lastError: (r.last_error as string | null) ?? null,
-    deliveredAt: r.delivered_at ? new Date(toMillis(r.delivered_at)!) : null,
+    deliveredAt: toMillis(r.delivered_at),
   };
 }
 
@@ -116,7 +119,7 @@ export function decodeAttempt(r: Record<string, unknown>): WebhookDeliveryAttemp
     messageId: r.message_id as string,
     endpointId: r.endpoint_id as string,
     attempt: Number(r.attempt),
-    startedAt: new Date(toMillis(r.started_at)!),
+    startedAt: toMillis(r.started_at)!,
     status: r.status === null ? null : Number(r.status),
     latencyMs: Number(r.latency_ms),
     outcome: r.outcome as WebhookDeliveryAttempt['outcome'],

@@ -132,6 +132,13 @@ export class DestinationRefusedError extends IdemError {
   }
 }
 
+/**
+ * True for a `DestinationRefusedError`: the endpoint resolves to a private, loopback or otherwise
+ * refused address (server-side request forgery guard).
+ *
+ * @example
+ * if (isDestinationRefused(error)) return res.status(422).send(`${error.host} is not allowed`);
+ */
 export function isDestinationRefused(error: unknown): error is DestinationRefusedError {
   return isIdemError(error) && error.code === 'IDEM_WEBHOOK_DESTINATION_REFUSED';
 }

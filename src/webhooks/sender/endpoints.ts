@@ -21,8 +21,10 @@ export interface WebhookEndpoint {
   eventTypes: string[] | null;
   enabled: boolean;
   disabledReason: string | null;
-  disabledAt: Date | null;
-  createdAt: Date;
+  /** Epoch ms. */
+  disabledAt: number | null;
+  /** Epoch ms. */
+  createdAt: number;
 }
 
 /** A new endpoint. */
@@ -154,7 +156,7 @@ export function decode(row: Record<string, unknown>): WebhookEndpoint {
     eventTypes: (row.event_types as string[] | null) ?? null,
     enabled: row.enabled as boolean,
     disabledReason: (row.disabled_reason as string | null) ?? null,
-    disabledAt: row.disabled_at ? new Date(toMillis(row.disabled_at)!) : null,
-    createdAt: new Date(toMillis(row.created_at)!),
+    disabledAt: toMillis(row.disabled_at),
+    createdAt: toMillis(row.created_at)!,
   };
 }

@@ -29,7 +29,7 @@ export function webhookPublisher(sender: WebhookSender, options: WebhookPublishe
     options.payload ??
     ((event: OutboxEvent) => ({
       type: event.type,
-      timestamp: event.createdAt.toISOString(),
+      timestamp: new Date(event.createdAt).toISOString(),
       data: event.payload,
     }));
   return {

@@ -290,7 +290,14 @@ export class WebhookSender<Client = unknown> extends TableModule<Client, SenderS
   }
 }
 
-/** Creates a sender. See `WebhookSenderOptions`. */
+/**
+ * Creates a sender. See `WebhookSenderOptions`.
+ *
+ * @example
+ * const sender = createWebhookSender({ sql: fromPg(pool) });
+ * await sender.endpoints.create({ url: 'https://customer.example/hooks', eventTypes: ['invoice.paid'] });
+ * await sql.transaction((tx) => sender.enqueue(tx, { id: invoiceId, type: 'invoice.paid', payload: invoice }));
+ */
 export function createWebhookSender<Client>(options: WebhookSenderOptions<Client>): WebhookSender<Client> {
   return new WebhookSender(options);
 }

@@ -76,7 +76,7 @@ export async function startSurfaces(): Promise<Surfaces> {
     sql: fromPg(pool),
     schema,
     sources: { billing: standardWebhooksVerifier({ secrets: [webhookSecret] }) },
-    bodyLimit: 64 * 1024,
+    maxBodyBytes: 64 * 1024,
     logger: {
       warn: (message, fields) => logged.push(`${message} ${JSON.stringify(fields)}`),
       error: (message, fields) => logged.push(`${message} ${JSON.stringify(fields)}`),
