@@ -21,7 +21,7 @@
 import type { IncomingMessage } from 'node:http';
 import type { NextFunction, Request, RequestHandler, Response } from 'express';
 import type { IdempotencyContext } from './context.js';
-import { HttpIdempotency, type Answer, type RequestView } from './engine.js';
+import { HttpIdempotency, replacesHandlerResponse, type Answer, type RequestView } from './engine.js';
 import type { IdempotencyOptions } from './options.js';
 import {
   BodyMalformedError,
@@ -127,7 +127,7 @@ async function handle<Client>(
     return capture.done;
   });
   if (answer.kind === 'handler') capture!.release();
-  else if (answer.kind === 'problem' && answer.afterHandler && capture) capture.replace(answer.response);
+  else if (replacesHandlerResponse(answer) && capture) capture.replace(answer.response);
   else writeNodeResponse(res, answer.response);
 }
 

@@ -16,7 +16,7 @@
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { IdempotencyContext } from './context.js';
-import { HttpIdempotency, type RequestView } from './engine.js';
+import { HttpIdempotency, replacesHandlerResponse, type RequestView } from './engine.js';
 import type { IdempotencyOptions } from './options.js';
 import {
   captureNodeResponse,
@@ -104,7 +104,7 @@ export function withIdempotency<Client = unknown>(
       return capture.done;
     });
     if (answer.kind === 'handler') capture!.release();
-    else if (answer.kind === 'problem' && answer.afterHandler && capture) capture.replace(answer.response);
+    else if (replacesHandlerResponse(answer) && capture) capture.replace(answer.response);
     else writeNodeResponse(res, answer.response);
   };
 }
