@@ -31,6 +31,7 @@ const env = await createPeerEnvironment({
   redisUrl: input.redisUrl,
   poolSize: ids.length + 2,
   attach: { schema: input.schema, namespace: input.namespace },
+  ...(input.recording ? { recording: input.recording } : {}),
 });
 const running = await Promise.all(
   ids.map(async (id) =>

@@ -5,6 +5,7 @@
  */
 import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
+import type { Recording } from '../../src/operations/options.js';
 import type { Answer } from './variant.js';
 
 export interface CrashChildInput {
@@ -15,6 +16,8 @@ export interface CrashChildInput {
   /** Variant id → the key its one request uses. */
   keys: Record<string, string>;
   inProgressMs: number;
+  /** How idem's variants record their keys in the child. */
+  recording?: Recording;
 }
 
 export interface CrashChildReport {

@@ -147,6 +147,7 @@ export async function crashDrill(
     namespace: env.namespace,
     keys,
     inProgressMs,
+    ...(env.recording ? { recording: env.recording } : {}),
   });
   const policy = { intervalMs: 200, deadlineMs: inProgressMs + 2500, ...options.retry };
   return Promise.all(

@@ -8,6 +8,7 @@ import pg from 'pg';
 import { fromPg } from '../../src/adapters/pg.js';
 import type { Sql } from '../../src/core/sql.js';
 import { migrate } from '../../src/migrate/migrate.js';
+import type { Recording } from '../../src/operations/options.js';
 
 export const defaultRedisUrl = 'redis://127.0.0.1:6379';
 
@@ -30,6 +31,8 @@ export interface PeerEnvironment {
   namespace: string;
   pool: pg.Pool;
   sql: Sql<pg.PoolClient>;
+  /** How idem's variants record their keys; undefined: idem's default. */
+  recording: Recording | undefined;
   redis: RedisClient;
   /** Business rows written for `key`: the effects actually produced. */
   countRows(key: string): Promise<number>;
@@ -44,6 +47,8 @@ export interface EnvironmentOptions {
   poolSize?: number;
   /** Attach to an existing schema and namespace (the crash drill's child process) instead of creating them. */
   attach?: { schema: string; namespace: string };
+  /** How idem's variants record their keys. Default: idem's default (`'commit'`). */
+  recording?: Recording;
 }
 
 export async function createPeerEnvironment(options: EnvironmentOptions): Promise<PeerEnvironment> {
@@ -77,6 +82,7 @@ export async function createPeerEnvironment(options: EnvironmentOptions): Promis
     namespace,
     pool,
     sql,
+    recording: options.recording,
     redis,
     async countRows(key) {
       const { rows } = await pool.query<{ n: number }>(

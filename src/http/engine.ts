@@ -60,8 +60,12 @@ export type Admission =
 export type Answer =
   /** The handler's own response. `stored` is false when the store policy discarded it (5xx…). */
   | { kind: 'handler'; response: CapturedResponse; stored: boolean }
-  /** A stored response, with `Idempotent-Replayed: true`. The handler did not run. */
-  | { kind: 'replay'; response: CapturedResponse }
+  /**
+   * A stored response, with `Idempotent-Replayed: true`. `afterHandler`: this request's handler
+   * ran (commit-time recording found the key recorded by a concurrent duplicate at commit, and
+   * rolled the handler's writes back); its captured response must be discarded.
+   */
+  | { kind: 'replay'; response: CapturedResponse; afterHandler: boolean }
   /** A problem document. `afterHandler`: the handler ran and its response must be discarded. */
   | { kind: 'problem'; response: CapturedResponse; afterHandler: boolean };
 
@@ -130,6 +134,8 @@ export class HttpIdempotency<Req, Client = unknown> {
       waitMs: base.waitMs,
       retention: base.retention,
       mode: base.mode,
+      ...(base.recording ? { recording: base.recording } : {}),
+      readFirst: base.readFirst,
       resource: base.resource,
       problemTypeBase: base.problemTypeBase,
       onError: this.onError,
@@ -250,6 +256,8 @@ export class HttpIdempotency<Req, Client = unknown> {
       fingerprint,
       ...(this.options.waitMs !== undefined ? { waitMs: this.options.waitMs } : {}),
       ...(this.options.retention ? { retention: this.options.retention } : {}),
+      ...(this.options.recording ? { recording: this.options.recording } : {}),
+      readFirst: this.options.readFirst,
     };
     const state: RunState = { invoked: false, captured: undefined };
     try {
@@ -262,7 +270,7 @@ export class HttpIdempotency<Req, Client = unknown> {
       if (result.replayed) {
         const stored = restoreResponse(result.value, result.body);
         stored.headers.push([replayedHeader, 'true']);
-        return { kind: 'replay', response: stored };
+        return { kind: 'replay', response: stored, afterHandler: state.invoked };
       }
       return { kind: 'handler', response: state.captured!, stored: true };
     } catch (error) {
@@ -372,6 +380,11 @@ export class HttpIdempotency<Req, Client = unknown> {
   problem(kind: ProblemKind, detail: string, extras?: ProblemExtras): CapturedResponse {
     return problemResponse(kind, detail, this.options.problemTypeBase, extras);
   }
+}
+
+/** Whether the answer replaces a response the handler already produced (and that was captured). */
+export function replacesHandlerResponse(answer: Answer): boolean {
+  return answer.kind !== 'handler' && answer.afterHandler;
 }
 
 function isDiscard(error: unknown): boolean {

@@ -20,7 +20,7 @@ import type { IncomingMessage } from 'node:http';
 import type { Context, MiddlewareHandler } from 'hono';
 import { matchedRoutes } from 'hono/route';
 import type { IdempotencyContext } from './context.js';
-import { HttpIdempotency, type RequestView } from './engine.js';
+import { HttpIdempotency, replacesHandlerResponse, type RequestView } from './engine.js';
 import type { CapturedResponse, IdempotencyOptions } from './options.js';
 import { BodyTooLargeError, declaredLength, readRequestBody, readWebBody } from './request-body.js';
 
@@ -71,7 +71,7 @@ function middleware<Client>(engine: HttpIdempotency<Context, Client>): HonoIdemp
       await next(); // a handler's throw is already turned into c.res by app.onError
       return captureResponse(c.res);
     });
-    if (answer.kind === 'handler' || (answer.kind === 'problem' && answer.afterHandler)) {
+    if (answer.kind === 'handler' || replacesHandlerResponse(answer)) {
       // Hono merges the old response's headers into a new one; clear first so a discarded
       // handler response leaves nothing (no Set-Cookie on a 503).
       c.res = undefined;

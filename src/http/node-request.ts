@@ -5,7 +5,7 @@
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { IdempotencyContext } from './context.js';
-import type { HttpIdempotency, RequestView, Ticket } from './engine.js';
+import { replacesHandlerResponse, type HttpIdempotency, type RequestView, type Ticket } from './engine.js';
 import { captureNodeResponse, rawHeaderValues, writeNodeResponse } from './node-response-capture.js';
 import { declaredLength } from './request-body.js';
 
@@ -51,6 +51,6 @@ export async function executeCaptured<Req, Client>(
     return capture.done;
   });
   if (answer.kind === 'handler') capture!.release();
-  else if (answer.kind === 'problem' && answer.afterHandler && capture) capture.replace(answer.response);
+  else if (replacesHandlerResponse(answer) && capture) capture.replace(answer.response);
   else writeNodeResponse(res, answer.response);
 }

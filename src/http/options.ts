@@ -1,7 +1,7 @@
 import { InvalidArgumentError } from '../core/errors.js';
 import type { ResourcePointer } from '../core/errors.js';
 import type { Idem } from '../operations/idem.js';
-import type { RetentionPolicy } from '../operations/options.js';
+import type { ReadFirst, Recording, RetentionPolicy } from '../operations/options.js';
 import type { CapturedResponse } from './captured-response.js';
 import { defaultProblemTypeBase } from './problem.js';
 import { defaultReplayHeaders, neverReplayed } from './response-headers.js';
@@ -105,6 +105,31 @@ export interface IdempotencyOptions<Req, Client = unknown> {
    */
   mode?: 'transaction' | 'steps';
   /**
+   * How a `transaction`-mode route records its key (`steps` always claims first). Default: the
+   * Idem instance's `recording`, which defaults to `'commit'`.
+   *
+   * `'commit'`: the response is stored by one INSERT at the end of the handler's transaction. A
+   * concurrent duplicate runs its handler too; when it reaches the stored record its writes roll
+   * back and it answers the stored response (`Idempotent-Replayed: true`). Whichever commits first
+   * wins, so a duplicate that started later may be the one whose response is stored; a duplicate
+   * with another body is answered 422 and rolled back. A 409 `in-progress` then only comes from a
+   * key that another request is completing at that very moment (or a steps-mode route holding it).
+   *
+   * `'claim'`: the key is claimed before the handler runs; a concurrent duplicate waits up to
+   * `waitMs` for it, then answers 409 with `Retry-After`, without running its handler. Choose it
+   * for handlers whose duplicate runs are expensive.
+   */
+  recording?: Recording;
+  /**
+   * Whether a `transaction`-mode request reads its key before running the handler. Default
+   * `true`: over HTTP clients retry often (timeouts, lost responses), and the read answers a retry
+   * with no transaction and without running its handler. `false` saves that read on every first
+   * request (one statement of about five), and a retry then runs the handler in a transaction that
+   * rolls back when it finds the stored response, which it sends. `'auto'` reads while more than
+   * one request in ten of the route finds its key stored. See `IdemOptions.readFirst`.
+   */
+  readFirst?: ReadFirst;
+  /**
    * What the key's tombstone points at once the stored response has expired. Default: the
    * response's `Location` header, as `{ type: 'location', id: <Location> }`. A handler can also
    * call `idem.setResource()`.
@@ -131,6 +156,8 @@ export interface ResolvedOptions<Req, Client> {
   waitMs: number | undefined;
   retention: Partial<RetentionPolicy> | undefined;
   mode: 'transaction' | 'steps';
+  recording: Recording | undefined;
+  readFirst: ReadFirst;
   resource: (response: CapturedResponse) => ResourcePointer | null;
   problemTypeBase: string;
 }
@@ -203,6 +230,8 @@ export function resolveOptions<Req, Client>(
     waitMs: options.waitMs,
     retention: options.retention,
     mode,
+    recording: options.recording,
+    readFirst: options.readFirst ?? true,
     resource: options.resource ?? locationResource,
     problemTypeBase: options.problemTypeBase ?? defaultProblemTypeBase,
   };

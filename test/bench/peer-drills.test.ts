@@ -9,16 +9,17 @@ import { concurrencyDrill, crashDrill, failureDrill } from '../../bench/peers/dr
 import { createPeerEnvironment, type PeerEnvironment } from '../../bench/peers/environment.js';
 import { variantById, variants } from '../../bench/peers/variants/index.js';
 import { databaseUrl } from '../support/database.js';
+import { recordings } from '../support/recordings.js';
 import { serviceUrl } from '../support/services.js';
 
 const redisUrl = serviceUrl('REDIS_URL');
 const idemVariants = ['idem', 'express-idem'].map(variantById);
 const controls = ['plain', 'express-plain'].map(variantById);
 
-describe.skipIf(!redisUrl)('peer drills', () => {
+describe.skipIf(!redisUrl).each(recordings)('peer drills, idem recording at %s', (recording) => {
   let env: PeerEnvironment;
   beforeAll(async () => {
-    env = await createPeerEnvironment({ databaseUrl: databaseUrl(), redisUrl, poolSize: 12 });
+    env = await createPeerEnvironment({ databaseUrl: databaseUrl(), redisUrl, poolSize: 12, recording });
   });
   afterAll(() => env?.close());
 

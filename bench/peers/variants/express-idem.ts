@@ -13,7 +13,11 @@ export const expressIdem: Variant = {
     'The Idempotency-Key contract of idem/express: the key is claimed in the transaction the handler writes through ' +
     '(req.idem.tx); the row, the key and the captured response commit together before the response is sent.',
   async start({ env, faults = {}, clientConnections }) {
-    const engine = createIdem({ sql: env.sql, schema: env.schema });
+    const engine = createIdem({
+      sql: env.sql,
+      schema: env.schema,
+      ...(env.recording ? { recording: env.recording } : {}),
+    });
     const idempotent = idempotency({ idem: engine, singleTenant: true, operation: 'create-order' });
     const app = orderApp((app) =>
       app.post('/orders', idempotent, async (req, res) => {

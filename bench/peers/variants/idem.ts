@@ -8,10 +8,15 @@ export const idem: Variant = {
   label: 'idem',
   layout: 'function',
   mechanism:
-    'Claims the key with INSERT … ON CONFLICT in the business transaction, under the primary key of the requests table; ' +
-    'the row, the key and the stored result commit or roll back together. A concurrent duplicate waits on the row lock, then replays.',
+    'Records the key in the business transaction, under the primary key of the requests table (by default one INSERT of the ' +
+    'completed record at the end; `recording: claim` claims it first): the row, the key and the stored result commit or roll ' +
+    'back together. A concurrent duplicate waits on the key, then replays; at commit its own row rolls back.',
   async start({ env, faults = {} }) {
-    const engine = createIdem({ sql: env.sql, schema: env.schema });
+    const engine = createIdem({
+      sql: env.sql,
+      schema: env.schema,
+      ...(env.recording ? { recording: env.recording } : {}),
+    });
     return {
       async call(key, payload) {
         try {

@@ -6,6 +6,7 @@
 import type { Clock } from '../../../src/core/clock.js';
 import { fromPg } from '../../../src/adapters/pg.js';
 import { createIdem, type Idem } from '../../../src/operations/idem.js';
+import type { Recording } from '../../../src/operations/options.js';
 import { createTestSchema, type TestSchema } from '../../support/database.js';
 import { startProvider, type Provider } from './provider.js';
 
@@ -79,7 +80,13 @@ export interface Harness {
   close(): Promise<void>;
 }
 
-export async function createHarness(): Promise<Harness> {
+/** Options of `createHarness`. */
+export interface HarnessOptions {
+  /** The Idem instance's recording, which transaction-mode routes follow. Default: idem's default. */
+  recording?: Recording;
+}
+
+export async function createHarness(options: HarnessOptions = {}): Promise<Harness> {
   const db = await createTestSchema({ poolSize: 8 });
   const s = `"${db.schema}"`;
   await db.pool.query(`
@@ -103,7 +110,12 @@ export async function createHarness(): Promise<Harness> {
       DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION ${s}.refuse_at_commit();
   `);
   const clock = new OffsetClock();
-  const idem = createIdem({ sql: fromPg(db.pool), schema: db.schema, clock });
+  const idem = createIdem({
+    sql: fromPg(db.pool),
+    schema: db.schema,
+    clock,
+    ...(options.recording ? { recording: options.recording } : {}),
+  });
   const provider = await startProvider();
   return {
     db,
