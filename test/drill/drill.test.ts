@@ -125,8 +125,13 @@ describe('idem drill against a correct endpoint built on idem', () => {
   });
 
   it('retries in-progress answers (409 with Retry-After) and judges the answers they settle on', async () => {
-    // waitMs 0: a duplicate that meets the running first execution is answered 409 at once.
-    const impatient = await startPaymentsServer(db, 'correct', { waitMs: 0, suffix: '_impatient' });
+    // Claim first and waitMs 0: a duplicate that meets the running first execution is answered
+    // 409 at once. (Recorded at commit, duplicates run too and replay once the first commits.)
+    const impatient = await startPaymentsServer(db, 'correct', {
+      waitMs: 0,
+      suffix: '_impatient',
+      recording: 'claim',
+    });
     try {
       const options = demoOptions('correct', {
         url: impatient.paymentsUrl,

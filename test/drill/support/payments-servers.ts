@@ -51,6 +51,8 @@ export interface PaymentsServerOptions {
   waitMs?: number;
   /** Table name suffix, for a second server of the same kind. Default none. */
   suffix?: string;
+  /** idem's recording. Default idem's ('commit'). 'claim' makes a duplicate meet the running first execution and wait, then 409. */
+  recording?: 'commit' | 'claim';
 }
 
 export async function startPaymentsServer(
@@ -70,7 +72,12 @@ export async function startPaymentsServer(
       `CREATE TABLE ${keys} (tenant text NOT NULL, key text NOT NULL, fingerprint text NOT NULL, body text NOT NULL)`,
     );
   }
-  const idem = createIdem({ sql: fromPg(db.pool), schema: db.schema, waitMs: options.waitMs ?? 5000 });
+  const idem = createIdem({
+    sql: fromPg(db.pool),
+    schema: db.schema,
+    waitMs: options.waitMs ?? 5000,
+    ...(options.recording ? { recording: options.recording } : {}),
+  });
 
   const insertPayment = async (
     query: (text: string, params: unknown[]) => Promise<{ rows: unknown[] }>,
