@@ -130,10 +130,12 @@ export function registerPayments(app: FastifyInstance, deps: PaymentsDeps): void
             type: 'payment.created',
             payload: { tenant, ...publicPayment(updated) },
           });
-          await claims.enqueue(
-            { tenant, queue: 'receipts', key: `receipt:${payment.id}`, payload: { paymentId: payment.id } },
-            tx,
-          );
+          await claims.enqueueIn(tx, {
+            tenant,
+            queue: 'receipts',
+            key: `receipt:${payment.id}`,
+            payload: { paymentId: payment.id },
+          });
         }
         return publicPayment(updated);
       });

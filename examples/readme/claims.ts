@@ -8,10 +8,12 @@ export function receiptQueue(sql: Sql, schema = 'idem') {
   return {
     // In the order's transaction: the task exists iff the order does, once per key.
     enqueue: (tx: Queryable, orderId: string) =>
-      claims.enqueue(
-        { tenant: 'acme', queue: 'receipts', key: `receipt:${orderId}`, payload: { orderId } },
-        tx,
-      ),
+      claims.enqueueIn(tx, {
+        tenant: 'acme',
+        queue: 'receipts',
+        key: `receipt:${orderId}`,
+        payload: { orderId },
+      }),
 
     async workOnce(send: (orderId: string, key: string) => Promise<void>) {
       for (const task of await claims.claim<{ orderId: string }>('receipts', { limit: 10 })) {

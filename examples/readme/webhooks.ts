@@ -19,7 +19,7 @@ const handlers: hooks.WebhookHandlers = {
   },
 };
 
-export function billingWebhooks(app: Express, sql: Sql, secret: string, schema = 'idem') {
+export async function billingWebhooks(app: Express, sql: Sql, secret: string, schema = 'idem') {
   // In: verify first, store once per (source, webhook-id), answer 202 at once; workers apply it.
   const processor = hooks.createWebhookProcessor({ sql, schema, handlers });
   const receiver = hooks.createWebhookReceiver({
@@ -33,6 +33,6 @@ export function billingWebhooks(app: Express, sql: Sql, secret: string, schema =
 
   // Out: outbox events to subscribers, signed, with the same webhook-id and bytes on every retry.
   const sender = hooks.createWebhookSender({ sql, schema });
-  sender.start();
+  await sender.start();
   return { processor, sender, publisher: hooks.webhookPublisher(sender) }; // a Publisher for createDispatcher
 }

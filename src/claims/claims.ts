@@ -1,13 +1,20 @@
 import { hostname } from 'node:os';
 import { randomBytes } from 'node:crypto';
 import { systemClock, type Clock } from '../core/clock.js';
-import { FencedError, InvalidArgumentError, isFenced, KeyReusedError } from '../core/errors.js';
+import {
+  ConcurrentChangeError,
+  FencedError,
+  InvalidArgumentError,
+  isFenced,
+  KeyReusedError,
+} from '../core/errors.js';
 import { fingerprint } from '../core/fingerprint.js';
 import { validateKey, validateName } from '../core/keys.js';
 import type { Queryable, Sql, Transaction } from '../core/sql.js';
 import { validateTenant, validateTenants } from '../core/tenant.js';
 import { defaultSchema } from '../migrate/schema-name.js';
-import { persistedBackoff } from '../client/backoff.js';
+import { createBackoff, type Backoff } from '../core/resilience/backoff.js';
+import { positive, positiveInteger } from '../core/validate.js';
 import { isRetryableFailure } from '../client/classify.js';
 import { claimDefaults, type ClaimsOptions, type EnqueueResult, type EnqueueSpec } from './options.js';
 import { renderClaimStatements, type ClaimStatements } from './statements.js';
@@ -72,8 +79,7 @@ export class Claims<Client = unknown> {
   readonly leaseMs: number;
   /** @internal */ readonly statements: ClaimStatements;
   private readonly maxAttempts: number;
-  private readonly retryBaseMs: number;
-  private readonly retryMaxMs: number;
+  private readonly backoff: Backoff;
   private readonly retentionMs: number;
 
   constructor(options: ClaimsOptions<Client>) {
@@ -83,18 +89,40 @@ export class Claims<Client = unknown> {
     this.clock = options.clock ?? systemClock;
     this.leaseMs = positive('leaseMs', options.leaseMs ?? claimDefaults.leaseMs);
     this.maxAttempts = positiveInteger('maxAttempts', options.maxAttempts ?? claimDefaults.maxAttempts);
-    this.retryBaseMs = positive('retryBaseMs', options.retryBaseMs ?? claimDefaults.retryBaseMs);
-    this.retryMaxMs = positive('retryMaxMs', options.retryMaxMs ?? claimDefaults.retryMaxMs);
+    this.backoff = createBackoff(options.backoff, claimDefaults.backoff);
     this.retentionMs = positive('retentionMs', options.retentionMs ?? claimDefaults.retentionMs);
     this.workerId = options.workerId ?? `${hostname()}:${process.pid}:${randomBytes(3).toString('hex')}`;
   }
 
   /**
-   * Enqueues a task once per (tenant, queue, key). The same key returns the existing task, in
-   * whatever state it is, with `created: false`; the same key with another payload throws
-   * `KeyReusedError`. Pass `db` (a transaction) to enqueue atomically with your own writes.
+   * Enqueues a task once per (tenant, queue, key), in its own statement. The same key returns the
+   * existing task, in whatever state it is, with `created: false`; the same key with another
+   * payload throws `KeyReusedError`. To enqueue atomically with your own writes, use `enqueueIn`.
+   *
+   * @example
+   * const { task, created } = await claims.enqueue({
+   *   tenant: 'acme',
+   *   queue: 'emails',
+   *   key: `welcome:${userId}`,
+   *   payload: { userId },
+   * });
    */
-  async enqueue<P>(spec: EnqueueSpec<P>, db: Queryable = this.sql): Promise<EnqueueResult<P>> {
+  enqueue<P>(spec: EnqueueSpec<P>): Promise<EnqueueResult<P>> {
+    return this.enqueueIn(this.sql, spec);
+  }
+
+  /**
+   * `enqueue` inside the caller's transaction (`tx` first, as in every `…In` method): the task
+   * exists only if the caller's writes commit.
+   *
+   * @example
+   * await sql.transaction(async (tx) => {
+   *   await tx.query('INSERT INTO orders (id) VALUES ($1)', [orderId]);
+   *   await claims.enqueueIn(tx, { tenant: 'acme', queue: 'emails', key: `order:${orderId}`, payload: { orderId } });
+   * });
+   */
+  async enqueueIn<P>(tx: Queryable, spec: EnqueueSpec<P>): Promise<EnqueueResult<P>> {
+    const db = tx;
     validateName('tenant', spec.tenant);
     validateName('queue', spec.queue);
     validateKey(spec.key);
@@ -127,19 +155,22 @@ export class Claims<Client = unknown> {
       }
       return { task: decodeTask<P>(row), created: false };
     }
-    throw new Error('enqueue: the task kept disappearing between insert and read');
+    throw new ConcurrentChangeError('enqueue: the task kept disappearing between insert and read');
   }
 
   /**
    * `enqueue` for many tasks in one round trip (plus one read when some keys already exist).
    * Results come back in the order of `specs`. A key repeated inside `specs` yields one task.
-   * Throws `KeyReusedError` (and enqueues nothing, when `db` is a transaction you roll back) if a
-   * key exists with another payload.
+   * Throws `KeyReusedError` if a key exists with another payload (the tasks before it in the
+   * statement are enqueued; use `enqueueManyIn` and roll back to enqueue none).
    */
-  async enqueueMany<P>(
-    specs: readonly EnqueueSpec<P>[],
-    db: Queryable = this.sql,
-  ): Promise<EnqueueResult<P>[]> {
+  enqueueMany<P>(specs: readonly EnqueueSpec<P>[]): Promise<EnqueueResult<P>[]> {
+    return this.enqueueManyIn(this.sql, specs);
+  }
+
+  /** `enqueueMany` inside the caller's transaction: all the tasks commit with the caller's writes, or none. */
+  async enqueueManyIn<P>(tx: Queryable, specs: readonly EnqueueSpec<P>[]): Promise<EnqueueResult<P>[]> {
+    const db = tx;
     if (specs.length === 0) return [];
     const now = this.clock.now();
     const prepared = specs.map((spec) => {
@@ -185,7 +216,8 @@ export class Claims<Client = unknown> {
     return prepared.map((p) => {
       const id = identity(p.spec.tenant, p.spec.queue, p.spec.key);
       const row = created.get(id) ?? existing.get(id);
-      if (!row) throw new Error(`enqueueMany: task ${p.spec.key} vanished between insert and read`);
+      if (!row)
+        throw new ConcurrentChangeError(`enqueueMany: task ${p.spec.key} vanished between insert and read`);
       if (row.fingerprint !== p.print) {
         throw new KeyReusedError(
           taskScope({ ...p.spec, dedupeKey: p.spec.key }),
@@ -371,7 +403,7 @@ export class Claims<Client = unknown> {
   async fail(task: ClaimedTask, error: unknown, options: FailOptions = {}): Promise<FailResult> {
     const retryable = options.retryable ?? isRetryableFailure(error);
     const now = this.clock.now();
-    const delay = options.retryAfterMs ?? persistedBackoff(task.attempts, this.retryBaseMs, this.retryMaxMs);
+    const delay = options.retryAfterMs ?? this.backoff(task.attempts);
     const { rows } = await this.sql.query<{ state: 'ready' | 'dead'; visible_at: unknown }>(
       this.statements.fail,
       [
@@ -420,18 +452,16 @@ export class Claims<Client = unknown> {
   ): Promise<RunOutcome<R>> {
     let handlerError: { error: unknown } | undefined;
     try {
-      const value = await this.sql.transaction(async (tx) => {
-        await this.guard(tx, task);
-        let value: R;
-        try {
-          value = await handler(tx, task);
-        } catch (error) {
-          handlerError = { error };
-          throw error;
-        }
-        await this.completeIn(tx, task, value);
-        return value;
-      });
+      const value = await this.sql.transaction((tx) =>
+        this.runIn(tx, task, async (tx, task) => {
+          try {
+            return await handler(tx, task);
+          } catch (error) {
+            handlerError = { error };
+            throw error;
+          }
+        }),
+      );
       return { state: 'completed', value };
     } catch (error) {
       if (isFenced(error) && !handlerError) return { state: 'fenced', error };
@@ -444,6 +474,30 @@ export class Claims<Client = unknown> {
         throw failError;
       }
     }
+  }
+
+  /**
+   * `run` inside the caller's transaction: takes the fence (`guard`), runs `handler`, completes
+   * the task with its result; all commit with the caller's writes, or nothing does. Unlike `run`,
+   * a failure is not recorded: the handler's error (or `FencedError` for a lost lease) is thrown,
+   * and the caller rolls back, then calls `fail(task, error)` when the error came from the handler.
+   *
+   * @example
+   * await sql.transaction(async (tx) => {
+   *   await claims.runIn(tx, task, async (tx) => {
+   *     await outbox.add(tx, { topic: 'emails', key: task.payload.user, type: 'email', payload: task.payload });
+   *   });
+   * });
+   */
+  async runIn<P, R, TxClient>(
+    tx: Transaction<TxClient>,
+    task: ClaimedTask<P>,
+    handler: (tx: Transaction<TxClient>, task: ClaimedTask<P>) => Promise<R>,
+  ): Promise<R> {
+    await this.guard(tx, task);
+    const value = await handler(tx, task);
+    await this.completeIn(tx, task, value);
+    return value;
   }
 
   /**
@@ -540,16 +594,4 @@ function oneTenant(tenants: readonly string[]): string | null {
 function describe(error: unknown): string {
   const text = error instanceof Error ? `${error.name}: ${error.message}` : String(error);
   return text.slice(0, 2000);
-}
-
-function positive(name: string, value: number): number {
-  if (!(Number.isFinite(value) && value > 0))
-    throw new InvalidArgumentError(`${name} must be a positive number`);
-  return value;
-}
-
-function positiveInteger(name: string, value: number): number {
-  if (!(Number.isInteger(value) && value > 0))
-    throw new InvalidArgumentError(`${name} must be a positive integer`);
-  return value;
 }

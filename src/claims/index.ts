@@ -7,6 +7,19 @@ export { Claims, createClaims } from './claims.js';
 export type { ClaimOptions, FailOptions, FailResult, RunOutcome } from './claims.js';
 export { claimDefaults, type ClaimsOptions, type EnqueueResult, type EnqueueSpec } from './options.js';
 export { keepAlive, type KeepAlive, type KeepAliveOptions } from './keep-alive.js';
-export { work, type WorkOptions } from './worker.js';
+export {
+  ClaimsWorker,
+  createClaimsWorker,
+  work,
+  type ClaimsWorkerOptions,
+  type WorkOptions,
+} from './worker.js';
 export { taskKey, taskScope, type ClaimedTask, type TaskRecord, type TaskState } from './task.js';
-export { FencedError, isFenced } from '../core/errors.js';
+export {
+  ConcurrentChangeError,
+  FencedError,
+  KeyReusedError,
+  isConcurrentChange,
+  isFenced,
+  isKeyReused,
+} from '../core/errors.js';

@@ -1,5 +1,5 @@
 import { isFenced } from '../core/errors.js';
-import { sleepUnlessAborted } from '../client/sleep.js';
+import { sleepUnlessAborted } from '../core/resilience/sleep.js';
 import type { Claims } from './claims.js';
 import type { ClaimedTask } from './task.js';
 

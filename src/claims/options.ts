@@ -1,4 +1,5 @@
 import type { Clock } from '../core/clock.js';
+import type { BackoffOptions } from '../core/resilience/backoff.js';
 import type { Sql } from '../core/sql.js';
 import type { TaskRecord } from './task.js';
 
@@ -23,12 +24,10 @@ export interface ClaimsOptions<Client = unknown> {
    */
   maxAttempts?: number;
   /**
-   * Backoff of a retryable failure: attempt n waits a random time in [d/2, d] with
-   * d = min(retryBaseMs · 2^(n−1), retryMaxMs). Defaults 1000 ms and 300000 ms (5 minutes).
+   * Backoff of a retryable failure. Default `{ baseMs: 1000, maxMs: 300000, jitter: 'equal' }`:
+   * attempt n waits a random time in [d/2, d] with d = min(1000 · 2^(n−1), 300000) ms.
    */
-  retryBaseMs?: number;
-  /** See `retryBaseMs`. */
-  retryMaxMs?: number;
+  backoff?: BackoffOptions;
   /**
    * How long a completed or dead task (and so its dedupe key) is kept before `sweep` deletes it.
    * Enqueueing the same key inside this window returns the finished task instead of a new one.
@@ -42,8 +41,7 @@ export interface ClaimsOptions<Client = unknown> {
 export const claimDefaults = {
   leaseMs: 30_000,
   maxAttempts: 5,
-  retryBaseMs: 1000,
-  retryMaxMs: 300_000,
+  backoff: { strategy: 'exponential', baseMs: 1000, maxMs: 300_000, jitter: 'equal' } as BackoffOptions,
   retentionMs: 30 * day,
 } as const;
 

@@ -1,21 +1,22 @@
 import type { Transaction } from '../core/sql.js';
 import { validateTenants } from '../core/tenant.js';
-import { sleepUnlessAborted } from '../client/sleep.js';
+import { positive, positiveInteger } from '../core/validate.js';
+import { drainRounds, PollingWorker, type WorkerErrorHandler } from '../core/worker/polling-worker.js';
 import type { Claims, RunOutcome } from './claims.js';
 import type { ClaimedTask } from './task.js';
 
-/** Options of `work`. */
-export interface WorkOptions<P, R> {
+/** Options of `createClaimsWorker` (and `work`). */
+export interface ClaimsWorkerOptions<P, R> {
   /** Tasks claimed per round trip; they run concurrently, each on its own connection. Default 10. */
   batchSize?: number;
   /** Wait after an empty or partial batch, in ms. Default 1000. A full batch polls again at once. */
+  pollIntervalMs?: number;
+  /** @deprecated Use `pollIntervalMs`. */
   pollMs?: number;
-  /** Stops the loop after the batch in flight. */
-  signal?: AbortSignal;
   /** Sees every task's outcome (completed, retried, dead-lettered or fenced). */
   onOutcome?: (task: ClaimedTask<P>, outcome: RunOutcome<R>) => void;
-  /** Sees database errors of the loop itself; the loop backs off by `pollMs` and goes on. */
-  onError?: (error: unknown) => void;
+  /** Sees database errors of the loop itself; the loop waits `pollIntervalMs` and goes on. */
+  onError?: WorkerErrorHandler<'batch'>;
   /**
    * Only these tenants' tasks: each claim is one tenant's, pinned to it, taken in turn until the
    * batch is full (a worker per shard of a database distributed by tenant, or per group of
@@ -24,9 +25,110 @@ export interface WorkOptions<P, R> {
   tenants?: readonly string[];
 }
 
+/** Options of `work`: a worker's, and the signal that stops it. */
+export interface WorkOptions<P, R> extends ClaimsWorkerOptions<P, R> {
+  /** Stops the loop after the batch in flight. */
+  signal?: AbortSignal;
+}
+
 /**
  * A polling worker: claims batches from `queue` and runs each task with `claims.run` (fence,
- * the handler's writes and the completion in one transaction). Resolves when `signal` aborts.
+ * the handler's writes and the completion in one transaction).
+ *
+ * @example
+ * const worker = createClaimsWorker(claims, 'emails', async (tx, task) => send(tx, task.payload));
+ * await worker.start();
+ * // on shutdown:
+ * await worker.stop();
+ */
+export class ClaimsWorker<P, R, Client> {
+  private readonly batchSize: number;
+  private readonly pollIntervalMs: number;
+  private readonly tenants: readonly string[] | undefined;
+  private readonly worker: PollingWorker;
+  /** Where the next claim of a worker scoped to tenants starts, so each gets its turn first. */
+  private nextTenant = 0;
+
+  constructor(
+    private readonly claims: Claims<Client>,
+    private readonly queue: string,
+    private readonly handler: (tx: Transaction<Client>, task: ClaimedTask<P>) => Promise<R>,
+    private readonly options: ClaimsWorkerOptions<P, R> = {},
+  ) {
+    this.batchSize = positiveInteger('batchSize', options.batchSize ?? 10);
+    this.pollIntervalMs = positive('pollIntervalMs', options.pollIntervalMs ?? options.pollMs ?? 1000);
+    this.tenants = validateTenants(options.tenants);
+    const onError = options.onError;
+    this.worker = new PollingWorker({
+      clock: claims.clock,
+      pollIntervalMs: () => this.pollIntervalMs,
+      onError: (error) => onError?.(error, 'batch'),
+      round: async () => {
+        const claimed = (await this.runOnce()).length;
+        return { idleMs: claimed < this.batchSize ? this.pollIntervalMs : 0 };
+      },
+    });
+  }
+
+  /** Starts the loop. Idempotent. */
+  async start(): Promise<void> {
+    this.worker.start();
+  }
+
+  /** Stops the loop: at once when idle, after the batch in flight otherwise. */
+  async stop(): Promise<void> {
+    await this.worker.stop();
+  }
+
+  /** Wakes an idle loop now (tasks were enqueued). */
+  notify(): void {
+    this.worker.notify();
+  }
+
+  /** Claims one batch and runs its tasks concurrently; returns their outcomes. */
+  async runOnce(): Promise<RunOutcome<R>[]> {
+    const tasks = await this.claimBatch();
+    return Promise.all(
+      tasks.map(async (task) => {
+        const outcome = await this.claims.run(task, this.handler);
+        this.options.onOutcome?.(task, outcome);
+        return outcome;
+      }),
+    );
+  }
+
+  /** Runs batches until none is claimed (bounded by `maxRounds`); returns every outcome. */
+  drain(options: { maxRounds?: number } = {}): Promise<RunOutcome<R>[]> {
+    return drainRounds(() => this.runOnce(), options.maxRounds);
+  }
+
+  private async claimBatch(): Promise<ClaimedTask<P>[]> {
+    const { claims, queue, batchSize, tenants } = this;
+    if (!tenants) return claims.claim<P>(queue, { limit: batchSize });
+    // One tenant after another, starting one further each round so each gets its turn first.
+    const tasks: ClaimedTask<P>[] = [];
+    const start = this.nextTenant++ % tenants.length;
+    for (let i = 0; i < tenants.length && tasks.length < batchSize; i++) {
+      const tenant = tenants[(start + i) % tenants.length]!;
+      tasks.push(...(await claims.claim<P>(queue, { limit: batchSize - tasks.length, tenant })));
+    }
+    return tasks;
+  }
+}
+
+/** Creates a claims worker for `queue`. See `ClaimsWorkerOptions`. */
+export function createClaimsWorker<P, R, Client>(
+  claims: Claims<Client>,
+  queue: string,
+  handler: (tx: Transaction<Client>, task: ClaimedTask<P>) => Promise<R>,
+  options: ClaimsWorkerOptions<P, R> = {},
+): ClaimsWorker<P, R, Client> {
+  return new ClaimsWorker(claims, queue, handler, options);
+}
+
+/**
+ * Runs a claims worker until `signal` aborts, then stops it (the batch in flight finishes).
+ * Resolves once stopped.
  */
 export async function work<P, R, Client>(
   claims: Claims<Client>,
@@ -34,37 +136,13 @@ export async function work<P, R, Client>(
   handler: (tx: Transaction<Client>, task: ClaimedTask<P>) => Promise<R>,
   options: WorkOptions<P, R> = {},
 ): Promise<void> {
-  const batchSize = options.batchSize ?? 10;
-  const pollMs = options.pollMs ?? 1000;
-  const signal = options.signal;
-  const tenants = validateTenants(options.tenants);
-  let round = 0;
-  const claimBatch = async (): Promise<ClaimedTask<P>[]> => {
-    if (!tenants) return claims.claim<P>(queue, { limit: batchSize });
-    // One tenant after another, starting one further each round so each gets its turn first.
-    const tasks: ClaimedTask<P>[] = [];
-    const start = round++ % tenants.length;
-    for (let i = 0; i < tenants.length && tasks.length < batchSize; i++) {
-      const tenant = tenants[(start + i) % tenants.length]!;
-      tasks.push(...(await claims.claim<P>(queue, { limit: batchSize - tasks.length, tenant })));
-    }
-    return tasks;
-  };
-  while (!signal?.aborted) {
-    let claimed: number;
-    try {
-      const tasks = await claimBatch();
-      claimed = tasks.length;
-      await Promise.all(
-        tasks.map(async (task) => {
-          const outcome = await claims.run(task, handler);
-          options.onOutcome?.(task, outcome);
-        }),
-      );
-    } catch (error) {
-      options.onError?.(error);
-      claimed = 0;
-    }
-    if (claimed < batchSize) await sleepUnlessAborted(claims.clock, pollMs, signal);
-  }
+  const { signal, ...workerOptions } = options;
+  const worker = createClaimsWorker(claims, queue, handler, workerOptions);
+  if (signal?.aborted) return;
+  await worker.start();
+  await new Promise<void>((resolve) => {
+    if (!signal) return; // runs until the process ends
+    signal.addEventListener('abort', () => resolve(), { once: true });
+  });
+  await worker.stop();
 }

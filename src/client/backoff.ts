@@ -1,52 +1,27 @@
-import { decorrelatedJitterGenerator, halfJitterGenerator, type IExponentialBackoffOptions } from 'cockatiel';
+import { resolveBackoff, type BackoffOptions } from '../core/resilience/backoff.js';
 
 /**
- * Delay before retry number `attempt` (1 = the first retry) when only the attempt count is
- * known, as with a failure counter stored in a row: "equal jitter", a random time in
- * [d/2, d] with d = min(base · 2^(attempt−1), max). The lower half keeps a minimum spacing,
- * the upper half spreads competing retries apart.
+ * The backoff options of the client, `retry` and sagas: the core's one `BackoffOptions` shape.
+ * Their default is `{ strategy: 'decorrelated', baseMs: 100, maxMs: 10000 }`.
+ * @deprecated Use `BackoffOptions`.
  */
-export function persistedBackoff(attempt: number, baseMs: number, maxMs: number): number {
-  const exponent = Math.min(Math.max(attempt - 1, 0), 30);
-  // cockatiel's halfJitterGenerator is exactly this, with the attempt count as its state.
-  const [delay] = halfJitterGenerator(exponent, {
-    generator: halfJitterGenerator,
-    initialDelay: baseMs,
-    maxDelay: maxMs,
-    exponent: 2,
-  });
-  return Math.round(delay);
-}
+export type JitterOptions = BackoffOptions;
 
-/** Options of an in-process decorrelated-jitter backoff. */
-export interface JitterOptions {
-  /** The first delay's scale, in ms. Default 100. */
-  initialDelayMs?: number;
-  /** No delay exceeds this, in ms. Default 10000. */
-  maxDelayMs?: number;
-}
+/** The in-process retries' default: decorrelated jitter from 100 ms, never above 10 s. */
+export const inProcessBackoff: BackoffOptions = { strategy: 'decorrelated', baseMs: 100, maxMs: 10_000 };
 
 /**
- * An in-process backoff with decorrelated jitter (Polly's "DecorrelatedJitterV2", as shipped in
- * cockatiel): each call of `next()` returns the next delay. Used where retries happen inside one
- * call, so the generator's state can live in memory.
+ * An in-process backoff sequence: each call of `next()` returns the next delay. Decorrelated
+ * jitter (Polly's "DecorrelatedJitterV2") unless `options` names another strategy.
  */
 export class DecorrelatedJitter {
-  private state: [number, number] | undefined;
-  private readonly options: IExponentialBackoffOptions<[number, number]>;
+  private readonly sequence: { next(): number };
 
-  constructor(options: JitterOptions = {}) {
-    this.options = {
-      generator: decorrelatedJitterGenerator,
-      initialDelay: options.initialDelayMs ?? 100,
-      maxDelay: options.maxDelayMs ?? 10_000,
-      exponent: 2,
-    };
+  constructor(options?: BackoffOptions, random?: () => number) {
+    this.sequence = resolveBackoff(options, inProcessBackoff, random).sequence();
   }
 
   next(): number {
-    const [delay, state] = decorrelatedJitterGenerator(this.state, this.options);
-    this.state = state;
-    return Math.round(delay);
+    return this.sequence.next();
   }
 }

@@ -1,5 +1,8 @@
 import { isRetryable } from '../core/retryable.js';
-import { parseRetryAfter } from './retry-after.js';
+import { isRetryableStatus, isUnhealthyStatus } from '../core/resilience/http-failure.js';
+import { parseRetryAfter } from '../core/resilience/retry-after.js';
+
+export { isRetryableStatus };
 
 /**
  * How a failure is classified. `retryable`: the same request (with the same key) may succeed if
@@ -15,17 +18,6 @@ export interface Classification {
   reason: string;
 }
 
-/**
- * Statuses worth a retry: 408 Request Timeout, 425 Too Early, 429 Too Many Requests, and every
- * 5xx except 501 Not Implemented, which RFC 9110 defines as a permanent lack of support (a retry
- * cannot change it).
- */
-export function isRetryableStatus(status: number): boolean {
-  return (
-    status === 408 || status === 425 || status === 429 || (status >= 500 && status <= 599 && status !== 501)
-  );
-}
-
 /** Classifies a response. 2xx/3xx and non-retryable 4xx are not failures for retry purposes. */
 export function classifyResponse(
   response: { status: number; headers: { get(name: string): string | null } },
@@ -37,8 +29,7 @@ export function classifyResponse(
     retryable || status === 503 ? parseRetryAfter(response.headers.get('retry-after'), now) : undefined;
   return {
     retryable,
-    // 429 is the downstream protecting itself: back off (Retry-After), but it is not broken.
-    unhealthy: retryable && status !== 429 && status !== 425,
+    unhealthy: isUnhealthyStatus(status),
     ...(retryAfterMs !== undefined ? { retryAfterMs } : {}),
     reason: `http ${status}`,
   };

@@ -1,13 +1,15 @@
 import { systemClock, type Clock } from '../core/clock.js';
 import { InvalidArgumentError } from '../core/errors.js';
 import { validateKey } from '../core/keys.js';
-import { DecorrelatedJitter, type JitterOptions } from './backoff.js';
+import type { BackoffOptions } from '../core/resilience/backoff.js';
+import { retryDelay } from '../core/resilience/retry-after.js';
+import { sleepUnlessAborted } from '../core/resilience/sleep.js';
+import { DecorrelatedJitter } from './backoff.js';
 import { Breaker, type BreakerOptions } from './breaker.js';
 import { classifyError, classifyResponse, type Classification } from './classify.js';
 import { HttpStatusError } from './errors.js';
 import { currentIdempotencyKey, subKey } from '../core/key-context.js';
 import { RetryBudget, type RetryBudgetOptions } from './retry-budget.js';
-import { sleepUnlessAborted } from './sleep.js';
 
 /** The `fetch` this client wraps. Default: Node's global fetch (undici). */
 export type FetchLike = (input: string | URL | Request, init?: RequestInit) => Promise<Response>;
@@ -18,16 +20,18 @@ export interface ClientOptions {
   fetch?: FetchLike;
   /** Prefix for relative URLs, e.g. `http://127.0.0.1:8080`. Default: none (URLs must be absolute). */
   baseUrl?: string;
-  /** Time source for backoff waits and the retry budget. Default: the system clock. */
+  /** Time source for backoff waits, the retry budget and the breakers' open period. Default: the system clock. */
   clock?: Clock;
   /** Attempts per call, the first included. Default 4. */
   maxAttempts?: number;
-  /** Decorrelated-jitter backoff between retries. Defaults: 100 ms initial, 10000 ms max. */
-  backoff?: JitterOptions;
   /**
-   * The longest `Retry-After` honoured, in ms. A downstream asking for a longer wait gets no
-   * retry from this call: its answer is returned, and the caller (or a claim's backoff) decides.
-   * Default 30000.
+   * Backoff between retries. Default `{ strategy: 'decorrelated', baseMs: 100, maxMs: 10000 }`
+   * (Polly's DecorrelatedJitterV2).
+   */
+  backoff?: BackoffOptions;
+  /**
+   * The longest wait a `Retry-After` may ask for, in ms: a longer ask is capped to it (the retry
+   * happens after this long). Default 30000. A wait is never shorter than the backoff's.
    */
   maxRetryAfterMs?: number;
   /** The retry budget shared by every call of this client. See `RetryBudgetOptions`. */
@@ -126,7 +130,7 @@ export class ResilientClient {
     if (this.options.breaker === false) return undefined;
     let breaker = this.breakers.get(origin);
     if (!breaker) {
-      breaker = new Breaker(origin, this.options.breaker || {});
+      breaker = new Breaker(origin, { ...(this.options.breaker || {}), clock: this.clock });
       this.breakers.set(origin, breaker);
     }
     return breaker;
@@ -161,9 +165,9 @@ export class ResilientClient {
       if (!outcome.classification.retryable) return settle(outcome);
       if (!mayRetry || attempt >= maxAttempts || init.signal?.aborted) return settle(outcome);
       const retryAfter = outcome.classification.retryAfterMs;
-      if (retryAfter !== undefined && retryAfter > this.maxRetryAfterMs) return settle(outcome);
       if (!this.budget.tryRetry()) return settle(outcome);
-      const delayMs = retryAfter ?? jitter.next();
+      const delayMs =
+        retryAfter === undefined ? jitter.next() : retryDelay(0, retryAfter, this.maxRetryAfterMs);
       this.options.onRetry?.({
         url: url.href,
         method,

@@ -1,18 +1,5 @@
+export { CircuitOpenError, isCircuitOpen } from '../core/resilience/circuit-breaker.js';
 import { IdemError, isIdemError } from '../core/errors.js';
-
-/**
- * The circuit breaker of this downstream is open (or a half-open probe is in flight): the call
- * was not sent. Retryable later; `retryAfterMs` is when the breaker will let a probe through.
- */
-export class CircuitOpenError extends IdemError {
-  constructor(
-    readonly origin: string,
-    readonly retryAfterMs: number,
-    cause?: unknown,
-  ) {
-    super('IDEM_CIRCUIT_OPEN', `circuit open for ${origin}: failing fast`, { cause, retryable: true });
-  }
-}
 
 /**
  * A downstream answered with a failing status. `retryable` follows the classification (408, 425,
@@ -30,7 +17,5 @@ export class HttpStatusError extends IdemError {
   }
 }
 
-export const isCircuitOpen = (e: unknown): e is CircuitOpenError =>
-  isIdemError(e) && e.code === 'IDEM_CIRCUIT_OPEN';
 export const isHttpStatusError = (e: unknown): e is HttpStatusError =>
   isIdemError(e) && e.code === 'IDEM_HTTP_STATUS';

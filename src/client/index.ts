@@ -19,10 +19,17 @@ export {
   isRetryableStatus,
   type Classification,
 } from './classify.js';
-export { parseRetryAfter } from './retry-after.js';
+export { parseRetryAfter } from '../core/resilience/retry-after.js';
+export { isUnhealthyStatus } from '../core/resilience/http-failure.js';
+export {
+  resolveBackoff,
+  type BackoffOptions,
+  type ResolvedBackoff,
+  type Jitter,
+} from '../core/resilience/backoff.js';
 export { RetryBudget, type RetryBudgetOptions } from './retry-budget.js';
 export { Breaker, type BreakerOptions } from './breaker.js';
 export { retry, type RetryOptions } from './retry.js';
-export { DecorrelatedJitter, persistedBackoff, type JitterOptions } from './backoff.js';
+export { DecorrelatedJitter, type JitterOptions } from './backoff.js';
 export { withIdempotencyKey, currentIdempotencyKey, subKey } from '../core/key-context.js';
 export { CircuitOpenError, HttpStatusError, isCircuitOpen, isHttpStatusError } from './errors.js';

@@ -1,15 +1,17 @@
 import { systemClock, type Clock } from '../core/clock.js';
-import { DecorrelatedJitter, type JitterOptions } from './backoff.js';
+import type { BackoffOptions } from '../core/resilience/backoff.js';
+import { retryDelay } from '../core/resilience/retry-after.js';
+import { sleepUnlessAborted } from '../core/resilience/sleep.js';
+import { DecorrelatedJitter } from './backoff.js';
 import { classifyError } from './classify.js';
 import type { RetryBudget } from './retry-budget.js';
-import { sleepUnlessAborted } from './sleep.js';
 
 /** Options of `retry`. */
 export interface RetryOptions {
   /** Attempts, the first included. Default 3. */
   maxAttempts?: number;
-  /** Decorrelated-jitter backoff. Defaults: 100 ms initial, 10000 ms max. */
-  backoff?: JitterOptions;
+  /** Backoff between attempts. Default `{ strategy: 'decorrelated', baseMs: 100, maxMs: 10000 }`. */
+  backoff?: BackoffOptions;
   /** Time source for the waits. Default: the system clock. */
   clock?: Clock;
   /** A budget shared with other callers; a spent budget ends the retries. Default: none. */
@@ -20,7 +22,10 @@ export interface RetryOptions {
    * `retryable`, such as a retryable `HttpStatusError`).
    */
   isRetryable?: (error: unknown) => boolean;
-  /** An error's `retryAfterMs` (a downstream's Retry-After) is waited up to this cap. Default 30000. */
+  /**
+   * The longest wait an error's `retryAfterMs` (a downstream's Retry-After) may ask for, in ms; a
+   * longer ask is capped to it. Default 30000.
+   */
   maxRetryAfterMs?: number;
   /** Called before each wait. */
   onRetry?: (error: unknown, attempt: number, delayMs: number) => void;
@@ -46,9 +51,8 @@ export async function retry<T>(fn: (attempt: number) => Promise<T>, options: Ret
     } catch (error) {
       if (attempt >= maxAttempts || !isRetryable(error) || options.signal?.aborted) throw error;
       const asked = (error as { retryAfterMs?: unknown } | null)?.retryAfterMs;
-      if (typeof asked === 'number' && asked > maxRetryAfterMs) throw error;
       if (options.budget && !options.budget.tryRetry()) throw error;
-      const delayMs = typeof asked === 'number' ? Math.max(0, asked) : jitter.next();
+      const delayMs = typeof asked === 'number' ? retryDelay(0, asked, maxRetryAfterMs) : jitter.next();
       options.onRetry?.(error, attempt, delayMs);
       await sleepUnlessAborted(clock, delayMs, options.signal);
       if (options.signal?.aborted) throw error;

@@ -1,6 +1,8 @@
 /**
  * Time, injected. Expiry, leases and waits read this clock, so tests move time instead of sleeping.
  */
+import { InvalidArgumentError } from './errors.js';
+
 export interface Clock {
   /** Milliseconds since the epoch. */
   now(): number;
@@ -48,16 +50,21 @@ export class ManualClock implements Clock {
   sleep(ms: number, signal?: AbortSignal): Promise<void> {
     return new Promise((resolve) => {
       if (signal?.aborted) return resolve();
-      const sleeper = { until: this.current + ms, resolve };
-      this.sleepers.push(sleeper);
-      signal?.addEventListener(
-        'abort',
-        () => {
-          this.sleepers = this.sleepers.filter((s) => s !== sleeper);
+      // The abort listener goes when the sleep ends either way: a heartbeat sleeps on one signal
+      // many times, and listeners left behind piled up (MaxListenersExceededWarning after 11 beats).
+      const onAbort = () => {
+        this.sleepers = this.sleepers.filter((s) => s !== sleeper);
+        resolve();
+      };
+      const sleeper = {
+        until: this.current + ms,
+        resolve: () => {
+          signal?.removeEventListener('abort', onAbort);
           resolve();
         },
-        { once: true },
-      );
+      };
+      this.sleepers.push(sleeper);
+      signal?.addEventListener('abort', onAbort, { once: true });
     });
   }
 
@@ -82,5 +89,5 @@ export function toMillis(value: unknown): number | null {
   if (typeof value === 'number') return value;
   if (typeof value === 'bigint') return Number(value);
   if (typeof value === 'string') return new Date(value).getTime();
-  throw new TypeError(`not a timestamp: ${typeof value}`);
+  throw new InvalidArgumentError(`not a timestamp: ${typeof value}`);
 }

@@ -26,7 +26,11 @@ export type IdemErrorCode =
   | 'IDEM_PUBLISH_FAILED'
   | 'IDEM_MESSAGE_INVALID'
   | 'IDEM_PREPARED_STATEMENTS_UNSUPPORTED'
-  | 'IDEM_LISTEN_DEAF';
+  | 'IDEM_LISTEN_DEAF'
+  | 'IDEM_CONCURRENT_CHANGE'
+  | 'IDEM_BODY_TOO_LARGE'
+  | 'IDEM_BODY_MALFORMED'
+  | 'IDEM_WEBHOOK_DESTINATION_REFUSED';
 
 export class IdemError extends Error {
   readonly [brand] = true;
@@ -183,6 +187,17 @@ export class PreparedStatementsUnsupportedError extends IdemError {
   }
 }
 
+/**
+ * A row idem had just written or read changed under it between two statements (another process
+ * swept or finished it in between), more times than a bounded retry allows. Nothing was left half
+ * done; the same call may be tried again.
+ */
+export class ConcurrentChangeError extends IdemError {
+  constructor(message: string) {
+    super('IDEM_CONCURRENT_CHANGE', message, { cause: undefined, retryable: true });
+  }
+}
+
 export const isInvalidKey = (e: unknown): e is InvalidKeyError => hasCode(e, 'IDEM_INVALID_KEY');
 export const isKeyReused = (e: unknown): e is KeyReusedError => hasCode(e, 'IDEM_KEY_REUSED');
 export const isInProgress = (e: unknown): e is InProgressError => hasCode(e, 'IDEM_IN_PROGRESS');
@@ -191,6 +206,10 @@ export const isFenced = (e: unknown): e is FencedError => hasCode(e, 'IDEM_FENCE
 export const isOperationFailed = (e: unknown): e is OperationFailedError =>
   hasCode(e, 'IDEM_OPERATION_FAILED');
 export const isStepFailed = (e: unknown): e is StepFailedError => hasCode(e, 'IDEM_STEP_FAILED');
+export const isInvalidArgument = (e: unknown): e is InvalidArgumentError =>
+  hasCode(e, 'IDEM_INVALID_ARGUMENT');
+export const isConcurrentChange = (e: unknown): e is ConcurrentChangeError =>
+  hasCode(e, 'IDEM_CONCURRENT_CHANGE');
 export const isPreparedStatementsUnsupported = (e: unknown): e is PreparedStatementsUnsupportedError =>
   hasCode(e, 'IDEM_PREPARED_STATEMENTS_UNSUPPORTED');
 

@@ -36,6 +36,7 @@ import type {
   RouteOptions,
 } from 'fastify';
 import { Transform } from 'node:stream';
+import { InvalidArgumentError } from '../core/errors.js';
 import type { IdempotencyContext } from './context.js';
 import { HttpIdempotency, type Answer, type RequestView } from './engine.js';
 import type { CapturedResponse, IdempotencyOptions } from './options.js';
@@ -346,7 +347,7 @@ async function payloadBytes(payload: unknown): Promise<Uint8Array> {
     }
     return Buffer.concat(chunks);
   }
-  throw new TypeError('unsupported reply payload');
+  throw new InvalidArgumentError('unsupported reply payload: send a string, a Buffer, a stream or JSON');
 }
 
 /** Drops every header set so far and makes the reply `response` (used in onSend). */

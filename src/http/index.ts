@@ -36,6 +36,8 @@ export { requestFingerprint, type FingerprintInput } from './request-fingerprint
 export {
   BodyMalformedError,
   BodyTooLargeError,
+  isBodyMalformed,
+  isBodyTooLarge,
   parseBody,
   readNodeBody,
   readWebBody,

@@ -10,6 +10,7 @@
  * all work unchanged. The whole body is buffered: covered routes are not for streaming responses.
  */
 import type { OutgoingHttpHeaders, ServerResponse } from 'node:http';
+import { InvalidArgumentError } from '../core/errors.js';
 import type { CapturedResponse } from './captured-response.js';
 import { headerMap, headerPairs } from './response-headers.js';
 
@@ -45,7 +46,7 @@ export function captureNodeResponse(res: ServerResponse): NodeResponseCapture {
     if (typeof chunk === 'string') chunks.push(Buffer.from(chunk, encoding ?? 'utf8'));
     else if (chunk instanceof Uint8Array)
       chunks.push(Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength));
-    else throw new TypeError('response chunk must be a string, Buffer or Uint8Array');
+    else throw new InvalidArgumentError('response chunk must be a string, Buffer or Uint8Array');
   };
 
   res.writeHead = function writeHead(

@@ -4,18 +4,51 @@
  * first); Fastify parses with its own content-type parsers and `bodyLimit`.
  */
 import type { Readable } from 'node:stream';
+import { IdemError, isIdemError } from '../core/errors.js';
 import { readWebStream } from '../core/read-stream.js';
 import type { CapturedResponse } from './captured-response.js';
 
-/** Thrown by the readers when the body passes the limit. */
-export class BodyTooLargeError extends Error {
+/** Thrown by the readers when the body passes the limit (answered 413). */
+export class BodyTooLargeError extends IdemError {
   constructor(readonly limit: number) {
-    super(`request body is larger than ${limit} bytes`);
+    super('IDEM_BODY_TOO_LARGE', `request body is larger than ${limit} bytes`);
   }
 }
 
-/** Thrown by `parseBody` when a JSON body does not parse. */
-export class BodyMalformedError extends Error {}
+/** Thrown by `parseBody` when a JSON body does not parse (answered 400). */
+export class BodyMalformedError extends IdemError {
+  constructor(message: string, cause?: unknown) {
+    super('IDEM_BODY_MALFORMED', message, { cause });
+  }
+}
+
+/**
+ * True for a `BodyTooLargeError`, from any copy of the package.
+ *
+ * @example
+ * try {
+ *   body = await readNodeBody(req, 1_048_576);
+ * } catch (error) {
+ *   if (isBodyTooLarge(error)) return reply413(error.limit);
+ *   throw error;
+ * }
+ */
+export const isBodyTooLarge = (e: unknown): e is BodyTooLargeError =>
+  isIdemError(e) && e.code === 'IDEM_BODY_TOO_LARGE';
+
+/**
+ * True for a `BodyMalformedError`, from any copy of the package.
+ *
+ * @example
+ * try {
+ *   body = parseBody(bytes, req.headers['content-type']);
+ * } catch (error) {
+ *   if (isBodyMalformed(error)) return reply400(error.message);
+ *   throw error;
+ * }
+ */
+export const isBodyMalformed = (e: unknown): e is BodyMalformedError =>
+  isIdemError(e) && e.code === 'IDEM_BODY_MALFORMED';
 
 /**
  * Reads a Node stream to the end, refusing it as soon as it passes `limit` bytes. On refusal the
@@ -79,7 +112,7 @@ export function parseBody(bytes: Uint8Array, contentType: string | null | undefi
     try {
       return JSON.parse(buffer.toString('utf8')) as unknown;
     } catch (error) {
-      throw new BodyMalformedError(`request body is not valid JSON: ${(error as Error).message}`);
+      throw new BodyMalformedError(`request body is not valid JSON: ${(error as Error).message}`, error);
     }
   }
   if (media.startsWith('text/') || media === 'application/x-www-form-urlencoded') {
@@ -106,8 +139,8 @@ export async function readRequestBody(
   try {
     return { body: parseBody(await read(), contentType) };
   } catch (error) {
-    if (error instanceof BodyTooLargeError) return { problem: refusals.bodyTooLarge() };
-    if (error instanceof BodyMalformedError) return { problem: refusals.bodyMalformed(error.message) };
+    if (isBodyTooLarge(error)) return { problem: refusals.bodyTooLarge() };
+    if (isBodyMalformed(error)) return { problem: refusals.bodyMalformed(error.message) };
     throw error;
   }
 }

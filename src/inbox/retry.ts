@@ -1,4 +1,5 @@
 import { IdemError, InvalidArgumentError } from '../core/errors.js';
+import { createBackoff } from '../core/resilience/backoff.js';
 
 /** Retry settings shared by the broker consumers. */
 export interface ConsumerRetryOptions {
@@ -36,13 +37,15 @@ export function resolveRetry(options: ConsumerRetryOptions): ResolvedRetry {
   if (retryDelaysMs.length === 0 || retryDelaysMs.some((d) => !Number.isInteger(d) || d < 0)) {
     throw new InvalidArgumentError('retryDelaysMs must be non-empty whole milliseconds');
   }
+  // The core's schedule strategy, without jitter: the broker redelivers at these exact delays.
+  const delayFor = createBackoff({ strategy: 'schedule', delaysMs: retryDelaysMs, jitter: 'none' }, {});
   return {
     maxAttempts,
     retryDelaysMs,
     retryable:
       options.retryable ?? ((error) => (error as { retryable?: unknown } | null)?.retryable !== false),
     recordDead: options.recordDead ?? true,
-    delayFor: (failedAttempts) => retryDelaysMs[Math.min(failedAttempts, retryDelaysMs.length) - 1]!,
+    delayFor,
   };
 }
 

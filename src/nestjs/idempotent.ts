@@ -1,4 +1,5 @@
 import { SetMetadata, UseInterceptors } from '@nestjs/common';
+import { InvalidArgumentError } from '../core/errors.js';
 import { IdempotencyInterceptor } from './interceptor.js';
 import { IDEMPOTENT_ROUTE, type IdempotentOptions, type NestHttpRequest } from './options.js';
 import { handlerCall } from './request-state.js';
@@ -23,7 +24,8 @@ import { handlerCall } from './request-state.js';
 export function Idempotent<Req = NestHttpRequest>(options: IdempotentOptions<Req> = {}): MethodDecorator {
   return (target, key, descriptor) => {
     const method = descriptor.value as unknown;
-    if (typeof method !== 'function') throw new TypeError('@Idempotent() goes on a controller method');
+    if (typeof method !== 'function')
+      throw new InvalidArgumentError('@Idempotent() goes on a controller method');
     // Marks that the method itself ran, so that a request refused by pipes before it (validation)
     // is not stored: its key stays free for the corrected request.
     const marked = function (this: unknown, ...args: unknown[]): unknown {

@@ -8,6 +8,7 @@ import {
 } from '../core/errors.js';
 import { fingerprint as computeFingerprint } from '../core/fingerprint.js';
 import { deriveKey, validateKey, validateName } from '../core/keys.js';
+import { createBackoff } from '../core/resilience/backoff.js';
 import { isRetryable } from '../core/retryable.js';
 import type { Queryable, Sql, Transaction } from '../core/sql.js';
 import { isTransactionRetryable, SqlState, sqlStateOf } from '../core/sqlstate.js';
@@ -111,7 +112,7 @@ export class Idem<Client = unknown> {
         // statements unnamed: the same attempt again succeeds.
         const again = isTransactionRetryable(error) || isPreparedStatementsUnsupported(error);
         if (attempt < prepared.transactionRetries && again) {
-          await this.clock.sleep(backoff(attempt));
+          await this.clock.sleep(backoff(attempt + 1));
           continue;
         }
         throw this.classify(error, prepared.scope);
@@ -339,11 +340,9 @@ export function createIdem<Client>(options: IdemOptions<Client>): Idem<Client> {
   return new Idem(options);
 }
 
-function backoff(attempt: number): number {
-  // Full jitter: 5–20 ms, 10–40 ms, … keeps retried deadlock victims from colliding again.
-  const cap = 20 * 2 ** attempt;
-  return cap / 4 + Math.random() * (cap * 0.75);
-}
+// Exponential from 20 ms, jitter 0.75 (a delay in [d/4, d]: 5–20 ms, 10–40 ms, …): keeps retried
+// deadlock victims from colliding again.
+const backoff = createBackoff({ baseMs: 20, jitter: 0.75 }, {});
 
 function positive(name: string, value: number): number {
   if (!(Number.isFinite(value) && value > 0))

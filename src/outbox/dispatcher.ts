@@ -2,13 +2,31 @@ import { systemClock, type Clock } from '../core/clock.js';
 import { InvalidArgumentError } from '../core/errors.js';
 import type { Sql } from '../core/sql.js';
 import { validateTenants } from '../core/tenant.js';
+import { PollingWorker, type NextRound } from '../core/worker/polling-worker.js';
 import { defaultSchema } from '../migrate/schema-name.js';
-import { createBackoff, type Backoff, type BackoffPolicy } from './backoff.js';
+import { createBackoff, type Backoff, type BackoffOptions } from '../core/resilience/backoff.js';
 import { describeError, PublishError } from './errors.js';
 import { NotificationListener, type ListenSource } from './listener.js';
 import { decodeEvent, defaultPublishedRetentionMs, Outbox } from './outbox.js';
 import type { OutboxStatements } from './statements.js';
 import type { OutboxEvent, PublishFailure, Publisher, PublishResult } from './types.js';
+
+/** The dispatcher's default `backoff`: 1 s doubling to 5 minutes, equal jitter. */
+export const dispatcherBackoff: BackoffOptions = {
+  strategy: 'exponential',
+  baseMs: 1000,
+  maxMs: 300_000,
+  factor: 2,
+  jitter: 'equal',
+};
+
+/** The dispatcher's default `outageBackoff`: 250 ms doubling to 30 s, equal jitter. */
+const outageBackoff: BackoffOptions = {
+  strategy: 'exponential',
+  baseMs: 250,
+  maxMs: 30_000,
+  jitter: 'equal',
+};
 
 /** Options of `createDispatcher`. */
 export interface DispatcherOptions {
@@ -36,8 +54,11 @@ export interface DispatcherOptions {
   batchSize?: number;
   /** Failed attempts after which an event is parked as dead (its key waits for a redrive). Default 10. */
   maxAttempts?: number;
-  /** Backoff between attempts of one event. Default 1 s doubling to 5 min, equal jitter. */
-  backoff?: BackoffPolicy;
+  /**
+   * Backoff between attempts of one event. Default `dispatcherBackoff`: 1 s doubling to 5 min,
+   * equal jitter (a delay in [d/2, d]).
+   */
+  backoff?: BackoffOptions;
   /**
    * A connection for LISTEN: a PostgreSQL connection string (loads `pg`) or a factory returning a
    * `pg.Client`-shaped client. Producers NOTIFY at commit, so dispatch starts within milliseconds.
@@ -76,9 +97,10 @@ export interface DispatcherOptions {
   publishTimeoutMs?: number;
   /**
    * Pause after the publisher could not reach its destination (`publish` threw or timed out):
-   * no attempt is counted, so an outage never parks events. Default 250 ms doubling to 30 s.
+   * no attempt is counted, so an outage never parks events. Default 250 ms doubling to 30 s,
+   * equal jitter.
    */
-  outageBackoff?: BackoffPolicy;
+  outageBackoff?: BackoffOptions;
   /**
    * Keep published rows this long, then delete them in small batches. 0 deletes each event as it
    * is marked (fastest). Default 86400000 ms (24 hours).
@@ -160,14 +182,13 @@ export class OutboxDispatcher {
   private readonly concurrency: number;
   private readonly options: DispatcherOptions;
   private readonly listener: NotificationListener | undefined;
-  private running = false;
-  private loops: Promise<void>[] = [];
-  private wakeRequested = false;
-  /** Waiting loops; each returns true when the wake ended its wait. */
-  private wakers = new Set<() => boolean>();
+  private readonly worker: PollingWorker;
+  /** Outages in a row, per loop: each loop backs off on its own. */
+  private readonly outages: number[];
   /** Earliest retry this process scheduled; the loops wake for it without waiting for a poll. */
   private nextRetryAt = Infinity;
   private lastCleanupAt = -Infinity;
+  private started = false;
 
   constructor(options: DispatcherOptions) {
     this.options = options;
@@ -182,11 +203,8 @@ export class OutboxDispatcher {
     this.tenants = validateTenants(options.tenants);
     this.batchSize = positiveInteger('batchSize', options.batchSize ?? 500);
     this.maxAttempts = positiveInteger('maxAttempts', options.maxAttempts ?? 10);
-    this.backoff = createBackoff(options.backoff, options.random);
-    this.outageBackoff = createBackoff(
-      { baseMs: 250, maxMs: 30_000, ...options.outageBackoff },
-      options.random,
-    );
+    this.backoff = createBackoff(options.backoff, dispatcherBackoff, options.random);
+    this.outageBackoff = createBackoff(options.outageBackoff, outageBackoff, options.random);
     this.pollIntervalMs = positiveInteger(
       'pollIntervalMs',
       options.pollIntervalMs ?? (options.listen ? 1000 : 250),
@@ -202,15 +220,25 @@ export class OutboxDispatcher {
     );
     this.cleanupIntervalMs = nonNegative('cleanupIntervalMs', options.cleanupIntervalMs ?? 60_000);
     this.concurrency = positiveInteger('concurrency', options.concurrency ?? 1);
+    this.outages = Array.from({ length: this.concurrency }, () => 0);
+    this.worker = new PollingWorker({
+      concurrency: this.concurrency,
+      clock: this.clock,
+      pollIntervalMs: () => this.currentPollIntervalMs,
+      round: (index) => this.round(index),
+      onError: (error) => this.reportError(error, 'batch'),
+      // A pause after an error ends early only to stop, not for new events.
+      afterError: (failures) => ({ idleMs: this.outageBackoff(failures), wakeable: false }),
+    });
     if (options.listen) {
       this.listener = new NotificationListener({
         source: options.listen,
         channel: this.statements.channel,
         onNotification: (topic) => {
-          if (!this.topics || this.topics.includes(topic)) this.wake();
+          if (!this.topics || this.topics.includes(topic)) this.notify();
         },
         // Notifications sent while we were not listening are lost: look now.
-        onConnected: () => this.wake(),
+        onConnected: () => this.notify(),
         onError: (error) => this.reportError(error, 'listen'),
         reconnectDelayMs: (failures) => this.outageBackoff(failures),
         ...(options.listenSelfTestIntervalMs === 0
@@ -231,7 +259,7 @@ export class OutboxDispatcher {
             }),
         onDeaf: (error) => {
           this.reportError(error, 'listen');
-          this.wake(); // events may be waiting since the test was sent
+          this.notify(); // events may be waiting since the test was sent
         },
       });
     }
@@ -239,19 +267,17 @@ export class OutboxDispatcher {
 
   /** Starts listening (when configured) and the batch loops. Resolves once running. */
   async start(): Promise<void> {
-    if (this.running) return;
-    this.running = true;
+    if (this.started) return;
+    this.started = true;
     await this.listener?.start();
-    this.loops = Array.from({ length: this.concurrency }, (_, i) => this.loop(i));
+    this.worker.start();
   }
 
-  /** Stops the loops after their current batch, and the listener. */
+  /** Stops the loops (idle ones at once, busy ones after their current batch), and the listener. */
   async stop(): Promise<void> {
-    if (!this.running) return;
-    this.running = false;
-    this.wake();
-    await Promise.all(this.loops);
-    this.loops = [];
+    if (!this.started) return;
+    this.started = false;
+    await this.worker.stop();
     await this.listener?.stop();
   }
 
@@ -274,9 +300,13 @@ export class OutboxDispatcher {
   }
 
   /** Asks the loops to look for work now (what a notification does). */
+  notify(): void {
+    this.worker.notify();
+  }
+
+  /** @deprecated Use `notify()`, the name every idem worker uses. */
   wake(): void {
-    this.wakeRequested = true;
-    for (const waker of [...this.wakers]) if (waker()) this.wakers.delete(waker);
+    this.notify();
   }
 
   /**
@@ -514,60 +544,20 @@ export class OutboxDispatcher {
     }
   }
 
-  private async loop(index: number): Promise<void> {
-    let outages = 0;
-    let failures = 0;
-    while (this.running) {
-      this.wakeRequested = false;
-      let result: BatchResult | undefined;
-      try {
-        result = await this.runOnce();
-        failures = 0;
-      } catch (error) {
-        this.reportError(error, 'batch');
-        await this.idle(this.outageBackoff(++failures), false);
-        continue;
-      }
-      if (result.outage !== undefined) {
-        await this.idle(this.outageBackoff(++outages), false);
-        continue;
-      }
-      outages = 0;
-      if (index === 0) await this.maybeCleanup();
-      // More may be waiting: a full batch, rows pushed aside, or events added meanwhile.
-      if (result.claimed > 0 || result.held > 0 || this.wakeRequested) continue;
-      const untilRetry = this.nextRetryAt - this.clock.now();
-      if (untilRetry <= 0) this.nextRetryAt = Infinity;
-      await this.idle(Math.max(0, Math.min(this.currentPollIntervalMs, untilRetry)), true);
-    }
-  }
-
-  /** Waits `ms`, or less when woken (if `wakeable`) or stopped. */
-  private idle(ms: number, wakeable: boolean): Promise<void> {
-    if (!this.running) return Promise.resolve();
-    if (wakeable && this.wakeRequested) return Promise.resolve();
-    return new Promise<void>((resolve) => {
-      let timer: NodeJS.Timeout | undefined;
-      const done = () => {
-        clearTimeout(timer);
-        this.wakers.delete(waker);
-        resolve();
-      };
+  /** One round of loop `index` for the polling worker: a batch, then when to look again. */
+  private async round(index: number): Promise<NextRound> {
+    const result = await this.runOnce();
+    if (result.outage !== undefined) {
       // A pause after an outage ends early only to stop, not for new events.
-      const waker = () => {
-        if (wakeable || !this.running) {
-          done();
-          return true;
-        }
-        return false;
-      };
-      this.wakers.add(waker);
-      if (this.clock === systemClock) {
-        timer = setTimeout(done, ms);
-      } else {
-        void this.clock.sleep(ms).then(done);
-      }
-    });
+      return { idleMs: this.outageBackoff(++this.outages[index]!), wakeable: false };
+    }
+    this.outages[index] = 0;
+    if (index === 0) await this.maybeCleanup();
+    // More may be waiting: a full batch, or rows pushed aside. (Events added meanwhile notify.)
+    if (result.claimed > 0 || result.held > 0) return { idleMs: 0 };
+    const untilRetry = this.nextRetryAt - this.clock.now();
+    if (untilRetry <= 0) this.nextRetryAt = Infinity;
+    return { idleMs: Math.max(0, Math.min(this.currentPollIntervalMs, untilRetry)) };
   }
 
   private async maybeCleanup(): Promise<void> {

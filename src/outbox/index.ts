@@ -28,8 +28,15 @@ export {
   type BatchResult,
   type DispatcherCounters,
   type DispatcherOptions,
+  dispatcherBackoff,
 } from './dispatcher.js';
-export { createBackoff, defaultBackoff, type Backoff, type BackoffPolicy } from './backoff.js';
+export {
+  createBackoff,
+  resolveBackoff,
+  type Backoff,
+  type BackoffOptions,
+  type Jitter,
+} from '../core/resilience/backoff.js';
 export { PublishError, isPublishError, describeError } from './errors.js';
 export type { ListenClient, ListenSource } from './listener.js';
 export { ListenerDeafError } from './listener.js';

@@ -54,7 +54,12 @@ export { expressWebhook, type ExpressWebhookOptions } from './express.js';
 export { fastifyWebhooks, fastifyWebhookHandler, type FastifyWebhooksOptions } from './fastify.js';
 export { honoWebhook } from './hono.js';
 export type { WebhookEvent } from './event.js';
-export { exponentialBackoff, type BackoffOptions } from './backoff.js';
+export {
+  createBackoff,
+  resolveBackoff,
+  type BackoffOptions,
+  type Jitter,
+} from '../core/resilience/backoff.js';
 export {
   WebhookProcessor,
   createWebhookProcessor,
@@ -102,5 +107,5 @@ export {
   generateWebhookKeyPair,
   type SigningKey,
 } from './sender/sign.js';
-export { parseRetryAfter } from './sender/retry-after.js';
+export { parseRetryAfter } from '../core/resilience/retry-after.js';
 export { webhookPublisher, type WebhookPublisherOptions } from './sender/outbox-publisher.js';

@@ -24,8 +24,9 @@ import { systemClock, toMillis, type Clock } from '../core/clock.js';
 import { InvalidArgumentError } from '../core/errors.js';
 import type { Sql, Transaction } from '../core/sql.js';
 import { validateTenant, validateTenants } from '../core/tenant.js';
+import { drainRounds, PollingWorker, type WorkerErrorHandler } from '../core/worker/polling-worker.js';
 import { defaultSchema } from '../migrate/schema-name.js';
-import { exponentialBackoff, type BackoffOptions } from './backoff.js';
+import { createBackoff, type BackoffOptions } from '../core/resilience/backoff.js';
 import {
   listParkedEntities,
   skipEntityGap,
@@ -113,6 +114,14 @@ export type WebhookHandlers<Client = unknown> = Record<
   Record<string, WebhookHandler<Client> | ((tx: Transaction<Client>, event: WebhookEvent) => Promise<void>)>
 >;
 
+/** The processor's default `backoff`: 5 s doubling to at most 1 hour, equal jitter. */
+export const processorBackoff: BackoffOptions = {
+  strategy: 'exponential',
+  baseMs: 5000,
+  maxMs: 3_600_000,
+  jitter: 'equal',
+};
+
 /** Options of `createWebhookProcessor`. */
 export interface WebhookProcessorOptions<Client = unknown> {
   /** A pool: every receipt is processed in its own transaction. */
@@ -141,7 +150,10 @@ export interface WebhookProcessorOptions<Client = unknown> {
    * default backoff). Waiting for a busy entity or a missing version is not an attempt.
    */
   maxAttempts?: number;
-  /** Backoff between attempts. Default: 5 s doubling to at most 1 hour, with equal jitter. */
+  /**
+   * Backoff between attempts. Default `processorBackoff`: 5 s doubling to at most 1 hour, equal
+   * jitter (a delay in [d/2, d]).
+   */
   backoff?: BackoffOptions;
   /**
    * `sequence` handlers: how long a later version waits for a missing one before its entity is
@@ -161,6 +173,11 @@ export interface WebhookProcessorOptions<Client = unknown> {
   random?: () => number;
   /** Default: warnings and errors to stderr as JSON. */
   logger?: WebhookLogger;
+  /**
+   * Errors the workers survive (a claim that failed: the database unreachable). Default: the
+   * logger's `error`.
+   */
+  onError?: WorkerErrorHandler<'batch'>;
   /**
    * Only these tenants' receipts: each claim is one tenant's, pinned to it, taken in turn (workers
    * per shard of a database distributed by tenant, or per group of tenants). Default: every tenant,
@@ -288,9 +305,7 @@ export class WebhookProcessor<Client = unknown> {
   private readonly tenants: readonly string[] | undefined;
   /** Where the next claim of a processor scoped to tenants starts, so each gets its turn. */
   private nextTenant = 0;
-  private running = false;
-  private loops: Promise<void>[] = [];
-  private wake: { promise: Promise<void>; resolve: () => void } = signal();
+  private readonly worker: PollingWorker;
 
   constructor(options: WebhookProcessorOptions<Client>) {
     this.sql = options.sql;
@@ -304,9 +319,21 @@ export class WebhookProcessor<Client = unknown> {
     this.gapTimeoutMs = positiveInteger('gapTimeoutMs', options.gapTimeoutMs ?? 900_000);
     this.entityBusyRetryMs = positiveInteger('entityBusyRetryMs', options.entityBusyRetryMs ?? 500);
     this.random = options.random ?? Math.random;
-    this.delay = exponentialBackoff(options.backoff ?? {}, this.random);
+    this.delay = createBackoff(options.backoff, processorBackoff, this.random);
     this.logger = options.logger ?? consoleLogger;
     this.tenants = validateTenants(options.tenants);
+    const onError =
+      options.onError ??
+      ((error: unknown) =>
+        this.logger.error?.('webhook worker could not claim receipts', { error: errorMessage(error) }));
+    this.worker = new PollingWorker({
+      concurrency: this.concurrency,
+      clock: this.clock,
+      pollIntervalMs: () => this.pollIntervalMs,
+      onError: (error) => onError(error, 'batch'),
+      // One receipt per round and loop, so `concurrency` loops handle that many at once.
+      round: async () => ({ idleMs: (await this.runOnce(1)).length > 0 ? 0 : this.pollIntervalMs }),
+    });
     for (const [source, byType] of Object.entries(options.handlers)) {
       const resolved = new Map<string, ResolvedHandler<Client>>();
       for (const [type, given] of Object.entries(byType)) {
@@ -316,26 +343,22 @@ export class WebhookProcessor<Client = unknown> {
     }
   }
 
-  /** Starts `concurrency` workers. Idempotent. */
+  /**
+   * Starts `concurrency` workers and returns at once. Idempotent. (Still `void`, where the other
+   * workers return `Promise<void>`: callers that do not await it, the demo's among them, move first.)
+   */
   start(): void {
-    if (this.running) return;
-    this.running = true;
-    for (let i = 0; i < this.concurrency; i++) this.loops.push(this.loop());
+    this.worker.start();
   }
 
-  /** Stops the workers after their current receipt. */
+  /** Stops the workers: idle ones at once, busy ones after their current receipt. */
   async stop(): Promise<void> {
-    this.running = false;
-    this.notify();
-    await Promise.all(this.loops);
-    this.loops = [];
+    await this.worker.stop();
   }
 
   /** Wakes idle workers now (call it from the receiver's `onReceipt`). */
   notify(): void {
-    const current = this.wake;
-    this.wake = signal();
-    current.resolve();
+    this.worker.notify();
   }
 
   /**
@@ -378,13 +401,7 @@ export class WebhookProcessor<Client = unknown> {
    * by `maxRounds` batches. Returns the outcomes, in order of processing.
    */
   async drain(options: { limit?: number; maxRounds?: number } = {}): Promise<ProcessOutcome[]> {
-    const outcomes: ProcessOutcome[] = [];
-    for (let round = 0; round < (options.maxRounds ?? 10_000); round++) {
-      const batch = await this.runOnce(options.limit ?? this.concurrency);
-      if (batch.length === 0) break;
-      outcomes.push(...batch);
-    }
-    return outcomes;
+    return drainRounds(() => this.runOnce(options.limit ?? this.concurrency), options.maxRounds);
   }
 
   /** Puts dead (or unhandled) receipts back to pending with fresh attempts. Returns how many. */
@@ -469,20 +486,6 @@ export class WebhookProcessor<Client = unknown> {
       }
     }
     return { deleted };
-  }
-
-  private async loop(): Promise<void> {
-    while (this.running) {
-      let processed = 0;
-      try {
-        processed = (await this.runOnce(1)).length;
-      } catch (error) {
-        this.logger.error?.('webhook worker could not claim receipts', { error: errorMessage(error) });
-      }
-      if (processed === 0 && this.running) {
-        await Promise.race([this.clock.sleep(this.pollIntervalMs), this.wake.promise]);
-      }
-    }
   }
 
   private handlerFor(source: string, type: string | null): ResolvedHandler<Client> | undefined {
@@ -926,12 +929,6 @@ function versionText(value: unknown): string | null {
   if (value === null || value === undefined) return null;
   if (typeof value === 'string') return value;
   return typeof value === 'number' || typeof value === 'bigint' ? value.toString() : JSON.stringify(value);
-}
-
-function signal(): { promise: Promise<void>; resolve: () => void } {
-  let resolve!: () => void;
-  const promise = new Promise<void>((r) => (resolve = r));
-  return { promise, resolve };
 }
 
 function positiveInteger(name: string, value: number): number {

@@ -1,7 +1,8 @@
 import { FencedError, InvalidArgumentError, isFenced, type OperationScope } from '../core/errors.js';
 import { deriveKey } from '../core/keys.js';
-import type { Queryable, Transaction } from '../core/sql.js';
-import { DecorrelatedJitter } from '../client/backoff.js';
+import type { Queryable, Sql, Transaction } from '../core/sql.js';
+import type { Clock } from '../core/clock.js';
+import { DecorrelatedJitter, type JitterOptions } from '../client/backoff.js';
 import { isRetryableStepFailure } from '../steps/retryable.js';
 import {
   describeFailure,
@@ -9,12 +10,13 @@ import {
   runCallStep,
   runLocalStep,
   type StepResult,
+  type StepRunner,
 } from '../steps/engine.js';
 import type { FencedLease } from '../steps/lease.js';
 import type { AnyStep, SagaDefinition, SagaPoint, SagaRef, SagaStep } from './definition.js';
 import { SagaFailedError, SagaStuckError } from './errors.js';
 import type { SagaStatus, SagaStepRecord } from './saga-record.js';
-import type { Sagas } from './sagas.js';
+import type { SagaStatements } from './statements.js';
 
 /** A hook's throw, carried out of the engine untouched: the process is treated as dead. */
 export class Halt {
@@ -27,6 +29,42 @@ export interface SagaResult<O> {
   /** True when the saga had already completed and its stored result was returned. */
   replayed: boolean;
   /** True when this process took the saga over from a holder that crashed or stalled. */
+  resumed: boolean;
+}
+
+/**
+ * What an execution needs from the engine that drives it: its settings, its statements and the
+ * shared step runner. A plain object built once by `Sagas`, so this module does not import it.
+ */
+export interface SagaEngine<Client> {
+  readonly sql: Sql<Client>;
+  readonly statements: SagaStatements;
+  readonly runner: StepRunner<Client>;
+  readonly clock: Clock;
+  readonly leaseMs: number;
+  readonly actionAttempts: number;
+  readonly compensationAttempts: number;
+  readonly backoff: JitterOptions | undefined;
+  readonly maxRetryAfterMs: number;
+  readonly hooks: { at(point: SagaPoint, saga: SagaRef): void | Promise<void> } | undefined;
+  readonly onStuck: ((saga: SagaRef, step: string, error: unknown) => void) | undefined;
+}
+
+/** Where an execution starts: a fresh saga, or one this process just claimed or took over. */
+export interface SagaStart<I, O, Client> {
+  definition: SagaDefinition<I, O, Client>;
+  ref: SagaRef;
+  /** The input as stored (parsed from JSON). */
+  input: I;
+  /** The fence this holder claimed. */
+  fence: number;
+  status: 'running' | 'compensating';
+  cursor: number;
+  /** The steps recorded so far (none for a fresh saga). */
+  steps: SagaStepRecord[];
+  /** Why the saga went backward, as stored; null when it has not. */
+  failure: string | null;
+  /** True when this process took the saga over from an earlier holder. */
   resumed: boolean;
 }
 
@@ -91,6 +129,13 @@ export function hasCompensation(step: AnyStep): boolean {
  * cursor; one that calls out between two such short transactions, with a heartbeat on the lease.
  */
 export class SagaExecution<I, O, Client> {
+  private readonly definition: SagaDefinition<I, O, Client>;
+  private readonly ref: SagaRef;
+  private readonly input: I;
+  private readonly fence: number;
+  private status: 'running' | 'compensating';
+  private cursor: number;
+  private readonly resumed: boolean;
   private readonly results: Record<string, unknown> = {};
   private readonly steps = new Map<number, SagaStepRecord>();
   private failure: { text: string; error: unknown } | null = null;
@@ -102,18 +147,18 @@ export class SagaExecution<I, O, Client> {
   };
 
   constructor(
-    private readonly engine: Sagas<Client>,
-    private readonly definition: SagaDefinition<I, O, Client>,
-    private readonly ref: SagaRef,
-    private readonly input: I,
-    private fence: number,
-    private status: 'running' | 'compensating',
-    private cursor: number,
-    steps: SagaStepRecord[],
-    failureText: string | null,
-    private readonly resumed: boolean,
+    private readonly engine: SagaEngine<Client>,
+    start: SagaStart<I, O, Client>,
   ) {
-    for (const s of steps) {
+    const { definition, ref } = start;
+    this.definition = definition;
+    this.ref = ref;
+    this.input = start.input;
+    this.fence = start.fence;
+    this.status = start.status;
+    this.cursor = start.cursor;
+    this.resumed = start.resumed;
+    for (const s of start.steps) {
       const declared = definition.steps[s.position];
       if (!declared || declared.name !== s.name) {
         throw new InvalidArgumentError(
@@ -124,7 +169,7 @@ export class SagaExecution<I, O, Client> {
       this.steps.set(s.position, s);
       if (s.doneAt !== null) this.results[s.name] = s.result;
     }
-    if (failureText !== null) this.failure = { text: failureText, error: new Error(failureText) };
+    if (start.failure !== null) this.failure = { text: start.failure, error: new Error(start.failure) };
   }
 
   /** Drives the saga to `completed` (returns) or `compensated` (throws `SagaFailedError`). */
@@ -205,19 +250,12 @@ export class SagaExecution<I, O, Client> {
     for (let attempt = 1; ; attempt++) {
       try {
         const { json } = await this.runBody(
+          'action',
+          position,
+          step.name,
           actionOf(step),
           record.actionKey,
-          {
-            input: this.input,
-            key: record.actionKey,
-            saga: this.ref,
-            results: { ...this.results },
-            attempt,
-          },
-          { before: 'action:before', after: 'action:after', position, step: step.name },
-          async (tx, text) => {
-            await this.write(tx, 'stepDone', [this.fence, position, text, this.now()]);
-          },
+          this.context(record.actionKey, attempt),
         );
         record.state = 'done';
         record.result = JSON.parse(json) as unknown;
@@ -234,26 +272,31 @@ export class SagaExecution<I, O, Client> {
     }
   }
 
+  /** What every action and compensation gets (`StepContext`); `key` is null for a compensation that has none. */
+  private context(key: string | null, attempt: number): object {
+    return { input: this.input, key, saga: this.ref, results: { ...this.results }, attempt };
+  }
+
   /**
    * Runs an action or a compensation through the step engine, with the hook points around it: a
    * function inside one short transaction (the points inside it too, so a "crash" there rolls it
-   * back); `{ call, record? }` with no transaction while it calls, then `record` and `write` in
-   * one short transaction. `body` null: nothing to run (a step without a compensation), the
-   * result is null.
+   * back); `{ call, record? }` with no transaction while it calls, then `record` and the step's
+   * record (`stepDone` or `stepCompensated`) in one short transaction. `body` null: nothing to
+   * run (a step without a compensation), the result is null.
    */
   private runBody(
+    direction: 'action' | 'compensation',
+    position: number,
+    step: string,
     body: StepBody | null,
     key: string,
     context: object,
-    points: {
-      before: 'action:before' | 'compensation:before';
-      after: 'action:after' | 'compensation:after';
-      position: number;
-      step: string;
-    },
-    write: (tx: Transaction<Client>, json: string) => Promise<void>,
   ): Promise<StepResult<unknown>> {
-    const { position, step } = points;
+    const points = { before: `${direction}:before`, after: `${direction}:after` } as const;
+    const statement = direction === 'action' ? 'stepDone' : 'stepCompensated';
+    const write = async (tx: Transaction<Client>, json: string) => {
+      await this.write(tx, statement, [this.fence, position, json, this.now()]);
+    };
     const runner = this.engine.runner;
     if (body === null || 'local' in body) {
       return runLocalStep(runner, this.lease, {
@@ -316,24 +359,12 @@ export class SagaExecution<I, O, Client> {
     const body = key !== null ? compensationOf(step) : null;
     for (let attempt = 1; ; attempt++) {
       try {
-        await this.runBody(
-          body,
-          key ?? record.actionKey,
-          {
-            input: this.input,
-            key,
-            actionKey: record.actionKey,
-            actionCompleted: record.doneAt !== null,
-            result: record.doneAt !== null ? record.result : undefined,
-            saga: this.ref,
-            results: { ...this.results },
-            attempt,
-          },
-          { before: 'compensation:before', after: 'compensation:after', position, step: step.name },
-          async (tx, text) => {
-            await this.write(tx, 'stepCompensated', [this.fence, position, text, this.now()]);
-          },
-        );
+        await this.runBody('compensation', position, step.name, body, key ?? record.actionKey, {
+          ...this.context(key, attempt),
+          actionKey: record.actionKey,
+          actionCompleted: record.doneAt !== null,
+          result: record.doneAt !== null ? record.result : undefined,
+        });
         record.state = 'compensated';
         this.cursor = position - 1;
         await this.point({ at: 'compensation:recorded', position, step: step.name });

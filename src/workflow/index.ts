@@ -28,6 +28,7 @@ export {
   type ListSagasOptions,
   type RecoveredSaga,
   type SagaRunSpec,
+  type SagaStarted,
   type SagasOptions,
 } from './sagas.js';
 export { stepKeys, type SagaResult } from './execution.js';

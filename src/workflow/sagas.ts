@@ -1,17 +1,24 @@
 import { systemClock, type Clock } from '../core/clock.js';
-import { InProgressError, InvalidArgumentError, KeyReusedError } from '../core/errors.js';
+import { InProgressError, InvalidArgumentError, isInProgress, KeyReusedError } from '../core/errors.js';
 import { fingerprint } from '../core/fingerprint.js';
 import { validateKey, validateName } from '../core/keys.js';
-import type { Sql } from '../core/sql.js';
+import type { Queryable, Sql } from '../core/sql.js';
 import { validateTenants } from '../core/tenant.js';
 import { defaultSchema } from '../migrate/schema-name.js';
 import type { JitterOptions } from '../client/backoff.js';
 import type { SagaDefinition, SagaPoint, SagaRef } from './definition.js';
 import { SagaFailedError, SagaStuckError, isSagaFailed, isSagaStuck } from './errors.js';
-import { Halt, SagaExecution, sagaScope, type SagaResult } from './execution.js';
+import {
+  Halt,
+  SagaExecution,
+  sagaScope,
+  type SagaEngine,
+  type SagaResult,
+  type SagaStart,
+} from './execution.js';
 import { decodeSaga, decodeStep, type SagaRecord, type SagaStatus } from './saga-record.js';
 import { renderSagaStatements, type SagaStatements } from './statements.js';
-import { defaultHeartbeatMs, type StepRunner } from '../steps/engine.js';
+import { defaultHeartbeatMs } from '../steps/engine.js';
 
 /** Options of `createSagas`. */
 export interface SagasOptions<Client = unknown> {
@@ -73,6 +80,13 @@ export interface SagaRunSpec<I> {
   input: I;
 }
 
+/** What `runIn` did: the saga it names, and whether this call inserted it. */
+export interface SagaStarted {
+  saga: SagaRef;
+  /** False when the key existed (started before, in any state). */
+  created: boolean;
+}
+
 /** Options of `list`. */
 export interface ListSagasOptions {
   /** Default `['stuck']`: what an operator must look at. */
@@ -117,9 +131,9 @@ export class Sagas<Client = unknown> {
   readonly hooks: SagasOptions<Client>['hooks'];
   readonly onStuck: SagasOptions<Client>['onStuck'];
   readonly retentionMs: number;
-  /** @internal */ readonly statements: SagaStatements;
-  /** @internal How the shared step engine runs this engine's actions and compensations. */
-  readonly runner: StepRunner<Client>;
+  private readonly statements: SagaStatements;
+  /** What every execution reads: the settings above, the statements and the step runner. */
+  private readonly engine: SagaEngine<Client>;
   private readonly definitions = new Map<string, SagaDefinition<never, unknown, Client>>();
 
   constructor(options: SagasOptions<Client>) {
@@ -138,7 +152,19 @@ export class Sagas<Client = unknown> {
     this.hooks = options.hooks;
     this.onStuck = options.onStuck;
     this.retentionMs = positive('retentionMs', options.retentionMs ?? 30 * 86_400_000);
-    this.runner = { sql: this.sql, clock: this.clock, heartbeatMs: this.heartbeatMs };
+    this.engine = {
+      sql: this.sql,
+      statements: this.statements,
+      runner: { sql: this.sql, clock: this.clock, heartbeatMs: this.heartbeatMs },
+      clock: this.clock,
+      leaseMs: this.leaseMs,
+      actionAttempts: this.actionAttempts,
+      compensationAttempts: this.compensationAttempts,
+      backoff: this.backoff,
+      maxRetryAfterMs: this.maxRetryAfterMs,
+      hooks: this.hooks,
+      onStuck: this.onStuck,
+    };
     for (const definition of options.sagas ?? []) this.register(definition);
   }
 
@@ -186,38 +212,87 @@ export class Sagas<Client = unknown> {
    * Runs the saga once per (tenant, name, key). A first call drives it to the end. A retry of a
    * completed saga returns the stored result (`replayed`); of a compensated one, rethrows
    * `SagaFailedError`; of a stuck one, `SagaStuckError`; of one still running elsewhere,
-   * `InProgressError` (try later); of one whose process died, takes it over and resumes it,
-   * forward or backward, where its durable cursor says.
+   * `InProgressError` (try later); of one whose process died, or one started by `runIn` whose
+   * transaction committed, takes it over and drives it, forward or backward, where its durable
+   * cursor says.
    *
    * Throws `SagaFailedError` when a step failed for good and all started steps were compensated,
    * `SagaStuckError` when a compensation kept failing, `FencedError` when this process lost the
    * saga to a takeover mid-run.
+   *
+   * @example
+   * const sagas = createSagas({ sql: fromPg(pool), sagas: [checkout] });
+   * try {
+   *   const { value } = await sagas.run(checkout, { tenant: 'acme', key: `order-${orderId}`, input });
+   * } catch (error) {
+   *   if (isSagaFailed(error)) return refuse(error.failure); // every started step was compensated
+   *   throw error;
+   * }
    */
   async run<I, O>(definition: SagaDefinition<I, O, Client>, spec: SagaRunSpec<I>): Promise<SagaResult<O>> {
+    const begun = await this.begin(this.sql, definition, spec, this.clock.now() + this.leaseMs);
+    if (begun.created) return this.drive(fresh(definition, begun.saga, begun.input));
+    return this.resumeExisting(definition, begun.saga, begun.fingerprint);
+  }
+
+  /**
+   * Starts the saga inside the caller's transaction (`tx` first, as in every `…In` method): the
+   * saga, its input and its key commit with the caller's writes, or not at all. No step runs
+   * here: steps are short transactions of their own and calls between them, which never run
+   * inside a caller's transaction. Once the caller commits, `run(definition, spec)` with the same
+   * spec drives it at once (its lease is unset, so the takeover needs no wait; `resumed` is true),
+   * and `recover()` drives it if the process dies before. The same key again returns
+   * `created: false`; with another input it throws `KeyReusedError`.
+   *
+   * @example
+   * await sql.transaction(async (tx) => {
+   *   await tx.query('INSERT INTO orders (id) VALUES ($1)', [orderId]);
+   *   await sagas.runIn(tx, checkout, { tenant: 'acme', key: `order-${orderId}`, input });
+   * });
+   * const { value } = await sagas.run(checkout, { tenant: 'acme', key: `order-${orderId}`, input });
+   */
+  async runIn<I, O>(
+    tx: Queryable,
+    definition: SagaDefinition<I, O, Client>,
+    spec: SagaRunSpec<I>,
+  ): Promise<SagaStarted> {
+    const begun = await this.begin(tx, definition, spec, null);
+    if (!begun.created) {
+      const { rows } = await tx.query<{ fingerprint: string }>(this.statements.read, pk(begun.saga));
+      const stored = rows[0]?.fingerprint;
+      if (stored !== undefined && stored !== begun.fingerprint) {
+        throw new KeyReusedError(sagaScope(begun.saga), stored, begun.fingerprint);
+      }
+    }
+    return { saga: begun.saga, created: begun.created };
+  }
+
+  /**
+   * Validates the spec, registers the definition and inserts the saga unless its key exists, on
+   * `db`. `leaseUntil` null leaves the lease unset: any process may take the saga over.
+   */
+  private async begin<I, O>(
+    db: Queryable,
+    definition: SagaDefinition<I, O, Client>,
+    spec: SagaRunSpec<I>,
+    leaseUntil: number | null,
+  ): Promise<{ saga: SagaRef; input: I; fingerprint: string; created: boolean }> {
     validateName('tenant', spec.tenant);
     validateKey(spec.key);
     this.register(definition);
-    const ref: SagaRef = { tenant: spec.tenant, saga: definition.name, key: spec.key };
+    const saga: SagaRef = { tenant: spec.tenant, saga: definition.name, key: spec.key };
     const inputJson = JSON.stringify(spec.input ?? null);
     const print = fingerprint(spec.input ?? null);
-    const now = this.clock.now();
-    const { rows } = await this.sql.query(this.statements.insert, [
-      ref.tenant,
-      ref.saga,
-      ref.key,
+    const { rows } = await db.query(this.statements.insert, [
+      ...pk(saga),
       print,
       inputJson,
-      new Date(now + this.leaseMs),
-      new Date(now),
+      leaseUntil === null ? null : new Date(leaseUntil),
+      new Date(this.clock.now()),
     ]);
+    if (rows[0]) await this.hook({ at: 'saga:started' }, saga);
     // The input is used as stored (parsed from JSON), so a resumed run sees exactly what a first run saw.
-    const input = JSON.parse(inputJson) as I;
-    if (rows[0]) {
-      const execution = new SagaExecution(this, definition, ref, input, 1, 'running', 0, [], null, false);
-      await this.hook({ at: 'saga:started' }, ref);
-      return this.drive(execution);
-    }
-    return this.resumeExisting(definition, ref, print);
+    return { saga, input: JSON.parse(inputJson) as I, fingerprint: print, created: rows[0] !== undefined };
   }
 
   /**
@@ -261,7 +336,7 @@ export class Sagas<Client = unknown> {
         outcomes.push({ saga: ref, outcome: record.status === 'completed' ? 'completed' : 'compensated' });
       } catch (error) {
         if (isSagaStuck(error)) outcomes.push({ saga: ref, outcome: 'stuck', error });
-        else if (error instanceof InProgressError) outcomes.push({ saga: ref, outcome: 'busy' });
+        else if (isInProgress(error)) outcomes.push({ saga: ref, outcome: 'busy' });
         else outcomes.push({ saga: ref, outcome: 'error', error });
       }
     }
@@ -290,20 +365,15 @@ export class Sagas<Client = unknown> {
     });
     if (!rows[0]) throw new InvalidArgumentError(`saga ${ref.saga} ${ref.key} is not stuck`);
     const record = (await this.get(ref, { steps: true }))!;
-    const execution = new SagaExecution(
-      this,
-      definition,
-      ref,
-      record.input as never,
-      Number(rows[0].fence),
-      'compensating',
-      Number(rows[0].cursor),
-      record.steps ?? [],
-      record.error,
-      true,
-    );
     try {
-      await this.drive(execution);
+      await this.drive(
+        taken(definition, ref, record.input as never, {
+          ...rows[0],
+          status: 'compensating',
+          error: record.error,
+        }),
+        record.steps,
+      );
     } catch (error) {
       if (!isSagaFailed(error)) throw error;
     }
@@ -376,24 +446,15 @@ export class Sagas<Client = unknown> {
     }>(this.statements.takeOver, [...pk(ref), record.fence, new Date(now + this.leaseMs), new Date(now)]);
     if (!rows[0]) throw new InProgressError(sagaScope(ref), 1000); // another process took it first
     // Steps are read after the takeover: from here on the previous holder can write nothing.
-    const execution = new SagaExecution(
-      this,
-      definition,
-      ref,
-      record.input as I,
-      Number(rows[0].fence),
-      rows[0].status as 'running' | 'compensating',
-      Number(rows[0].cursor),
-      await this.readSteps(ref),
-      rows[0].error,
-      true,
-    );
-    return this.drive(execution);
+    return this.drive(taken(definition, ref, record.input as I, rows[0]), await this.readSteps(ref));
   }
 
-  private async drive<I, O>(execution: SagaExecution<I, O, Client>): Promise<SagaResult<O>> {
+  private async drive<I, O>(
+    start: Omit<SagaStart<I, O, Client>, 'steps'>,
+    steps: SagaStart<I, O, Client>['steps'] = [],
+  ): Promise<SagaResult<O>> {
     try {
-      return await execution.execute();
+      return await new SagaExecution(this.engine, { ...start, steps }).execute();
     } catch (error) {
       if (error instanceof Halt) throw error.error;
       throw error;
@@ -408,6 +469,34 @@ export class Sagas<Client = unknown> {
 /** Creates a saga engine for one database and schema. See `SagasOptions` for the defaults. */
 export function createSagas<Client>(options: SagasOptions<Client>): Sagas<Client> {
   return new Sagas(options);
+}
+
+/** A saga this process just inserted: fence 1, forward from the first step. */
+function fresh<I, O, Client>(
+  definition: SagaDefinition<I, O, Client>,
+  ref: SagaRef,
+  input: I,
+): Omit<SagaStart<I, O, Client>, 'steps'> {
+  return { definition, ref, input, fence: 1, status: 'running', cursor: 0, failure: null, resumed: false };
+}
+
+/** A saga this process took over (or an operator unstuck), where its claimed row says. */
+function taken<I, O, Client>(
+  definition: SagaDefinition<I, O, Client>,
+  ref: SagaRef,
+  input: I,
+  row: { fence: unknown; status: string; cursor: unknown; error: string | null },
+): Omit<SagaStart<I, O, Client>, 'steps'> {
+  return {
+    definition,
+    ref,
+    input,
+    fence: Number(row.fence),
+    status: row.status as 'running' | 'compensating',
+    cursor: Number(row.cursor),
+    failure: row.error,
+    resumed: true,
+  };
 }
 
 function pk(ref: SagaRef): [string, string, string] {

@@ -57,7 +57,7 @@ describe('claims', () => {
     // Enqueued atomically with the caller's writes: a rollback leaves no task.
     await expect(
       fromPg(db.pool).transaction(async (tx) => {
-        await claims.enqueue({ tenant: 'acme', queue, key: 'order-2', payload: {} }, tx);
+        await claims.enqueueIn(tx, { tenant: 'acme', queue, key: 'order-2', payload: {} });
         throw new Error('business write failed');
       }),
     ).rejects.toThrow('business write failed');
@@ -129,6 +129,31 @@ describe('claims', () => {
     await expect(b.complete(holder!)).rejects.toSatisfy(isFenced);
   });
 
+  it("runIn completes in the caller's transaction: a rollback leaves the task claimed, a lost lease is refused", async () => {
+    const queue = newQueue();
+    const a = make('worker-a');
+    const b = make('worker-b');
+    const sql = fromPg(db.pool);
+    await a.enqueue({ tenant: 'acme', queue, key: 'in-tx', payload: {} });
+    const [task] = await a.claim(queue);
+    await expect(
+      sql.transaction(async (tx) => {
+        expect(await a.runIn(tx, task!, (tx, t) => effect(tx, t, 'a').then(() => 'done'))).toBe('done');
+        throw new Error('the caller rolls back');
+      }),
+    ).rejects.toThrow('the caller rolls back');
+    expect((await a.get(task!.id))!.state).toBe('claimed');
+    expect(await effects(task!.key)).toBe(0);
+    clock.advance(lease + 1);
+    const [taken] = await b.claim(queue);
+    await expect(
+      sql.transaction((tx) => a.runIn(tx, task!, (tx, t) => effect(tx, t, 'a'))),
+    ).rejects.toSatisfy(isFenced);
+    await sql.transaction((tx) => b.runIn(tx, taken!, (tx, t) => effect(tx, t, 'b')));
+    expect((await b.get(task!.id))!.state).toBe('completed');
+    expect(await effects(task!.key)).toBe(1);
+  });
+
   it('heartbeats keep the lease; keepAlive aborts its signal when the lease is lost', async () => {
     const queue = newQueue();
     const a = make('worker-a');
@@ -159,7 +184,7 @@ describe('claims', () => {
 
   it('retries a retryable failure with backoff, then dead-letters; an operator can redrive', async () => {
     const queue = newQueue();
-    const claims = make('w', { maxAttempts: 3, retryBaseMs: 1000, retryMaxMs: 8000 });
+    const claims = make('w', { maxAttempts: 3, backoff: { baseMs: 1000, maxMs: 8000 } });
     await claims.enqueue({ tenant: 'acme', queue, key: 'flaky', payload: {} });
     const transient = Object.assign(new Error('connect ECONNREFUSED'), { code: 'ECONNREFUSED' });
     const delays: number[] = [];
@@ -347,7 +372,7 @@ describe('claims', () => {
       },
       {
         batchSize: 2,
-        pollMs: 100,
+        pollIntervalMs: 100,
         signal: controller.signal,
       },
     );

@@ -17,7 +17,7 @@ import type { Idem, Queryable, Sql } from 'idem';
 import type { ClaimedTask, Claims } from 'idem/claims';
 import type { Inbox } from 'idem/inbox';
 import type { Outbox, Publisher } from 'idem/outbox';
-import type { Sagas } from 'idem/workflow';
+import type { SagaDefinition, Sagas } from 'idem/workflow';
 // The client examples/prisma generates (its one model is Order), as an app's own generated client.
 import type { PrismaClient } from '../../examples/prisma/generated/index.js';
 
@@ -34,6 +34,7 @@ declare global {
   const inbox: Inbox;
   const claims: Claims;
   const sagas: Sagas;
+  const checkoutSaga: SagaDefinition<{ orderId: string; amount: number }>;
   /** The ORMs of docs/orms.md, set up as their own documentation says. */
   const prisma: PrismaClient;
   const dataSource: DataSource;

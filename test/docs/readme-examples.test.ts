@@ -220,7 +220,7 @@ describe('README examples against PostgreSQL', () => {
     const { billingWebhooks } = await import('../../examples/readme/webhooks.js');
     const secret = `whsec_${Buffer.from('readme-example-webhook-secret!!').toString('base64')}`;
     const app = express();
-    const { processor, sender } = billingWebhooks(app, fromPg(pool), secret, db.schema);
+    const { processor, sender } = await billingWebhooks(app, fromPg(pool), secret, db.schema);
     try {
       const url = await listen(createServer(app));
       await pool.query("INSERT INTO invoices (id, state) VALUES ('in_1', 'open')");

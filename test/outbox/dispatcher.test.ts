@@ -3,8 +3,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { fromPg } from '../../src/adapters/pg.js';
 import { ManualClock } from '../../src/core/clock.js';
 import type { Sql } from '../../src/core/sql.js';
-import { createBackoff } from '../../src/outbox/backoff.js';
-import { createDispatcher } from '../../src/outbox/dispatcher.js';
+import { createBackoff } from '../../src/core/resilience/backoff.js';
+import { createDispatcher, dispatcherBackoff } from '../../src/outbox/dispatcher.js';
 import { createOutbox, type Outbox } from '../../src/outbox/outbox.js';
 import { createTestSchema, type TestSchema } from '../support/database.js';
 import { orderViolations, RecordingPublisher } from './support.js';
@@ -315,10 +315,10 @@ describe('dispatcher', () => {
   });
 
   it('backoff grows exponentially to its cap, with jitter between half and the whole delay', () => {
-    const full = createBackoff({ baseMs: 100, maxMs: 1000 }, () => 0);
+    const full = createBackoff({ baseMs: 100, maxMs: 1000 }, dispatcherBackoff, () => 0);
     expect([1, 2, 3, 4, 5, 6].map(full)).toEqual([100, 200, 400, 800, 1000, 1000]);
-    const half = createBackoff({ baseMs: 100, maxMs: 1000 }, () => 1);
+    const half = createBackoff({ baseMs: 100, maxMs: 1000 }, dispatcherBackoff, () => 1);
     expect([1, 2, 5].map(half)).toEqual([50, 100, 500]);
-    expect(() => createBackoff({ baseMs: 10, maxMs: 5 })).toThrow(/maxMs/);
+    expect(() => createBackoff({ baseMs: 10, maxMs: 5 }, dispatcherBackoff)).toThrow(/maxMs/);
   });
 });

@@ -98,7 +98,7 @@ function pay(tenant: string, n: number) {
       type: 'payment.created',
       payload: { payment: `p-${n}`, amount: n },
     });
-    await claims.enqueue({ tenant, queue: 'receipts', key: `p-${n}`, payload: { payment: `p-${n}` } }, tx);
+    await claims.enqueueIn(tx, { tenant, queue: 'receipts', key: `p-${n}`, payload: { payment: `p-${n}` } });
     return { payment: `p-${n}`, amount: n };
   });
 }
@@ -163,7 +163,7 @@ describe('cells: one idem per group of tenants, each on its own PostgreSQL', () 
           },
           {
             signal: stop.signal,
-            pollMs: 50,
+            pollIntervalMs: 50,
             onError: (error) => workerErrors[cell.name as 'a' | 'b'].push(error),
           },
         ),

@@ -422,7 +422,7 @@ describe('a schema distributable on tenant_id', () => {
           await outbox.addMany(tx, [
             { tenant, topic: 'payments', key: `p-${i}`, type: 'noted', payload: {} },
           ]);
-          await claims.enqueue({ tenant, queue: 'receipts', key: `r-${i}`, payload: { i } }, tx);
+          await claims.enqueueIn(tx, { tenant, queue: 'receipts', key: `r-${i}`, payload: { i } });
           return { i };
         });
       }
@@ -557,7 +557,7 @@ describe('a schema distributable on tenant_id', () => {
         if (++done >= 8) controller.abort();
         return null;
       },
-      { tenants, signal: controller.signal, pollMs: 1 },
+      { tenants, signal: controller.signal, pollIntervalMs: 1 },
     );
     await claims.enqueue({ tenant: 'acme', queue: 'mail', key: 'm-1', payload: {} });
     await claims.enqueue({ tenant: 'acme', queue: 'mail', key: 'm-2', payload: {} });

@@ -318,7 +318,7 @@ describe('console views filtered by tenant', () => {
       sql: fromPg(db.pool),
       schema: db.schema,
       compensationAttempts: 1,
-      backoff: { initialDelayMs: 1, maxDelayMs: 2 },
+      backoff: { baseMs: 1, maxMs: 2 },
     });
     const saga = defineSaga<{ n: number }>({
       name: 'doomed',

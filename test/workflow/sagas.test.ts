@@ -145,6 +145,48 @@ describe('sagas', () => {
     );
   });
 
+  it("runIn starts the saga in the caller's transaction: a rollback leaves nothing, a commit is driven by run or recover", async () => {
+    const sagas = engine();
+    const sql = fromPg(db.pool);
+    const spec = (key: string) => ({ tenant: 'acme', key, input: { trip: key, flightFails: false } });
+    const rolledBack = `in-rb-${++counter}`;
+    await expect(
+      sql.transaction(async (tx) => {
+        expect(await sagas.runIn(tx, trip, spec(rolledBack))).toEqual({
+          saga: { tenant: 'acme', saga: 'trip', key: rolledBack },
+          created: true,
+        });
+        throw new Error('the caller rolls back');
+      }),
+    ).rejects.toThrow('the caller rolls back');
+    expect(await sagas.get({ tenant: 'acme', saga: 'trip', key: rolledBack })).toBeNull();
+    expect(effectsOf(rolledBack)).toEqual([]);
+
+    const committed = `in-ok-${++counter}`;
+    await sql.transaction(async (tx) => {
+      expect((await sagas.runIn(tx, trip, spec(committed))).created).toBe(true);
+      expect((await sagas.runIn(tx, trip, spec(committed))).created).toBe(false);
+    });
+    expect(effectsOf(committed)).toEqual([]); // no step ran inside the caller's transaction
+    await sql.transaction(async (tx) => {
+      await expect(
+        sagas.runIn(tx, trip, { ...spec(committed), input: { trip: committed, flightFails: true } }),
+      ).rejects.toSatisfy(isKeyReused);
+    });
+    const driven = await sagas.run(trip, spec(committed));
+    expect(driven.value.flight).toMatch(/^flight_/);
+    expect(effectsOf(committed)).toEqual(['hotel', 'charge', 'flight']);
+
+    const recovered = `in-rec-${++counter}`;
+    await sql.transaction((tx) => sagas.runIn(tx, trip, spec(recovered)));
+    const outcomes = await sagas.recover();
+    expect(outcomes).toContainEqual({
+      saga: { tenant: 'acme', saga: 'trip', key: recovered },
+      outcome: 'completed',
+    });
+    expect(effectsOf(recovered)).toEqual(['hotel', 'charge', 'flight']);
+  });
+
   it('derives a distinct, stable key for every action and compensation, and sends it downstream', async () => {
     const sagas = engine();
     const ref: SagaRef = { tenant: 'acme', saga: 'trip', key: `keys-${++counter}` };

@@ -21,7 +21,7 @@ import {
   type LookupOneOptions,
 } from 'node:dns';
 import { BlockList, isIP } from 'node:net';
-import { InvalidArgumentError } from '../../core/errors.js';
+import { IdemError, InvalidArgumentError, isIdemError } from '../../core/errors.js';
 
 /** Why an address is refused. */
 export type RefusedKind = 'unspecified' | 'loopback' | 'private' | 'link-local' | 'multicast' | 'reserved';
@@ -118,8 +118,7 @@ function ipv6Words(address: string): number[] | null {
 }
 
 /** Thrown (and recorded as the delivery's error) when a destination is refused. */
-export class DestinationRefusedError extends Error {
-  readonly code = 'IDEM_WEBHOOK_DESTINATION_REFUSED';
+export class DestinationRefusedError extends IdemError {
   constructor(
     readonly host: string,
     readonly address: string,
@@ -127,18 +126,14 @@ export class DestinationRefusedError extends Error {
   ) {
     const via = host === address ? address : `${host} resolves to ${address}`;
     super(
+      'IDEM_WEBHOOK_DESTINATION_REFUSED',
       `destination refused: ${via}, a ${kind} address (list it in the sender's allowedDestinations to allow it)`,
     );
-    this.name = 'DestinationRefusedError';
   }
 }
 
 export function isDestinationRefused(error: unknown): error is DestinationRefusedError {
-  return (
-    typeof error === 'object' &&
-    error !== null &&
-    (error as { code?: unknown }).code === 'IDEM_WEBHOOK_DESTINATION_REFUSED'
-  );
+  return isIdemError(error) && error.code === 'IDEM_WEBHOOK_DESTINATION_REFUSED';
 }
 
 export type LookupFunction = (

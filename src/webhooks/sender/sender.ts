@@ -8,23 +8,21 @@
  * delivery fails at once with the reason, without a request.
  */
 import { performance } from 'node:perf_hooks';
-import {
-  circuitBreaker,
-  ConsecutiveBreaker,
-  handleWhen,
-  isBrokenCircuitError,
-  type CircuitBreakerPolicy,
-} from 'cockatiel';
+import { ConsecutiveBreaker } from 'cockatiel';
 import { systemClock, toMillis, type Clock } from '../../core/clock.js';
 import { InvalidArgumentError } from '../../core/errors.js';
+import { createBackoff, type Backoff, type BackoffOptions } from '../../core/resilience/backoff.js';
+import { CircuitBreaker, isCircuitOpen } from '../../core/resilience/circuit-breaker.js';
+import { isUnhealthyStatus } from '../../core/resilience/http-failure.js';
+import { parseRetryAfter, retryDelay } from '../../core/resilience/retry-after.js';
 import type { Queryable, Sql } from '../../core/sql.js';
 import { defaultTenant, validateTenant, validateTenants } from '../../core/tenant.js';
+import { drainRounds, PollingWorker, type WorkerErrorHandler } from '../../core/worker/polling-worker.js';
 import { defaultSchema } from '../../migrate/schema-name.js';
 import { consoleLogger, errorMessage, type WebhookLogger } from '../logger.js';
 import { DestinationPolicy, isDestinationRefused, type LookupFunction } from './destination.js';
 import { WebhookEndpoints } from './endpoints.js';
 import { WebhookHttpClient } from './http-post.js';
-import { parseRetryAfter } from './retry-after.js';
 import { parseSigningSecret, signatureHeader, type SigningKey } from './sign.js';
 import { senderStatements, type SenderStatements } from './statements.js';
 
@@ -47,6 +45,13 @@ export const standardRetrySchedule: readonly number[] = [
   20 * hour,
   24 * hour,
 ];
+
+/** The sender's default `backoff`: the Standard Webhooks schedule, each delay varied by ±20 %. */
+export const senderBackoff: BackoffOptions = {
+  strategy: 'schedule',
+  delaysMs: standardRetrySchedule,
+  jitter: 0.2,
+};
 
 /** A message to deliver. */
 export interface WebhookMessage {
@@ -74,17 +79,27 @@ export interface WebhookSenderOptions<Client = unknown> {
   clock?: Clock;
   /** Random numbers in [0, 1) for jitter. Default `Math.random`. */
   random?: () => number;
-  /** Delays before attempt 2, 3, … in ms. Default `standardRetrySchedule` (10 attempts over ~75 hours). */
-  schedule?: readonly number[];
-  /** Share by which each scheduled delay varies, ±. Default 0.2. */
-  jitter?: number;
-  /** Longest `Retry-After` honoured, in ms; a longer one is capped. Default 24 hours. */
+  /**
+   * Delays between attempts. Default `senderBackoff`: the Standard Webhooks schedule
+   * (`standardRetrySchedule`, 10 attempts over ~75 hours), each delay varied by ±20 %.
+   */
+  backoff?: BackoffOptions;
+  /**
+   * Attempts per delivery, the first included. Default: one more than the schedule's delays when
+   * `backoff` is a schedule (10 with the default), else 10.
+   */
+  maxAttempts?: number;
+  /**
+   * The longest wait a `Retry-After` may ask for, in ms; a longer ask is capped to it. Default 24
+   * hours. The wait is never shorter than the backoff's.
+   */
   maxRetryAfterMs?: number;
   /** Per-attempt timeout in ms (the spec recommends 15–30 s). Default 15 000. */
   timeoutMs?: number;
   /**
-   * The circuit breaker per endpoint (in this process): after `consecutiveFailures` failures in a
-   * row (network error, timeout, 408, 429, 5xx) no request is made for `halfOpenAfterMs`; due
+   * The circuit breaker per endpoint (in this process, on `clock`): after `consecutiveFailures`
+   * unhealthy failures in a row (network error, timeout, 408, 5xx except 501: see
+   * `isUnhealthyStatus`; not 429) no request is made for `halfOpenAfterMs`; due
    * deliveries to it are put back without spending an attempt. `false` disables it.
    * Default `{ consecutiveFailures: 5, halfOpenAfterMs: 30 000 }`.
    */
@@ -122,6 +137,11 @@ export interface WebhookSenderOptions<Client = unknown> {
   userAgent?: string;
   /** Default: warnings and errors to stderr as JSON. */
   logger?: WebhookLogger;
+  /**
+   * Errors the workers survive (a claim that failed: the database unreachable). Default: the
+   * logger's `error`.
+   */
+  onError?: WorkerErrorHandler<'batch'>;
   /** The tenant of messages that name none, and of `endpoints`. Default `''`, the default tenant. */
   tenant?: string;
   /**
@@ -189,16 +209,6 @@ interface ClaimedDelivery {
   enabled: boolean;
 }
 
-/** A non-2xx answer that counts against the endpoint's breaker. */
-class UnhealthyAnswer extends Error {
-  constructor(
-    readonly status: number,
-    readonly retryAfter: string | undefined,
-  ) {
-    super(`HTTP ${status}`);
-  }
-}
-
 /** Delivers messages to subscriber endpoints. */
 export class WebhookSender<Client = unknown> {
   readonly schema: string;
@@ -209,13 +219,13 @@ export class WebhookSender<Client = unknown> {
   readonly tenant: string;
   /** @internal */ readonly sql: Sql<Client>;
   private readonly statements: SenderStatements;
-  private readonly random: () => number;
-  private readonly schedule: readonly number[];
-  private readonly jitter: number;
+  private readonly backoff: Backoff;
+  /** Attempts per delivery, the first included. */
+  readonly maxAttempts: number;
   private readonly maxRetryAfterMs: number;
   private readonly timeoutMs: number;
   private readonly breakerOptions: { consecutiveFailures: number; halfOpenAfterMs: number } | false;
-  private readonly breakers = new Map<string, CircuitBreakerPolicy>();
+  private readonly breakers = new Map<string, CircuitBreaker>();
   private readonly keys = new Map<string, SigningKey>();
   private readonly leaseMs: number;
   private readonly concurrency: number;
@@ -228,9 +238,7 @@ export class WebhookSender<Client = unknown> {
   private readonly tenants: readonly string[] | undefined;
   /** Where the next claim of a sender scoped to tenants starts, so each gets its turn. */
   private nextTenant = 0;
-  private running = false;
-  private loops: Promise<void>[] = [];
-  private wake = signal();
+  private readonly worker: PollingWorker;
 
   constructor(options: WebhookSenderOptions<Client>) {
     this.sql = options.sql;
@@ -249,10 +257,9 @@ export class WebhookSender<Client = unknown> {
       this.tenant,
       this.destinations,
     );
-    this.random = options.random ?? Math.random;
-    this.schedule = options.schedule ?? standardRetrySchedule;
-    for (const delay of this.schedule) nonNegative('schedule', delay);
-    this.jitter = Math.min(1, nonNegative('jitter', options.jitter ?? 0.2));
+    this.backoff = createBackoff(options.backoff, senderBackoff, options.random);
+    const schedule = options.backoff ? options.backoff.delaysMs : senderBackoff.delaysMs;
+    this.maxAttempts = positive('maxAttempts', options.maxAttempts ?? (schedule ? schedule.length + 1 : 10));
     this.maxRetryAfterMs = nonNegative('maxRetryAfterMs', options.maxRetryAfterMs ?? 24 * hour);
     this.timeoutMs = positive('timeoutMs', options.timeoutMs ?? 15 * second);
     this.breakerOptions =
@@ -270,17 +277,24 @@ export class WebhookSender<Client = unknown> {
     this.fetch = options.fetch;
     this.userAgent = options.userAgent ?? 'idem-webhooks';
     this.logger = options.logger ?? consoleLogger;
+    const onError =
+      options.onError ??
+      ((error: unknown) =>
+        this.logger.error?.('webhook sender could not claim deliveries', { error: errorMessage(error) }));
+    this.worker = new PollingWorker({
+      concurrency: this.concurrency,
+      clock: this.clock,
+      pollIntervalMs: () => this.pollIntervalMs,
+      onError: (error) => onError(error, 'batch'),
+      // One delivery per round and loop, so `concurrency` loops attempt that many at once.
+      round: async () => ({ idleMs: (await this.runOnce(1)).length > 0 ? 0 : this.pollIntervalMs }),
+    });
   }
 
   /** The endpoints of one tenant. */
   endpointsOf(tenant: string): WebhookEndpoints {
     validateTenant(tenant);
     return new WebhookEndpoints(this.sql, this.statements, this.clock, tenant, this.destinations);
-  }
-
-  /** Attempts per delivery: the first plus one per scheduled delay. */
-  get maxAttempts(): number {
-    return this.schedule.length + 1;
   }
 
   /**
@@ -335,36 +349,26 @@ export class WebhookSender<Client = unknown> {
 
   /** Attempts due deliveries until none is due (bounded by `maxRounds`). */
   async drain(options: { limit?: number; maxRounds?: number } = {}): Promise<AttemptResult[]> {
-    const results: AttemptResult[] = [];
-    for (let round = 0; round < (options.maxRounds ?? 10_000); round++) {
-      const batch = await this.runOnce(options.limit ?? this.concurrency);
-      if (batch.length === 0) break;
-      results.push(...batch);
-    }
-    return results;
+    return drainRounds(() => this.runOnce(options.limit ?? this.concurrency), options.maxRounds);
   }
 
   /** Starts `concurrency` workers. Idempotent. */
-  start(): void {
-    if (this.running) return;
-    this.running = true;
-    for (let i = 0; i < this.concurrency; i++) this.loops.push(this.loop());
+  async start(): Promise<void> {
+    this.worker.start();
   }
 
-  /** Stops the workers after their current attempt, and closes idle connections. */
+  /**
+   * Stops the workers (idle ones at once, busy ones after their current attempt), and closes idle
+   * connections.
+   */
   async stop(): Promise<void> {
-    this.running = false;
-    this.notify();
-    await Promise.all(this.loops);
-    this.loops = [];
+    await this.worker.stop();
     this.client.close();
   }
 
   /** Wakes idle workers now. */
   notify(): void {
-    const current = this.wake;
-    this.wake = signal();
-    current.resolve();
+    this.worker.notify();
   }
 
   /**
@@ -476,20 +480,6 @@ export class WebhookSender<Client = unknown> {
     return { deleted };
   }
 
-  private async loop(): Promise<void> {
-    while (this.running) {
-      let attempted = 0;
-      try {
-        attempted = (await this.runOnce(1)).length;
-      } catch (error) {
-        this.logger.error?.('webhook sender could not claim deliveries', { error: errorMessage(error) });
-      }
-      if (attempted === 0 && this.running) {
-        await Promise.race([this.clock.sleep(this.pollIntervalMs), this.wake.promise]);
-      }
-    }
-  }
-
   private async attemptDue(options: {
     messageId?: string;
     tenant?: string;
@@ -506,19 +496,16 @@ export class WebhookSender<Client = unknown> {
     return Promise.all(rows.map((row) => this.attempt(row)));
   }
 
-  private breakerFor(tenant: string, endpointId: string): CircuitBreakerPolicy | undefined {
+  private breakerFor(tenant: string, endpointId: string): CircuitBreaker | undefined {
     if (this.breakerOptions === false) return undefined;
     const key = `${tenant}\u0000${endpointId}`;
     let breaker = this.breakers.get(key);
     if (!breaker) {
-      // A refused destination is no sign of the endpoint's health: it fails on its own, at once.
-      breaker = circuitBreaker(
-        handleWhen((error) => !isDestinationRefused(error)),
-        {
-          halfOpenAfter: this.breakerOptions.halfOpenAfterMs,
-          breaker: new ConsecutiveBreaker(this.breakerOptions.consecutiveFailures),
-        },
-      );
+      breaker = new CircuitBreaker(endpointId, {
+        clock: this.clock,
+        halfOpenAfterMs: this.breakerOptions.halfOpenAfterMs,
+        breaker: new ConsecutiveBreaker(this.breakerOptions.consecutiveFailures),
+      });
       this.breakers.set(key, breaker);
     }
     return breaker;
@@ -584,16 +571,19 @@ export class WebhookSender<Client = unknown> {
     let retryAfterHeader: string | undefined;
     let failure: unknown;
     try {
-      const send = async (signal?: AbortSignal) => {
-        const answer = await this.post(row.url, headers, body, signal);
-        if (countsAgainstBreaker(answer.status)) throw new UnhealthyAnswer(answer.status, answer.retryAfter);
-        return answer;
-      };
-      const answer = breaker ? await breaker.execute(({ signal }) => send(signal)) : await send();
+      const send = () => this.post(row.url, headers, body);
+      const answer = breaker
+        ? await breaker.execute(send, (outcome) =>
+            // A refused destination is no sign of the endpoint's health: it fails on its own, at once.
+            'error' in outcome
+              ? !isDestinationRefused(outcome.error)
+              : isUnhealthyStatus(outcome.value.status),
+          )
+        : await send();
       status = answer.status;
       retryAfterHeader = answer.retryAfter;
     } catch (error) {
-      if (isBrokenCircuitError(error)) {
+      if (isCircuitOpen(error)) {
         const next = new Date(
           this.clock.now() + (this.breakerOptions ? this.breakerOptions.halfOpenAfterMs : 0),
         );
@@ -606,12 +596,7 @@ export class WebhookSender<Client = unknown> {
         ]);
         return { ...base, outcome: 'circuit-open', nextAttemptAt: next };
       }
-      if (error instanceof UnhealthyAnswer) {
-        status = error.status;
-        retryAfterHeader = error.retryAfter;
-      } else {
-        failure = error;
-      }
+      failure = error;
     }
     const latencyMs = performance.now() - t0;
     const now = this.clock.now();
@@ -629,7 +614,7 @@ export class WebhookSender<Client = unknown> {
       if (row.attempts >= this.maxAttempts) outcome = 'failed';
       else {
         outcome = 'retry';
-        next = new Date(now + Math.max(this.scheduledDelay(row.attempts), retryAfterMs ?? 0));
+        next = new Date(now + retryDelay(this.backoff(row.attempts), retryAfterMs, this.maxRetryAfterMs));
       }
     }
     const error =
@@ -710,12 +695,6 @@ export class WebhookSender<Client = unknown> {
     ]);
   }
 
-  /** The scheduled delay after `attempt` attempts, with ± jitter. */
-  private scheduledDelay(attempt: number): number {
-    const delay = this.schedule[Math.min(attempt, this.schedule.length) - 1] ?? 0;
-    return Math.round(delay * (1 + this.jitter * (2 * this.random() - 1)));
-  }
-
   /** One attempt. A redirect is never followed: it is a failed attempt (update the endpoint's URL). */
   private async post(
     url: string,
@@ -746,10 +725,6 @@ export function createWebhookSender<Client>(options: WebhookSenderOptions<Client
   return new WebhookSender(options);
 }
 
-function countsAgainstBreaker(status: number): boolean {
-  return status === 408 || status === 429 || status >= 500;
-}
-
 function encodePayload(payload: unknown): Buffer {
   if (payload instanceof Uint8Array)
     return Buffer.from(payload.buffer, payload.byteOffset, payload.byteLength);
@@ -757,12 +732,6 @@ function encodePayload(payload: unknown): Buffer {
   const json = JSON.stringify(payload);
   if (json === undefined) throw new InvalidArgumentError('a webhook payload must be bytes, text or JSON');
   return Buffer.from(json, 'utf8');
-}
-
-function signal(): { promise: Promise<void>; resolve: () => void } {
-  let resolve!: () => void;
-  const promise = new Promise<void>((r) => (resolve = r));
-  return { promise, resolve };
 }
 
 function positive(name: string, value: number): number {

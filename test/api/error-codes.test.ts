@@ -1,0 +1,98 @@
+/**
+ * `core/errors.ts` promises that every error idem throws is an `IdemError` with a stable code.
+ * This checks it two ways: every error class a public entry point exports is an `IdemError`, and
+ * errors thrown through public calls carry their documented code and pass their brand guard.
+ */
+import { describe, expect, it } from 'vitest';
+import * as root from '../../src/index.js';
+import * as claimsApi from '../../src/claims/index.js';
+import * as clientApi from '../../src/client/index.js';
+import * as httpApi from '../../src/http/index.js';
+import * as inboxApi from '../../src/inbox/index.js';
+import * as outboxApi from '../../src/outbox/index.js';
+import * as webhooksApi from '../../src/webhooks/index.js';
+import * as workflowApi from '../../src/workflow/index.js';
+import { IdemError, isIdemError } from '../../src/core/errors.js';
+import { toMillis } from '../../src/core/clock.js';
+import { fromPg } from '../../src/adapters/pg.js';
+
+const entryPoints = {
+  idem: root,
+  'idem/claims': claimsApi,
+  'idem/client': clientApi,
+  'idem/http': httpApi,
+  'idem/inbox': inboxApi,
+  'idem/outbox': outboxApi,
+  'idem/webhooks': webhooksApi,
+  'idem/workflow': workflowApi,
+};
+
+/** A pool that must never be reached: every call below is refused before any statement. */
+const unreachable = fromPg({
+  query: () => Promise.reject(new Error('no statement should run')),
+  connect: () => Promise.reject(new Error('no connection should be taken')),
+});
+
+describe('public errors', () => {
+  it('every error class exported by a public entry point is an IdemError', () => {
+    const errorClasses: string[] = [];
+    for (const [entry, exports] of Object.entries(entryPoints)) {
+      for (const [name, value] of Object.entries(exports as Record<string, unknown>)) {
+        if (typeof value !== 'function' || !((value.prototype as unknown) instanceof Error)) continue;
+        errorClasses.push(`${entry}:${name}`);
+        const isIdemClass = value === IdemError || (value.prototype as unknown) instanceof IdemError;
+        expect(isIdemClass, `${entry} exports ${name}, not an IdemError`).toBe(true);
+      }
+    }
+    expect(errorClasses.length).toBeGreaterThan(15);
+  });
+
+  it('errors thrown through public calls carry a stable code and pass their brand guard', async () => {
+    const claims = claimsApi.createClaims({ sql: unreachable });
+    const sagas = workflowApi.createSagas({ sql: unreachable });
+    const saga = workflowApi.defineSaga({
+      name: 'noop',
+      steps: [workflowApi.step({ name: 'a', action: async () => null })],
+    });
+    const cases: [string, () => unknown, string][] = [
+      [
+        'a malformed key',
+        () => claims.enqueue({ tenant: 'acme', queue: 'q', key: '', payload: {} }),
+        'IDEM_INVALID_KEY',
+      ],
+      [
+        'a bad option',
+        () => claimsApi.createClaims({ sql: unreachable, leaseMs: -1 }),
+        'IDEM_INVALID_ARGUMENT',
+      ],
+      ['a bad saga key', () => sagas.run(saga, { tenant: 'acme', key: '', input: null }), 'IDEM_INVALID_KEY'],
+      [
+        'an unknown saga',
+        () => sagas.resume({ tenant: 'acme', saga: 'nope', key: 'k' }),
+        'IDEM_INVALID_ARGUMENT',
+      ],
+      [
+        'malformed JSON',
+        () => httpApi.parseBody(Buffer.from('{'), 'application/json'),
+        'IDEM_BODY_MALFORMED',
+      ],
+      ['a driver value that is no timestamp', () => toMillis({}), 'IDEM_INVALID_ARGUMENT'],
+    ];
+    for (const [what, call, code] of cases) {
+      let thrown: unknown;
+      try {
+        await call();
+      } catch (error) {
+        thrown = error;
+      }
+      expect(isIdemError(thrown), `${what}: ${String(thrown)}`).toBe(true);
+      expect((thrown as IdemError).code, what).toBe(code);
+      expect((thrown as IdemError).code).toMatch(/^IDEM_[A-Z_]+$/);
+    }
+    const tooLarge = await httpApi
+      .readWebBody(new Response('x'.repeat(100)).body, 10)
+      .catch((error: unknown) => error);
+    expect(httpApi.isBodyTooLarge(tooLarge)).toBe(true);
+    expect((tooLarge as IdemError).code).toBe('IDEM_BODY_TOO_LARGE');
+  });
+});
