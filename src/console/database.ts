@@ -9,6 +9,7 @@ import { InvalidArgumentError } from '../core/errors.js';
 import type { Queryable, Sql } from '../core/sql.js';
 import { quoteSchema } from '../migrate/schema-name.js';
 import type { ConsoleOptions } from './options.js';
+import { limit, type Query } from './params.js';
 
 export interface ConsoleDatabase {
   /** The pool or adapter, for the few writes (redrive). */
@@ -158,3 +159,17 @@ export function text(value: unknown): string {
 
 export const str = (value: unknown): string | null =>
   value === null || value === undefined ? null : text(value);
+
+/**
+ * One page of a view, read in one `db.read` transaction: `max` rows per list (the `limit`
+ * parameter, checked before anything is read) as of `now` on the console's clock.
+ */
+export function readPage<T>(
+  db: ConsoleDatabase,
+  query: Query,
+  fn: (tx: Queryable, page: { max: number; now: number }) => Promise<T>,
+): Promise<T> {
+  const max = limit(query);
+  const now = db.clock.now();
+  return db.read((tx) => fn(tx, { max, now }));
+}

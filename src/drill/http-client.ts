@@ -47,16 +47,7 @@ export class DrillClient {
 
   /** Sends `request` and reads the whole answer. Never throws: failures come back as status 0. */
   send(request: OutgoingRequest): Promise<Answer> {
-    const started = performance.now();
-    const elapsed = () => Math.round(performance.now() - started);
-    return new Promise<Answer>((resolve) => {
-      let done = false;
-      const finish = (answer: Answer) => {
-        if (done) return;
-        done = true;
-        clearTimeout(timer);
-        resolve(answer);
-      };
+    return settleOnce<Answer>(this.timeoutMs, 'no answer', (finish, elapsed) => {
       const fail = (error: Error) =>
         finish({ status: 0, headers: {}, body: Buffer.alloc(0), ms: elapsed(), error: error.message });
       const req = this.module(request.url).request(request.url, {
@@ -64,10 +55,6 @@ export class DrillClient {
         headers: this.headers(request),
         agent: request.url.protocol === 'https:' ? this.httpsAgent : this.httpAgent,
       });
-      const timer = setTimeout(
-        () => req.destroy(new Error(`no answer within ${this.timeoutMs} ms`)),
-        this.timeoutMs,
-      );
       req.on('error', fail);
       req.on('response', (res) => {
         const chunks: Buffer[] = [];
@@ -83,6 +70,7 @@ export class DrillClient {
         );
       });
       req.end(request.body ?? undefined);
+      return req;
     });
   }
 
@@ -92,26 +80,13 @@ export class DrillClient {
    * answer. This is the seed's "response lost in flight".
    */
   sendThenCut(request: OutgoingRequest): Promise<CutResult> {
-    const started = performance.now();
-    const elapsed = () => Math.round(performance.now() - started);
-    return new Promise<CutResult>((resolve) => {
-      let done = false;
+    return settleOnce<CutResult>(this.timeoutMs, 'not flushed', (finish, elapsed) => {
       let answered = false;
-      const finish = (result: CutResult) => {
-        if (done) return;
-        done = true;
-        clearTimeout(timer);
-        resolve(result);
-      };
       const req = this.module(request.url).request(request.url, {
         method: request.method,
         headers: this.headers(request),
         agent: false, // a connection of its own: destroying it must not touch pooled sockets
       });
-      const timer = setTimeout(
-        () => req.destroy(new Error(`not flushed within ${this.timeoutMs} ms`)),
-        this.timeoutMs,
-      );
       req.on('response', (res) => {
         answered = true;
         res.resume();
@@ -124,6 +99,7 @@ export class DrillClient {
         req.destroy();
         finish({ flushed: true, answeredBeforeCut: answered, ms: elapsed() });
       });
+      return req;
     });
   }
 
@@ -143,6 +119,33 @@ export class DrillClient {
     if (request.body) headers['Content-Length'] = String(request.body.length);
     return headers;
   }
+}
+
+/**
+ * Runs one request: `start` sends it and calls `finish` with its outcome, `elapsed()` giving the
+ * milliseconds since the start. The first `finish` settles the promise; a request still unsettled
+ * after `timeoutMs` is destroyed with "<what> within <timeoutMs> ms", which its error handler
+ * turns into an outcome.
+ */
+function settleOnce<T>(
+  timeoutMs: number,
+  what: string,
+  start: (finish: (outcome: T) => void, elapsed: () => number) => http.ClientRequest,
+): Promise<T> {
+  const started = performance.now();
+  const elapsed = () => Math.round(performance.now() - started);
+  return new Promise<T>((resolve) => {
+    let done = false;
+    let timer: NodeJS.Timeout | undefined;
+    const finish = (outcome: T) => {
+      if (done) return;
+      done = true;
+      clearTimeout(timer);
+      resolve(outcome);
+    };
+    const req = start(finish, elapsed);
+    if (!done) timer = setTimeout(() => req.destroy(new Error(`${what} within ${timeoutMs} ms`)), timeoutMs);
+  });
 }
 
 function flattenHeaders(headers: http.IncomingHttpHeaders): Record<string, string> {

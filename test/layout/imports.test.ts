@@ -24,21 +24,16 @@ const temporaryCycles = new Set([
   // The keyed operation and its multi-step execution share @internal members; the API change
   // that makes those members private (issue 19, point 3) removes the cycle.
   'operations/idem.ts ↔ operations/multi-step.ts',
-  // A saga's execution reads its engine's settings through the engine; passing them as an object
-  // (issue 19, sagas' runIn) removes the cycle.
-  'workflow/execution.ts ↔ workflow/sagas.ts',
 ]);
 
 /**
  * Imports of the HTTP client's internals by claims, sagas and steps that the resilience kernel
- * (issue 19, point 1: backoff, failure classification and sleep in core) replaces. Delete each
- * when its module imports core instead.
+ * (issue 19, point 1, in core/resilience) is to replace: the failure classification
+ * (`isRetryableFailure`) and the in-process backoff sequence (`DecorrelatedJitter`) still live in
+ * client/. Delete each when its module imports core instead.
  */
 const temporaryClientImports = new Set([
-  'claims/claims.ts → client/backoff.ts',
   'claims/claims.ts → client/classify.ts',
-  'claims/keep-alive.ts → client/sleep.ts',
-  'claims/worker.ts → client/sleep.ts',
   'steps/retryable.ts → client/classify.ts',
   'workflow/execution.ts → client/backoff.ts',
   'workflow/sagas.ts → client/backoff.ts',

@@ -1,6 +1,6 @@
 /** The consumers' inbox: per-consumer counts and the dead messages with their errors. */
-import { ageMs, iso, num, str, text, type ConsoleDatabase } from '../database.js';
-import { limit, optionalName, type Query } from '../params.js';
+import { ageMs, iso, num, str, text, readPage, type ConsoleDatabase } from '../database.js';
+import { optionalName, type Query } from '../params.js';
 import { previewBytes, type BodyPreview } from '../preview.js';
 import { redactHeaders } from '../redact.js';
 
@@ -22,9 +22,7 @@ export interface InboxView {
 
 export async function readInbox(db: ConsoleDatabase, query: Query): Promise<InboxView> {
   const consumer = optionalName(query, 'consumer');
-  const max = limit(query);
-  const now = db.clock.now();
-  return db.read(async (tx) => {
+  return readPage(db, query, async (tx, { max, now }) => {
     const consumers = await tx.query(
       `SELECT consumer, count(*) FILTER (WHERE state = 'processed')::bigint AS processed,
           count(*) FILTER (WHERE state = 'dead')::bigint AS dead, coalesce(sum(duplicates), 0)::bigint AS duplicates

@@ -6,8 +6,8 @@ import {
   type RedriveFilter,
   type RedriveResult,
 } from '../../outbox/outbox.js';
-import { ageMs, iso, num, str, text, type ConsoleDatabase } from '../database.js';
-import { InvalidParameterError, limit, optionalName, type Query } from '../params.js';
+import { ageMs, iso, num, str, text, readPage, type ConsoleDatabase } from '../database.js';
+import { InvalidParameterError, optionalName, type Query } from '../params.js';
 import { previewText, type BodyPreview } from '../preview.js';
 import { redactHeaders } from '../redact.js';
 
@@ -40,9 +40,7 @@ const columns = `id, aggregatetype, aggregateid, type, payload::text AS payload,
 
 export async function readOutbox(db: ConsoleDatabase, query: Query): Promise<OutboxView> {
   const topic = optionalName(query, 'topic');
-  const max = limit(query);
-  const now = db.clock.now();
-  return db.read(async (tx) => {
+  return readPage(db, query, async (tx, { max, now }) => {
     const stats = await createOutbox({ sql: tx, schema: db.schema, clock: db.clock }).stats(
       topic === undefined ? {} : { topic },
     );

@@ -4,8 +4,8 @@
  * them), each with its steps.
  */
 import type { Queryable } from '../../core/sql.js';
-import { ageMs, iso, num, str, text, type ConsoleDatabase } from '../database.js';
-import { limit, optionalName, type Query } from '../params.js';
+import { ageMs, iso, num, str, text, readPage, type ConsoleDatabase } from '../database.js';
+import { optionalName, type Query } from '../params.js';
 import { previewText, type BodyPreview } from '../preview.js';
 
 export interface SagaView {
@@ -43,10 +43,8 @@ export interface SagasView {
 export async function readSagas(db: ConsoleDatabase, query: Query): Promise<SagasView> {
   const tenant = optionalName(query, 'tenant');
   const saga = optionalName(query, 'saga');
-  const max = limit(query);
-  const now = db.clock.now();
   const filter = `($1::text IS NULL OR tenant_id = $1) AND ($2::text IS NULL OR saga = $2)`;
-  return db.read(async (tx) => {
+  return readPage(db, query, async (tx, { max, now }) => {
     const counts = await tx.query(
       `SELECT status, count(*)::bigint AS n FROM ${db.s}.sagas WHERE ${filter} GROUP BY status`,
       [tenant ?? null, saga ?? null],

@@ -1,6 +1,6 @@
 /** Claims (tasks): counts per queue, dead tasks, and claimed tasks whose lease lapsed. */
-import { ageMs, iso, num, str, text, type ConsoleDatabase } from '../database.js';
-import { limit, optionalName, type Query } from '../params.js';
+import { ageMs, iso, num, str, text, readPage, type ConsoleDatabase } from '../database.js';
+import { optionalName, type Query } from '../params.js';
 import { previewText, type BodyPreview } from '../preview.js';
 
 export interface TaskView {
@@ -40,10 +40,8 @@ const columns = `id, tenant_id, queue, dedupe_key, state, attempts, max_attempts
 export async function readTasks(db: ConsoleDatabase, query: Query): Promise<TasksView> {
   const tenant = optionalName(query, 'tenant');
   const queue = optionalName(query, 'queue');
-  const max = limit(query);
-  const now = db.clock.now();
   const filter = `($1::text IS NULL OR tenant_id = $1) AND ($2::text IS NULL OR queue = $2)`;
-  return db.read(async (tx) => {
+  return readPage(db, query, async (tx, { max, now }) => {
     const counts = await tx.query(
       `SELECT queue, state, count(*)::bigint AS n,
           min(visible_at) FILTER (WHERE state = 'ready' AND visible_at <= $3) AS oldest_due

@@ -5,10 +5,10 @@
  * their query.
  */
 import type { Queryable } from '../../core/sql.js';
-import { ageMs, iso, num, str, text, type ConsoleDatabase } from '../database.js';
+import { ageMs, iso, num, str, text, readPage, type ConsoleDatabase } from '../database.js';
 import { listParkedEntities, type ParkedEntity } from '../../webhooks/entities.js';
 import type { WebhookReceipt } from '../../webhooks/processor.js';
-import { limit, optionalName, type Query } from '../params.js';
+import { optionalName, type Query } from '../params.js';
 import { previewBytes, type BodyPreview } from '../preview.js';
 import { redactHeaders, safeUrl } from '../redact.js';
 
@@ -69,9 +69,7 @@ const receiptColumns = `r.source, r.delivery_id, r.event_type, r.state, r.attemp
 
 export async function readWebhooks(db: ConsoleDatabase, query: Query): Promise<WebhooksView> {
   const source = optionalName(query, 'source');
-  const max = limit(query);
-  const now = db.clock.now();
-  return db.read(async (tx) => {
+  return readPage(db, query, async (tx, { max, now }) => {
     const counts = await tx.query(
       `SELECT source, state, count(*)::bigint AS n,
           min(received_at) FILTER (WHERE state IN ('pending', 'processing')) AS oldest
