@@ -5,7 +5,9 @@
  */
 import { randomBytes } from 'node:crypto';
 import pg from 'pg';
+import postgres from 'postgres';
 import { fromPg } from '../src/adapters/pg.js';
+import { fromPostgresJs } from '../src/adapters/postgres.js';
 import type { Queryable } from '../src/core/sql.js';
 import { migrate } from '../src/migrate/migrate.js';
 import { createIdem } from '../src/operations/idem.js';
@@ -24,6 +26,11 @@ export default async function operationsBench(ctx: BenchContext): Promise<BenchS
     `CREATE TABLE "${schema}".items (id bigserial PRIMARY KEY, tenant text NOT NULL, amount int NOT NULL)`,
   );
   const idem = createIdem({ sql, schema });
+  // The same designs on postgres.js, the other driver: it pipelines what is queued on a connection,
+  // and prepares statements by itself.
+  const pgjs = postgres(ctx.databaseUrl, { max: 34, onnotice: () => undefined });
+  const pgjsSql = fromPostgresJs(pgjs);
+  const idemOnPgjs = createIdem({ sql: pgjsSql, schema });
   const statements = renderStatements(schema);
   const insertItem = `INSERT INTO "${schema}".items (tenant, amount) VALUES ($1, $2) RETURNING id`;
   const seconds = ctx.quick ? 2 : 6;
@@ -115,6 +122,39 @@ export default async function operationsBench(ctx: BenchContext): Promise<BenchS
       `floor:${design}`,
       () => floor(c, design),
     ]),
+    [
+      'pgjs:plain',
+      () =>
+        closedLoop(c, seconds * 1000, () =>
+          pgjsSql.transaction(
+            async (tx) => (await tx.query(insertItem, ['acme', 1], { name: 'insert' })).rows[0],
+          ),
+        ),
+    ],
+    [
+      'pgjs:default',
+      () =>
+        closedLoop(c, seconds * 1000, (w, i) =>
+          idemOnPgjs.run(
+            {
+              tenant: 'acme',
+              operation: 'create-item',
+              key: `${run}-pgjs-${w}-${i}`,
+              request: { amount: 1 },
+            },
+            async (tx) => (await tx.query(insertItem, ['acme', 1], { name: 'insert' })).rows[0],
+          ),
+        ),
+    ],
+    [
+      'pgjs:floor:commit',
+      () =>
+        closedLoop(c, seconds * 1000, (w, i) =>
+          floorStatements(pgjsSql, statements, 'commit', `${run}-pgjs-floor-${w}-${i}`, async (tx) => {
+            return (await tx.query(insertItem, ['acme', 1], { name: 'insert' })).rows[0];
+          }),
+        ),
+    ],
   ];
   // Warm-up: JIT, pool connections and prepared statements on every connection, for every design.
   ctx.log('operations: warm-up');
@@ -140,6 +180,7 @@ export default async function operationsBench(ctx: BenchContext): Promise<BenchS
       }),
     );
   }
+  for (const [name, go] of variants) if (name.startsWith('pgjs:')) await go(); // its connections and statements
   const measured = new Map<string, LoadResult[]>(variants.map(([name]) => [name, []]));
   for (let r = 0; r < rounds; r++) {
     ctx.log(`operations: round ${r + 1}/${rounds}, every design at c=${c}, ${seconds} s each`);
@@ -185,6 +226,24 @@ export default async function operationsBench(ctx: BenchContext): Promise<BenchS
   for (const design of floorDesigns) {
     add(`physical limit: SQL floor of ${design}, c=${c}`, at(`floor:${design}`), at('plain'), plainName);
   }
+  add(
+    `postgres.js: first execution (default), c=${c}`,
+    at('pgjs:default'),
+    at('pgjs:plain'),
+    'plain transaction on postgres.js',
+  );
+  add(
+    `postgres.js: first execution vs its SQL floor, c=${c}`,
+    at('pgjs:default'),
+    at('pgjs:floor:commit'),
+    'raw statements of its design, postgres.js',
+  );
+  add(
+    `postgres.js vs node-postgres: first execution (default), c=${c}`,
+    at('pgjs:default'),
+    at('default'),
+    'node-postgres, same design',
+  );
 
   ctx.log('operations: first executions at concurrency 1');
   const [p1, i1] = await sideBySide(
@@ -235,6 +294,7 @@ export default async function operationsBench(ctx: BenchContext): Promise<BenchS
   );
   await pool.query(`DROP SCHEMA "${schema}" CASCADE`);
   await pool.end();
+  await pgjs.end();
   return {
     name: 'Keyed operations',
     figures,
