@@ -346,9 +346,11 @@ export default async function httpBench(ctx: BenchContext): Promise<BenchSection
       floorName('commit-time recording without the read'),
     ),
     latency('first requests: p99 latency', f, p, 1.5),
-    throughput('replays: throughput', rp, p, 1.5),
+    // Issue 20 restates the throughput targets: first requests against the one-INSERT endpoint,
+    // replays against the transactional one (a replay and the plain endpoint are one statement each).
+    throughput('replays: throughput', rp, p),
     latency('replays: p99 latency', rp, p),
-    throughput('first requests vs a transactional endpoint: throughput', f, tx, 0.7, txName),
+    throughput('first requests vs a transactional endpoint: throughput', f, tx, undefined, txName),
     latency('first requests vs a transactional endpoint: p99 latency', f, tx, 1.5, txName),
     throughput('replays vs a transactional endpoint: throughput', rp, tx, 1.5, txName),
     cpu('first requests: CPU per request (Node + PostgreSQL)', f, p, 3),

@@ -34,7 +34,7 @@ export default async function operationsBench(ctx: BenchContext): Promise<BenchS
   const statements = renderStatements(schema);
   const insertItem = `INSERT INTO "${schema}".items (tenant, amount) VALUES ($1, $2) RETURNING id`;
   const seconds = ctx.quick ? 2 : 6;
-  const rounds = ctx.quick ? 2 : 3;
+  const rounds = ctx.quick ? 1 : 3;
   const run = `r${randomBytes(3).toString('hex')}`;
 
   const plain = (c: number) =>
