@@ -15,7 +15,7 @@ import { randomBytes } from 'node:crypto';
 import type { AddressInfo } from 'node:net';
 import { fileURLToPath } from 'node:url';
 import autocannon from 'autocannon';
-import Fastify from 'fastify';
+import Fastify, { type FastifyReply, type FastifyRequest } from 'fastify';
 import pg from 'pg';
 import { fromPg } from '../src/adapters/pg.js';
 import { HttpIdempotency } from '../src/http/engine.js';
@@ -25,7 +25,9 @@ import type { Idem } from '../src/operations/idem.js';
 import { toOutcome } from '../src/operations/outcome.js';
 import { migrate } from '../src/migrate/migrate.js';
 import { createIdem } from '../src/operations/idem.js';
-import { round } from './lib/measure.js';
+import { renderStatements } from '../src/operations/statements.js';
+import { floorStatements, type FloorDesign } from './lib/floor.js';
+import { rotate, round } from './lib/measure.js';
 import type { BenchContext, BenchFigure, BenchSection } from './lib/types.js';
 
 /** What one load run is told (through the environment when it runs in a child process). */
@@ -166,12 +168,32 @@ export default async function httpBench(ctx: BenchContext): Promise<BenchSection
     );
     return reply.code(201).send({ id: rows[0]!.id, amount: order.amount });
   });
-  // With idem: the INSERT goes through the transaction the key was claimed in.
-  app.post('/orders', async (request, reply) => {
+  // With idem: the INSERT goes through the transaction the key is recorded in. `/orders` is the
+  // default (recorded at commit, read in front); the others are the other designs, side by side.
+  const idemHandler = async (request: FastifyRequest, reply: FastifyReply) => {
     const order = request.body as Order;
     const { rows } = await request.idem!.tx.query<{ id: string }>(insert, ['acme', order.amount, order.note]);
     return reply.code(201).send({ id: rows[0]!.id, amount: order.amount });
-  });
+  };
+  app.post('/orders', idemHandler);
+  app.post('/orders-claim', { config: { idempotency: { recording: 'claim' } } }, idemHandler);
+  app.post('/orders-no-read', { config: { idempotency: { readFirst: false } } }, idemHandler);
+  // The SQL floor of each design: its raw statements in a plain Fastify route, with no idem code
+  // around them (no fingerprint, no capture): what the design costs the driver and the database.
+  const statements = renderStatements(schema);
+  const floorRoute = (path: string, design: FloorDesign) =>
+    app.post(path, { config: { idempotency: false } }, async (request, reply) => {
+      const order = request.body as Order;
+      const key = String(request.headers['idempotency-key']);
+      const id = await floorStatements(sql, statements, design, key, async (tx) => {
+        const { rows } = await tx.query<{ id: string }>(insert, ['acme', order.amount, order.note]);
+        return rows[0]!.id;
+      });
+      return reply.code(201).send({ id, amount: order.amount });
+    });
+  floorRoute('/floor-claim', 'claim');
+  floorRoute('/floor-commit-read', 'commit-read');
+  floorRoute('/floor-commit', 'commit');
   await app.listen({ port: 0, host: '127.0.0.1' });
   const url = `http://127.0.0.1:${(app.server.address() as AddressInfo).port}`;
 
@@ -192,7 +214,9 @@ export default async function httpBench(ctx: BenchContext): Promise<BenchSection
   });
   const plain = (s?: number) => spec('/plain', { kind: 'none' }, s);
   const plainTx = (s?: number) => spec('/plain-tx', { kind: 'none' }, s);
-  const first = (s?: number) => spec('/orders', { kind: 'unique', prefix: `${run}-${prefixes++}` }, s);
+  const unique = (path: string, s?: number) =>
+    spec(path, { kind: 'unique', prefix: `${run}-${prefixes++}` }, s);
+  const first = (s?: number) => unique('/orders', s);
   const replay = (s?: number) => spec('/orders', { kind: 'fixed', key: replayKey }, s);
 
   const loadBefore = os.loadavg()[0]!;
@@ -226,22 +250,43 @@ export default async function httpBench(ctx: BenchContext): Promise<BenchSection
   };
   // Warm-up: JIT, pool connections, and the replayed key's record.
   ctx.log('http: warm-up');
-  for (const s of [plain(1), plainTx(1), first(1), replay(1)]) await loadInChild(s);
-
-  const runs: Record<'plain' | 'plainTx' | 'first' | 'replay', LoadResult[]> = {
-    plain: [],
-    plainTx: [],
-    first: [],
-    replay: [],
+  const designs = {
+    claim: (s?: number) => unique('/orders-claim', s),
+    noRead: (s?: number) => unique('/orders-no-read', s),
+    floorClaim: (s?: number) => unique('/floor-claim', s),
+    floorCommitRead: (s?: number) => unique('/floor-commit-read', s),
+    floorCommit: (s?: number) => unique('/floor-commit', s),
   };
+  for (const s of [plain(1), plainTx(1), first(1), replay(1), ...Object.values(designs).map((d) => d(1))])
+    await loadInChild(s);
+
+  type Variant = 'plain' | 'plainTx' | 'first' | 'replay' | keyof typeof designs;
+  const order: [Variant, (s?: number) => LoadSpec][] = [
+    ['plain', plain],
+    ['first', first],
+    ['replay', replay],
+    ['plainTx', plainTx],
+    ['claim', designs.claim],
+    ['noRead', designs.noRead],
+    ['floorClaim', designs.floorClaim],
+    ['floorCommitRead', designs.floorCommitRead],
+    ['floorCommit', designs.floorCommit],
+  ];
+  const runs = Object.fromEntries(order.map(([name]) => [name, [] as LoadResult[]])) as Record<
+    Variant,
+    LoadResult[]
+  >;
   for (let r = 0; r < rounds; r++) {
     ctx.log(`http: round ${r + 1}/${rounds} (autocannon in a child process, ${seconds} s each)`);
-    runs.plain.push(await loadInChild(plain()));
-    runs.first.push(await loadInChild(first()));
-    runs.replay.push(await loadInChild(replay()));
-    runs.plainTx.push(await loadInChild(plainTx()));
+    for (const [name, make] of rotate(order, r)) runs[name].push(await loadInChild(make()));
   }
   const [p, f, rp, tx] = [median(runs.plain), median(runs.first), median(runs.replay), median(runs.plainTx)];
+  const [fClaim, fNoRead] = [median(runs.claim), median(runs.noRead)];
+  const [floorClaim, floorCommitRead, floorCommit] = [
+    median(runs.floorClaim),
+    median(runs.floorCommitRead),
+    median(runs.floorCommit),
+  ];
 
   // The other arrangement, for the fairness note: autocannon on this process's event loop.
   let inProcess: { plain: LoadResult; first: LoadResult; replay: LoadResult } | undefined;
@@ -260,7 +305,9 @@ export default async function httpBench(ctx: BenchContext): Promise<BenchSection
   const loadAfter = os.loadavg()[0]!;
   const coreUs = await coreMicroseconds(ctx.quick ? 20_000 : 100_000);
   const stored = await pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM "${schema}".requests`);
-  const failures = [p, f, rp, tx].reduce((n, x) => n + x.non2xx + x.errors, 0);
+  const failures = Object.values(runs)
+    .flat()
+    .reduce((n, x) => n + x.non2xx + x.errors, 0);
   await app.close();
   await pool.query(`DROP SCHEMA "${schema}" CASCADE`);
   await pool.end();
@@ -269,15 +316,48 @@ export default async function httpBench(ctx: BenchContext): Promise<BenchSection
   // inserts one row". The same targets against an endpoint that wraps its INSERT in a transaction
   // (the baseline of the keyed-operations benchmark) are shown beside it.
   const txName = 'plain endpoint, INSERT in BEGIN … COMMIT';
+  const floorName = (design: string) => `SQL floor of ${design}: its raw statements in a plain route`;
   const figures: BenchFigure[] = [
-    throughput('first requests: throughput', f, p, 0.7),
+    throughput('first requests (default: recorded at commit, read in front): throughput', f, p, 0.35),
+    throughput('first requests, claim-first (the previous path): throughput', fClaim, p),
+    throughput('first requests, recorded at commit, no read: throughput', fNoRead, p),
+    throughput('SQL floor, claim-first: throughput', floorClaim, p),
+    throughput('SQL floor, recorded at commit with the read: throughput', floorCommitRead, p),
+    throughput('SQL floor, recorded at commit, no read: throughput', floorCommit, p),
+    throughput(
+      'first requests (default) vs the SQL floor of its design',
+      f,
+      floorCommitRead,
+      undefined,
+      floorName('commit-time recording with the read'),
+    ),
+    throughput(
+      'first requests, claim-first, vs the SQL floor of its design',
+      fClaim,
+      floorClaim,
+      undefined,
+      floorName('claim-first'),
+    ),
+    throughput(
+      'first requests, no read, vs the SQL floor of its design',
+      fNoRead,
+      floorCommit,
+      undefined,
+      floorName('commit-time recording without the read'),
+    ),
     latency('first requests: p99 latency', f, p, 1.5),
-    throughput('replays: throughput', rp, p, 1.5),
+    // Issue 20 restates the throughput targets: first requests against the one-INSERT endpoint,
+    // replays against the transactional one (a replay and the plain endpoint are one statement each).
+    throughput('replays: throughput', rp, p),
     latency('replays: p99 latency', rp, p),
-    throughput('first requests vs a transactional endpoint: throughput', f, tx, 0.7, txName),
+    throughput('first requests vs a transactional endpoint: throughput', f, tx, undefined, txName),
     latency('first requests vs a transactional endpoint: p99 latency', f, tx, 1.5, txName),
     throughput('replays vs a transactional endpoint: throughput', rp, tx, 1.5, txName),
-    cpu('first requests: CPU per request (Node + PostgreSQL)', f, p),
+    cpu('first requests: CPU per request (Node + PostgreSQL)', f, p, 3),
+    cpu('first requests, claim-first: CPU per request (Node + PostgreSQL)', fClaim, p),
+    cpu('first requests, no read: CPU per request (Node + PostgreSQL)', fNoRead, p),
+    nodeCpu('first requests: CPU per request in Node', f, p),
+    nodeCpu('SQL floor of the default design: CPU per request in Node', floorCommitRead, p),
     cpu('replays: CPU per request (Node + PostgreSQL)', rp, p),
   ].filter((figure): figure is BenchFigure => figure !== undefined);
   for (const figure of figures) {
@@ -290,7 +370,9 @@ export default async function httpBench(ctx: BenchContext): Promise<BenchSection
   const notes = [
     `Fastify 5 on 127.0.0.1, ${connections} autocannon connections, pipelining 1, median of ${rounds} alternating run(s) of ${seconds} s each; node-postgres pool of 32; one database, schema dropped afterwards. Plain: ${describe(p)}. First requests: ${describe(f)}. Replays: ${describe(rp)}. Plain INSERT inside a transaction: ${describe(tx)}.`,
     `Non-2xx answers or socket errors across the measured runs: ${failures}; records stored by the idem endpoint: ${stored.rows[0]!.n}. Machine load average (1 min) ${round(loadBefore, 1)} before and ${round(loadAfter, 1)} after the runs, on ${os.cpus().length} cores: everything else running on the machine competes for the same CPU.`,
-    'Where a first request spends its extra time: the plain endpoint sends one autocommitted INSERT (one round trip, one WAL flush). With idem a first request sends the fast-path read of the key, BEGIN, the claim (INSERT … ON CONFLICT DO NOTHING), the handler’s INSERT, the completing UPDATE with the captured response (status, headers, body bytes), and COMMIT: 6 round trips, still one WAL flush, plus the key header parse, the SHA-256 fingerprint over the canonical body and the reply capture in JavaScript.',
+    'Where a first request spends its extra time: the plain endpoint sends one autocommitted INSERT (one round trip, one WAL flush). With idem’s default (`recording: commit`, `readFirst: true` over HTTP) a first request sends the read of the key, BEGIN, the handler’s INSERT, one INSERT of the completed record with the captured response (status, headers, body bytes), and COMMIT: 5 round trips, still one WAL flush, plus the key header parse, the SHA-256 fingerprint over the canonical body and the reply capture in JavaScript. Claim-first (`recording: claim`, the previous default) sends 6: the read, BEGIN, the claim, the INSERT, the completing UPDATE, COMMIT. Without the read (`readFirst: false`), 4.',
+    'The SQL floor of a design is a plain Fastify route that sends that design’s statements raw (same texts and prepared-statement names, bench/lib/floor.ts) around the same INSERT, with no idem code: the physical limit of the design with this server, driver and database. The distance between an idem route and its floor is idem’s JavaScript (key parse, fingerprint, capture, answer).',
+    `Figures of the designs side by side: claim-first ${describe(fClaim)}; at commit without the read ${describe(fNoRead)}; SQL floors: claim-first ${describe(floorClaim)}, at commit with the read ${describe(floorCommitRead)}, without it ${describe(floorCommit)}.`,
     'A replay sends one indexed read and no transaction, and writes the stored bytes back; it never reaches the handler.',
     `Why replays cannot reach 1.5× the plain endpoint here: the plain endpoint is itself one statement (an autocommitted INSERT), and a replay is one statement too (the indexed read); both pay the same HTTP parsing, routing and JSON work in Fastify, which is most of a request's CPU (${rp.serverCpuUs ?? '?'} µs in Node per replay against ${p.serverCpuUs ?? '?'} µs per plain request, ${rp.databaseCpuUs ?? '?'} against ${p.databaseCpuUs ?? '?'} µs in PostgreSQL). A replay saves the write and the WAL flush, not the request; against an endpoint that wraps its INSERT in a transaction (3 round trips) the same replays are the ratio shown beside.`,
     `The HTTP core's own JavaScript (key parse, tenant and operation, fingerprint, outcome, answer) costs ${round(coreUs, 1)} µs per request, measured with a stub store: the extra CPU per first request above is the driver and the database working through the extra round trips, not the contract logic.`,
@@ -352,15 +434,33 @@ async function coreMicroseconds(iterations: number): Promise<number> {
 }
 
 /** CPU per request, a figure the machine's load disturbs less than throughput. */
-function cpu(name: string, value: LoadResult, base: LoadResult): BenchFigure | undefined {
+function cpu(name: string, value: LoadResult, base: LoadResult, target?: number): BenchFigure | undefined {
   if (value.databaseCpuUs === undefined || base.databaseCpuUs === undefined) return undefined;
   const total = (x: LoadResult) => (x.serverCpuUs ?? 0) + (x.databaseCpuUs ?? 0);
+  const baseName = 'plain Fastify endpoint (one INSERT)';
+  const ratio = total(value) / total(base);
   return {
     name,
     value: total(value),
     unit: 'µs',
-    baseline: { name: 'plain Fastify endpoint (one INSERT)', value: total(base) },
-    ratio: round(total(value) / total(base)),
+    baseline: { name: baseName, value: total(base) },
+    ratio: round(ratio),
+    higherIsBetter: false,
+    ...(target !== undefined
+      ? { target: { ratio: target, description: `≤ ${target}× ${baseName}` }, holds: ratio <= target }
+      : {}),
+  };
+}
+
+/** CPU per request of the Node process alone (server, idem, driver). */
+function nodeCpu(name: string, value: LoadResult, base: LoadResult): BenchFigure | undefined {
+  if (value.serverCpuUs === undefined || base.serverCpuUs === undefined) return undefined;
+  return {
+    name,
+    value: value.serverCpuUs,
+    unit: 'µs',
+    baseline: { name: 'plain Fastify endpoint (one INSERT)', value: base.serverCpuUs },
+    ratio: round(value.serverCpuUs / base.serverCpuUs),
     higherIsBetter: false,
   };
 }

@@ -56,9 +56,19 @@ export async function sideBySide(
   return [median(as), median(bs)];
 }
 
-function median(results: LoadResult[]): LoadResult {
+/** The run with the median throughput. */
+export function median(results: LoadResult[]): LoadResult {
   const sorted = [...results].sort((x, y) => x.opsPerSecond - y.opsPerSecond);
   return sorted[Math.floor(sorted.length / 2)]!;
 }
 
 export const round = (n: number, digits = 2): number => Math.round(n * 10 ** digits) / 10 ** digits;
+
+/**
+ * `items` starting at position `round` (mod length): alternating rounds rotate the order, so no
+ * variant always runs right after the same neighbour (a run after a plain one measured slower).
+ */
+export function rotate<T>(items: readonly T[], round: number): T[] {
+  const at = round % items.length;
+  return [...items.slice(at), ...items.slice(0, at)];
+}

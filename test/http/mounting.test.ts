@@ -17,9 +17,10 @@ import { idempotency as fastifyIdempotency } from '../../src/http/fastify.js';
 import { idempotency as honoIdempotency, type IdemVariables } from '../../src/http/hono.js';
 import { createIdem, type Idem } from '../../src/operations/idem.js';
 import { createTestSchema, type TestSchema } from '../support/database.js';
+import { recordings } from '../support/recordings.js';
 import { client } from './support/client.js';
 
-describe('mounting the integrations', () => {
+describe.each(recordings)('mounting the integrations, recorded at %s', (recording) => {
   let db: TestSchema;
   let idem: Idem;
   const closers: (() => Promise<void> | void)[] = [];
@@ -27,7 +28,7 @@ describe('mounting the integrations', () => {
 
   beforeAll(async () => {
     db = await createTestSchema({ poolSize: 4 });
-    idem = createIdem({ sql: fromPg(db.pool), schema: db.schema });
+    idem = createIdem({ sql: fromPg(db.pool), schema: db.schema, recording });
   });
   afterAll(async () => {
     for (const close of closers) await close();

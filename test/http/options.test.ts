@@ -13,9 +13,10 @@ import { HttpIdempotency } from '../../src/http/engine.js';
 import { withIdempotency, type NodeHttpIdempotencyOptions } from '../../src/http/node-http.js';
 import { createIdem, type Idem } from '../../src/operations/idem.js';
 import { createTestSchema, type TestSchema } from '../support/database.js';
+import { recordings } from '../support/recordings.js';
 import { client } from './support/client.js';
 
-describe('HTTP idempotency options', () => {
+describe.each(recordings)('HTTP idempotency options, recorded at %s', (recording) => {
   let db: TestSchema;
   let idem: Idem;
   const servers: Server[] = [];
@@ -23,7 +24,7 @@ describe('HTTP idempotency options', () => {
 
   beforeAll(async () => {
     db = await createTestSchema({ poolSize: 4 });
-    idem = createIdem({ sql: fromPg(db.pool), schema: db.schema });
+    idem = createIdem({ sql: fromPg(db.pool), schema: db.schema, recording });
     await db.pool.query(`
       CREATE TABLE "${db.schema}".widgets (id serial PRIMARY KEY, key text NOT NULL);
       CREATE FUNCTION "${db.schema}".conflict_at_commit() RETURNS trigger LANGUAGE plpgsql AS $$
