@@ -15,7 +15,7 @@ import { validateTenant } from '../core/tenant.js';
 import { TableModule } from '../core/store.js';
 import { createBackoff, type Backoff } from '../core/resilience/backoff.js';
 import { positive, positiveInteger } from '../core/validate.js';
-import { isRetryableFailure } from '../client/classify.js';
+import { isRetryableFailure } from '../core/resilience/classify.js';
 import { claimDefaults, type ClaimsOptions, type EnqueueResult, type EnqueueSpec } from './options.js';
 import { renderClaimStatements, type ClaimStatements } from './statements.js';
 import { decodeClaimedTask, decodeTask, taskScope, type ClaimedTask, type TaskRecord } from './task.js';

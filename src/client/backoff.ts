@@ -1,4 +1,4 @@
-import { resolveBackoff, type BackoffOptions } from '../core/resilience/backoff.js';
+import type { BackoffOptions } from '../core/resilience/backoff.js';
 
 /**
  * The backoff options of the client, `retry` and sagas: the core's one `BackoffOptions` shape.
@@ -7,21 +7,4 @@ import { resolveBackoff, type BackoffOptions } from '../core/resilience/backoff.
  */
 export type JitterOptions = BackoffOptions;
 
-/** The in-process retries' default: decorrelated jitter from 100 ms, never above 10 s. */
-export const inProcessBackoff: BackoffOptions = { strategy: 'decorrelated', baseMs: 100, maxMs: 10_000 };
-
-/**
- * An in-process backoff sequence: each call of `next()` returns the next delay. Decorrelated
- * jitter (Polly's "DecorrelatedJitterV2") unless `options` names another strategy.
- */
-export class DecorrelatedJitter {
-  private readonly sequence: { next(): number };
-
-  constructor(options?: BackoffOptions, random?: () => number) {
-    this.sequence = resolveBackoff(options, inProcessBackoff, random).sequence();
-  }
-
-  next(): number {
-    return this.sequence.next();
-  }
-}
+export { DecorrelatedJitter, inProcessBackoff } from '../core/resilience/in-process-backoff.js';

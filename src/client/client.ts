@@ -6,7 +6,7 @@ import { retryDelay } from '../core/resilience/retry-after.js';
 import { sleepUnlessAborted } from '../core/resilience/sleep.js';
 import { DecorrelatedJitter } from './backoff.js';
 import { Breaker, type BreakerOptions } from './breaker.js';
-import { classifyError, classifyResponse, type Classification } from './classify.js';
+import { classifyError, classifyResponse, type Classification } from '../core/resilience/classify.js';
 import { HttpStatusError } from './errors.js';
 import { currentIdempotencyKey, subKey } from '../core/key-context.js';
 import { RetryBudget, type RetryBudgetOptions } from './retry-budget.js';

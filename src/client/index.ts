@@ -18,7 +18,7 @@ export {
   isRetryableFailure,
   isRetryableStatus,
   type Classification,
-} from './classify.js';
+} from '../core/resilience/classify.js';
 export { parseRetryAfter } from '../core/resilience/retry-after.js';
 export { isUnhealthyStatus } from '../core/resilience/http-failure.js';
 export {

@@ -3,7 +3,7 @@ import type { BackoffOptions } from '../core/resilience/backoff.js';
 import { retryDelay } from '../core/resilience/retry-after.js';
 import { sleepUnlessAborted } from '../core/resilience/sleep.js';
 import { DecorrelatedJitter } from './backoff.js';
-import { classifyError } from './classify.js';
+import { classifyError } from '../core/resilience/classify.js';
 import type { RetryBudget } from './retry-budget.js';
 
 /** Options of `retry`. */

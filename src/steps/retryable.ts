@@ -1,4 +1,4 @@
-import { isRetryableFailure, isRetryableStatus } from '../client/classify.js';
+import { isRetryableFailure, isRetryableStatus } from '../core/resilience/classify.js';
 
 /**
  * Whether a step's or call's failure may go away on a retry of the same key: what

@@ -2,7 +2,8 @@ import { FencedError, InvalidArgumentError, isFenced, type OperationScope } from
 import { deriveKey } from '../core/keys.js';
 import type { Queryable, Sql, Transaction } from '../core/sql.js';
 import type { Clock } from '../core/clock.js';
-import { DecorrelatedJitter, type JitterOptions } from '../client/backoff.js';
+import type { BackoffOptions } from '../core/resilience/backoff.js';
+import { DecorrelatedJitter } from '../core/resilience/in-process-backoff.js';
 import { isRetryableStepFailure } from '../steps/retryable.js';
 import {
   describeFailure,
@@ -44,7 +45,7 @@ export interface SagaEngine<Client> {
   readonly leaseMs: number;
   readonly actionAttempts: number;
   readonly compensationAttempts: number;
-  readonly backoff: JitterOptions | undefined;
+  readonly backoff: BackoffOptions | undefined;
   readonly maxRetryAfterMs: number;
   readonly hooks: { at(point: SagaPoint, saga: SagaRef): void | Promise<void> } | undefined;
   readonly onStuck: ((saga: SagaRef, step: string, error: unknown) => void) | undefined;

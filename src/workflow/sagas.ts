@@ -5,7 +5,7 @@ import { validateKey, validateName } from '../core/keys.js';
 import type { Queryable, Sql } from '../core/sql.js';
 import { validateTenants } from '../core/tenant.js';
 import { defaultSchema } from '../migrate/schema-name.js';
-import type { JitterOptions } from '../client/backoff.js';
+import type { BackoffOptions } from '../core/resilience/backoff.js';
 import type { SagaDefinition, SagaPoint, SagaRef } from './definition.js';
 import { SagaFailedError, SagaStuckError, isSagaFailed, isSagaStuck } from './errors.js';
 import {
@@ -50,7 +50,7 @@ export interface SagasOptions<Client = unknown> {
    */
   compensationAttempts?: number;
   /** Decorrelated-jitter backoff between attempts. Defaults: 100 ms initial, 10000 ms max. */
-  backoff?: JitterOptions;
+  backoff?: BackoffOptions;
   /** An error's `retryAfterMs` (a downstream's Retry-After) is honoured up to this. Default 30000. */
   maxRetryAfterMs?: number;
   /** Definitions `recover` and `retry` may resume, by name. `run` registers its own too. */
@@ -127,7 +127,7 @@ export class Sagas<Client = unknown> {
   readonly actionAttempts: number;
   readonly compensationAttempts: number;
   readonly maxRetryAfterMs: number;
-  readonly backoff: JitterOptions | undefined;
+  readonly backoff: BackoffOptions | undefined;
   readonly hooks: SagasOptions<Client>['hooks'];
   readonly onStuck: SagasOptions<Client>['onStuck'];
   readonly retentionMs: number;

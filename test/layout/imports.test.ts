@@ -20,11 +20,7 @@ const src = join(root, 'src');
  * Cycles that another change removes; each is `a.ts ↔ b.ts` (src-relative, sorted). A cycle that
  * is gone may stay listed until that change lands, then must be deleted from here.
  */
-const temporaryCycles = new Set([
-  // The keyed operation and its multi-step execution share @internal members; the API change
-  // that makes those members private (issue 19, point 3) removes the cycle.
-  'operations/idem.ts ↔ operations/multi-step.ts',
-]);
+const temporaryCycles = new Set<string>([]);
 
 /**
  * Imports of the HTTP client's internals by claims, sagas and steps that the resilience kernel
@@ -32,12 +28,7 @@ const temporaryCycles = new Set([
  * (`isRetryableFailure`) and the in-process backoff sequence (`DecorrelatedJitter`) still live in
  * client/. Delete each when its module imports core instead.
  */
-const temporaryClientImports = new Set([
-  'claims/claims.ts → client/classify.ts',
-  'steps/retryable.ts → client/classify.ts',
-  'workflow/execution.ts → client/backoff.ts',
-  'workflow/sagas.ts → client/backoff.ts',
-]);
+const temporaryClientImports = new Set<string>([]);
 
 interface Edge {
   from: string;

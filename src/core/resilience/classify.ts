@@ -1,6 +1,6 @@
-import { isRetryable } from '../core/retryable.js';
-import { isRetryableStatus, isUnhealthyStatus } from '../core/resilience/http-failure.js';
-import { parseRetryAfter } from '../core/resilience/retry-after.js';
+import { isRetryable } from '../retryable.js';
+import { isRetryableStatus, isUnhealthyStatus } from './http-failure.js';
+import { parseRetryAfter } from './retry-after.js';
 
 export { isRetryableStatus };
 
