@@ -341,11 +341,8 @@ export class WebhookProcessor<Client = unknown> extends TableModule<Client, Rece
     }
   }
 
-  /**
-   * Starts `concurrency` workers and returns at once. Idempotent. (Still `void`, where the other
-   * workers return `Promise<void>`: callers that do not await it, the demo's among them, move first.)
-   */
-  start(): void {
+  /** Starts `concurrency` workers; resolves once they run. Idempotent. */
+  async start(): Promise<void> {
     this.worker.start();
   }
 
@@ -795,7 +792,7 @@ function entityParams(
  *   sql: fromPg(pool),
  *   handlers: { stripe: { 'refund.updated': { ordering: 'state', entity: refundVersion, handle: applyRefund } } },
  * });
- * processor.start();
+ * await processor.start();
  */
 export function createWebhookProcessor<Client>(
   options: WebhookProcessorOptions<Client>,

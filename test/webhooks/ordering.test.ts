@@ -454,7 +454,7 @@ describe('per-entity serialisation', () => {
     for (const key of ['par-a', 'par-b', 'par-c']) {
       for (let v = 1; v <= 6; v++) await store(change(key, v, v), undefined, live, wall);
     }
-    for (const w of workers) w.start();
+    await Promise.all(workers.map((w) => w.start()));
     await until(async () => (await count(db.pool, db.schema, 'history', `account LIKE 'par-%'`)) === 18);
     await Promise.all(workers.map((w) => w.stop()));
     expect(maxPerEntity).toBe(1);
@@ -521,7 +521,7 @@ describe('property: any interleaving and duplication ends as if applied once in 
               gapTimeoutMs: 60_000,
             };
             const workers = [processor(handlers, options), processor(handlers, options)];
-            for (const w of workers) w.start();
+            await Promise.all(workers.map((w) => w.start()));
             // Deliveries arrive while the workers run, a few at a time.
             for (let i = 0; i < order.length; i += 3) {
               await Promise.all(order.slice(i, i + 3).map(({ d }) => store(d.event, d.id, live, wall)));
