@@ -302,7 +302,10 @@ export class Idem<Client = unknown> {
     return this.store.readRow(this.sql, scope);
   }
 
-  /** Clears expired results and deletes rows past their tombstone, in small batches. */
+  /**
+   * Clears expired results (`cleared`; the tombstone stays) and deletes rows past their tombstone
+   * with their steps (`deleted`), in bounded batches that skip locked rows.
+   */
   sweep(options: SweepOptions = {}): Promise<SweepResult> {
     return sweep(this.sql, this.store.statements, this.clock, options);
   }

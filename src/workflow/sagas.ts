@@ -3,7 +3,13 @@ import { InProgressError, InvalidArgumentError, isInProgress, KeyReusedError } f
 import { fingerprint } from '../core/fingerprint.js';
 import { validateKey, validateName } from '../core/keys.js';
 import type { Queryable, Sql } from '../core/sql.js';
-import { validateTenants } from '../core/tenant.js';
+import {
+  cutoffBefore,
+  deletedColumn,
+  sweepInBatches,
+  type SweepOptions,
+  type SweepResult,
+} from '../core/sweeper.js';
 import { defaultSchema } from '../migrate/schema-name.js';
 import type { JitterOptions } from '../client/backoff.js';
 import type { SagaDefinition, SagaPoint, SagaRef } from './definition.js';
@@ -171,32 +177,23 @@ export class Sagas<Client = unknown> {
   /**
    * Deletes finished sagas older than `retentionMs` (by finish time), with their steps, in
    * bounded batches that skip locked rows. Running, compensating and stuck sagas are never
-   * touched. Run it from a scheduler, or with `idem sweep`.
+   * touched. Run it from a scheduler, or with `idem sweep`. Answers `{ deleted, cleared }` (`cleared` is
+   * always 0: a saga is kept whole or deleted).
    */
-  async sweep(
-    options: { batchSize?: number; maxBatches?: number; tenants?: readonly string[] } = {},
-  ): Promise<{ deleted: number }> {
-    const batchSize = positive('batchSize', options.batchSize ?? 1000);
-    const cutoff = new Date(this.clock.now() - this.retentionMs);
-    // `tenants`: only those tenants' sagas, each batch pinned to one (maxBatches per tenant).
-    const tenants = validateTenants(options.tenants);
-    let deleted = 0;
-    for (const tenant of tenants ?? [null]) {
-      for (let batch = 0; batch < (options.maxBatches ?? Infinity); batch++) {
-        const { rows } =
-          tenant === null
-            ? await this.sql.query<{ deleted: number }>(this.statements.sweep, [cutoff, batchSize])
-            : await this.sql.query<{ deleted: number }>(this.statements.sweepTenant, [
-                cutoff,
-                batchSize,
-                tenant,
-              ]);
-        const count = Number(rows[0]?.deleted ?? 0);
-        deleted += count;
-        if (count < batchSize) break;
-      }
-    }
-    return { deleted };
+  sweep(options: SweepOptions = {}): Promise<SweepResult> {
+    return sweepInBatches(
+      this.sql,
+      this.clock,
+      [
+        {
+          statement: this.statements.sweep,
+          tenantStatement: this.statements.sweepTenant,
+          cutoff: cutoffBefore(this.clock, this.retentionMs),
+          rowsOf: deletedColumn,
+        },
+      ],
+      options,
+    );
   }
 
   /** Makes a definition resumable by `recover` and `retry`. */

@@ -455,7 +455,7 @@ describe('sagas', () => {
     expect(await present(done.key)).toEqual({ sagas: 0, steps: 0 });
     expect(await present(failed.key)).toEqual({ sagas: 0, steps: 0 });
     expect(await present(running.key)).toEqual({ sagas: 1, steps: 2 }); // unfinished: kept
-    await expect(sagas.sweep()).resolves.toEqual({ deleted: 0 });
+    await expect(sagas.sweep()).resolves.toEqual({ deleted: 0, cleared: 0 });
 
     // Past retention the key is new: the saga runs again (its local writes happen again), with the
     // same derived keys downstream, so a provider that still remembers them charges nothing twice.

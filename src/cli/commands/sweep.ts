@@ -159,7 +159,7 @@ async function sweepTable(db: CliDatabase, table: Table, s: SweepSettings): Prom
   switch (table) {
     case 'requests': {
       const result = await createIdem({ sql, schema }).sweep(options);
-      return `cleared ${result.resultsCleared} expired results, deleted ${result.rowsDeleted} rows`;
+      return `cleared ${result.cleared} expired results, deleted ${result.deleted} rows`;
     }
     case 'inbox':
       return deleted(await createInbox({ sql, schema }).sweep(options));
