@@ -57,7 +57,10 @@ export interface SagasOptions<Client = unknown> {
   compensationAttempts?: number;
   /** Decorrelated-jitter backoff between attempts. Defaults: 100 ms initial, 10000 ms max. */
   backoff?: JitterOptions;
-  /** An error's `retryAfterMs` (a downstream's Retry-After) is honoured up to this. Default 30000. */
+  /**
+   * The longest wait an error's `retryAfterMs` (a downstream's Retry-After) may ask for before the
+   * next attempt; a longer ask is capped to it. Default 30000.
+   */
   maxRetryAfterMs?: number;
   /** Definitions `recover` and `retry` may resume, by name. `run` registers its own too. */
   sagas?: SagaDefinition<never, unknown, Client>[];
