@@ -10,7 +10,8 @@ import {
   type SweepOptions,
   type SweepResult,
 } from '../core/sweeper.js';
-import { defaultSchema } from '../migrate/schema-name.js';
+import { defaultSchema } from '../core/schema-name.js';
+import { positive } from '../core/validate.js';
 import type { JitterOptions } from '../client/backoff.js';
 import type { SagaDefinition, SagaPoint, SagaRef } from './definition.js';
 import { SagaFailedError, SagaStuckError, isSagaFailed, isSagaStuck } from './errors.js';
@@ -24,7 +25,7 @@ import {
 } from './execution.js';
 import { decodeSaga, decodeStep, type SagaRecord, type SagaStatus } from './saga-record.js';
 import { renderSagaStatements, type SagaStatements } from './statements.js';
-import { defaultHeartbeatMs } from '../steps/engine.js';
+import { leaseTimings } from '../steps/lease.js';
 
 /** Options of `createSagas`. */
 export interface SagasOptions<Client = unknown> {
@@ -150,10 +151,7 @@ export class Sagas<Client = unknown> {
     this.schema = options.schema ?? defaultSchema;
     this.statements = renderSagaStatements(this.schema);
     this.clock = options.clock ?? systemClock;
-    this.leaseMs = positive('leaseMs', options.leaseMs ?? 30_000);
-    this.heartbeatMs = positive('heartbeatMs', options.heartbeatMs ?? defaultHeartbeatMs(this.leaseMs));
-    if (this.heartbeatMs >= this.leaseMs)
-      throw new InvalidArgumentError('heartbeatMs must be less than leaseMs');
+    ({ leaseMs: this.leaseMs, heartbeatMs: this.heartbeatMs } = leaseTimings(options, 30_000));
     this.actionAttempts = positive('actionAttempts', options.actionAttempts ?? 3);
     this.compensationAttempts = positive('compensationAttempts', options.compensationAttempts ?? 5);
     this.maxRetryAfterMs = options.maxRetryAfterMs ?? 30_000;
@@ -510,8 +508,3 @@ function pk(ref: SagaRef): [string, string, string] {
   return [ref.tenant, ref.saga, ref.key];
 }
 
-function positive(name: string, value: number): number {
-  if (!(Number.isFinite(value) && value > 0))
-    throw new InvalidArgumentError(`${name} must be a positive number`);
-  return value;
-}
