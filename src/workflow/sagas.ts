@@ -3,13 +3,7 @@ import { InProgressError, InvalidArgumentError, isInProgress, KeyReusedError } f
 import { fingerprint } from '../core/fingerprint.js';
 import { validateKey, validateName } from '../core/keys.js';
 import type { Queryable, Sql } from '../core/sql.js';
-import {
-  cutoffBefore,
-  deletedColumn,
-  sweepInBatches,
-  type SweepOptions,
-  type SweepResult,
-} from '../core/sweeper.js';
+import type { SweepOptions, SweepResult } from '../core/sweeper.js';
 import { defaultSchema } from '../core/schema-name.js';
 import { positive } from '../core/validate.js';
 import type { JitterOptions } from '../client/backoff.js';
@@ -25,6 +19,7 @@ import {
 } from './execution.js';
 import { decodeSaga, decodeStep, type SagaRecord, type SagaStatus } from './saga-record.js';
 import { renderSagaStatements, type SagaStatements } from './statements.js';
+import { sweepSagas } from './sweep.js';
 import { leaseTimings } from '../steps/lease.js';
 
 /** Options of `createSagas`. */
@@ -182,19 +177,7 @@ export class Sagas<Client = unknown> {
    * always 0: a saga is kept whole or deleted).
    */
   sweep(options: SweepOptions = {}): Promise<SweepResult> {
-    return sweepInBatches(
-      this.sql,
-      this.clock,
-      [
-        {
-          statement: this.statements.sweep,
-          tenantStatement: this.statements.sweepTenant,
-          cutoff: cutoffBefore(this.clock, this.retentionMs),
-          rowsOf: deletedColumn,
-        },
-      ],
-      options,
-    );
+    return sweepSagas(this.sql, this.clock, this.statements, this.retentionMs, options);
   }
 
   /** Makes a definition resumable by `recover` and `retry`. */
@@ -507,4 +490,3 @@ function taken<I, O, Client>(
 function pk(ref: SagaRef): [string, string, string] {
   return [ref.tenant, ref.saga, ref.key];
 }
-
