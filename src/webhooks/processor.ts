@@ -343,7 +343,7 @@ export class WebhookProcessor<Client = unknown> extends TableModule<Client, Rece
 
   /** Starts `concurrency` workers; resolves once they run. Idempotent. */
   async start(): Promise<void> {
-    this.worker.start();
+    await this.worker.start();
   }
 
   /** Stops the workers: idle ones at once, busy ones after their current receipt. */
