@@ -23,7 +23,7 @@ import {
   type ReadFirst,
   type Recording,
 } from './options.js';
-import { toOutcome, type OperationResult, type Outcome } from './outcome.js';
+import { freshResult, toOutcome, type OperationResult, type Outcome } from './outcome.js';
 import { ReplayReadPolicy } from './replay-read.js';
 import { decide, inProgress } from './resolve-existing.js';
 import type { RequestRow } from './request-row.js';
@@ -490,16 +490,6 @@ export class Idem<Client = unknown> {
     );
     return Number(rows[0]?.claimed) === 1 ? 1 : null;
   }
-}
-
-function freshResult<T>(outcome: Outcome<T>): OperationResult<T> {
-  return {
-    value: outcome.value,
-    state: outcome.state,
-    replayed: false,
-    resource: outcome.resource ?? null,
-    body: outcome.body ?? null,
-  };
 }
 
 /** The bounded wait on a key's index entry, as a PostgreSQL interval string for `lock_timeout`. */
