@@ -234,10 +234,10 @@ export default async function scalingBench(ctx: BenchContext): Promise<BenchSect
         const t0 = performance.now();
         const result = await workload.idem.sweep({ batchSize });
         const elapsed = (performance.now() - t0) / 1000;
-        if (result.rowsDeleted !== expired) {
-          throw new Error(`the sweeper deleted ${result.rowsDeleted} rows of ${expired} expired`);
+        if (result.deleted !== expired) {
+          throw new Error(`the sweeper deleted ${result.deleted} rows of ${expired} expired`);
         }
-        const rate = result.rowsDeleted / elapsed;
+        const rate = result.deleted / elapsed;
         if (batchSize === 1000) rowsPerSecond = rate;
         figures.push({
           name: `sweeper, batchSize ${batchSize}${batchSize === 1000 ? ' (default)' : ''}`,
@@ -259,8 +259,8 @@ export default async function scalingBench(ctx: BenchContext): Promise<BenchSect
           while (!stop) {
             // 50 batches per call: the loop can stop with the window, and the bodies phase (a scan
             // of the expired range that finds nothing here) runs once per 50 000 rows, not per batch.
-            const { rowsDeleted } = await workload.idem.sweep({ batchSize: 1000, maxBatches: 50 });
-            if (rowsDeleted === 0) break;
+            const { deleted } = await workload.idem.sweep({ batchSize: 1000, maxBatches: 50 });
+            if (deleted === 0) break;
             busyUntil = performance.now();
           }
         })();

@@ -160,7 +160,7 @@ export async function startDemo(overrides: DemoOverrides = {}): Promise<DemoHand
       pollIntervalMs: 500,
       backoff: { baseMs: 500, maxMs: 10_000 },
     });
-    processor.start();
+    await processor.start();
     cleanups.push(() => processor.stop());
     const receipts = startReceiptWorker(claims, demoSchema);
     cleanups.push(() => receipts.stop());

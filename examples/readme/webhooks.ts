@@ -29,7 +29,7 @@ export async function billingWebhooks(app: Express, sql: Sql, secret: string, sc
     onReceipt: () => processor.notify(),
   });
   app.post('/webhooks/billing', hooks.expressWebhook(receiver, 'billing')); // before express.json()
-  processor.start();
+  await processor.start();
 
   // Out: outbox events to subscribers, signed, with the same webhook-id and bytes on every retry.
   const sender = hooks.createWebhookSender({ sql, schema });

@@ -41,11 +41,10 @@ export interface WorkOptions<P, R> extends ClaimsWorkerOptions<P, R> {
  * // on shutdown:
  * await worker.stop();
  */
-export class ClaimsWorker<P, R, Client> {
+export class ClaimsWorker<P, R, Client> extends PollingWorker {
   private readonly batchSize: number;
   private readonly pollIntervalMs: number;
   private readonly tenants: readonly string[] | undefined;
-  private readonly worker: PollingWorker;
   /** Where the next claim of a worker scoped to tenants starts, so each gets its turn first. */
   private nextTenant = 0;
 
@@ -55,34 +54,20 @@ export class ClaimsWorker<P, R, Client> {
     private readonly handler: (tx: Transaction<Client>, task: ClaimedTask<P>) => Promise<R>,
     private readonly options: ClaimsWorkerOptions<P, R> = {},
   ) {
-    this.batchSize = positiveInteger('batchSize', options.batchSize ?? 10);
-    this.pollIntervalMs = positive('pollIntervalMs', options.pollIntervalMs ?? options.pollMs ?? 1000);
-    this.tenants = validateTenants(options.tenants);
-    const onError = options.onError;
-    this.worker = new PollingWorker({
+    // One loop; `start`, `stop` (at once when idle, after the batch in flight otherwise) and
+    // `notify` (tasks were enqueued) are the polling worker's own.
+    super({
       clock: claims.clock,
       pollIntervalMs: () => this.pollIntervalMs,
-      onError: (error) => onError?.(error, 'batch'),
+      onError: (error) => options.onError?.(error, 'batch'),
       round: async () => {
         const claimed = (await this.runOnce()).length;
         return { idleMs: claimed < this.batchSize ? this.pollIntervalMs : 0 };
       },
     });
-  }
-
-  /** Starts the loop. Idempotent. */
-  async start(): Promise<void> {
-    this.worker.start();
-  }
-
-  /** Stops the loop: at once when idle, after the batch in flight otherwise. */
-  async stop(): Promise<void> {
-    await this.worker.stop();
-  }
-
-  /** Wakes an idle loop now (tasks were enqueued). */
-  notify(): void {
-    this.worker.notify();
+    this.batchSize = positiveInteger('batchSize', options.batchSize ?? 10);
+    this.pollIntervalMs = positive('pollIntervalMs', options.pollIntervalMs ?? options.pollMs ?? 1000);
+    this.tenants = validateTenants(options.tenants);
   }
 
   /** Claims one batch and runs its tasks concurrently; returns their outcomes. */

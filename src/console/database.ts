@@ -7,7 +7,7 @@ import { fromPg } from '../adapters/pg.js';
 import type { Clock } from '../core/clock.js';
 import { InvalidArgumentError } from '../core/errors.js';
 import type { Queryable, Sql } from '../core/sql.js';
-import { quoteSchema } from '../migrate/schema-name.js';
+import { quoteSchema } from '../core/schema-name.js';
 import type { ConsoleOptions } from './options.js';
 import { limit, type Query } from './params.js';
 

@@ -11,6 +11,7 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { systemClock } from '../core/clock.js';
 import { InvalidArgumentError, isIdemError } from '../core/errors.js';
+import { positiveInteger } from '../core/validate.js';
 import {
   checkExposure,
   checkMutation,
@@ -296,11 +297,6 @@ function problem(
     });
 }
 
-function positiveInteger(name: string, value: number): number {
-  if (!(Number.isInteger(value) && value > 0))
-    throw new InvalidArgumentError(`${name} must be a positive integer`);
-  return value;
-}
 
 function header(request: FastifyRequest, name: string): string | undefined {
   const value = request.headers[name];

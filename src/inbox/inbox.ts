@@ -1,3 +1,4 @@
+import { parseJsonColumn } from '../core/json-column.js';
 import { toMillis } from '../core/clock.js';
 import { InvalidArgumentError } from '../core/errors.js';
 import { deriveKey, validateName } from '../core/keys.js';
@@ -232,7 +233,7 @@ export class Inbox<Client = unknown> extends TableModule<Client, InboxStatements
       lastError: (r.last_error as string | null) ?? null,
       origin: (r.origin as string | null) ?? null,
       payload: (r.payload as Uint8Array | null) ?? null,
-      headers: typeof r.headers === 'string' ? (JSON.parse(r.headers) as Record<string, string>) : null,
+      headers: parseJsonColumn(r.headers) as Record<string, string> | null,
       processedAt: toMillis(r.processed_at)!,
       expiresAt: toMillis(r.expires_at)!,
     };

@@ -12,7 +12,8 @@ import { createBackoff } from '../core/resilience/backoff.js';
 import { isRetryable } from '../core/retryable.js';
 import type { Queryable, Sql, Transaction } from '../core/sql.js';
 import { isTransactionRetryable, SqlState, sqlStateOf } from '../core/sqlstate.js';
-import { defaultSchema } from '../migrate/schema-name.js';
+import { defaultSchema } from '../core/schema-name.js';
+import { nonNegative, positive } from '../core/validate.js';
 import { observe, type OperationObserver } from '../observability/events.js';
 import { MultiStepRun, type MultiStepOperation } from './multi-step.js';
 import {
@@ -22,13 +23,13 @@ import {
   type ReadFirst,
   type Recording,
 } from './options.js';
-import { toOutcome, type OperationResult, type Outcome } from './outcome.js';
+import { freshResult, toOutcome, type OperationResult, type Outcome } from './outcome.js';
 import { ReplayReadPolicy } from './replay-read.js';
 import { decide, inProgress } from './resolve-existing.js';
 import type { RequestRow } from './request-row.js';
 import { RequestStore, type PreparedSpec } from './request-store.js';
 import { sweep, type SweepOptions, type SweepResult } from './sweep.js';
-import { defaultHeartbeatMs } from '../steps/engine.js';
+import { leaseTimings } from '../steps/lease.js';
 
 export type { PreparedSpec } from './request-store.js';
 
@@ -96,10 +97,7 @@ export class Idem<Client = unknown> {
     this.clock = options.clock ?? systemClock;
     this.store = new RequestStore(this.schema, this.clock);
     this.waitMs = nonNegative('waitMs', options.waitMs ?? 5000);
-    this.leaseMs = positive('leaseMs', options.leaseMs ?? 30_000);
-    this.heartbeatMs = positive('heartbeatMs', options.heartbeatMs ?? defaultHeartbeatMs(this.leaseMs));
-    if (this.heartbeatMs >= this.leaseMs)
-      throw new InvalidArgumentError('heartbeatMs must be less than leaseMs');
+    ({ leaseMs: this.leaseMs, heartbeatMs: this.heartbeatMs } = leaseTimings(options, 30_000));
     this.minKeyLength = positive('minKeyLength', options.minKeyLength ?? 1);
     this.transactionRetries = nonNegative('transactionRetries', options.transactionRetries ?? 3);
     this.retention = options.retention;
@@ -302,7 +300,10 @@ export class Idem<Client = unknown> {
     return this.store.readRow(this.sql, scope);
   }
 
-  /** Clears expired results and deletes rows past their tombstone, in small batches. */
+  /**
+   * Clears expired results (`cleared`; the tombstone stays) and deletes rows past their tombstone
+   * with their steps (`deleted`), in bounded batches that skip locked rows.
+   */
   sweep(options: SweepOptions = {}): Promise<SweepResult> {
     return sweep(this.sql, this.store.statements, this.clock, options);
   }
@@ -491,16 +492,6 @@ export class Idem<Client = unknown> {
   }
 }
 
-function freshResult<T>(outcome: Outcome<T>): OperationResult<T> {
-  return {
-    value: outcome.value,
-    state: outcome.state,
-    replayed: false,
-    resource: outcome.resource ?? null,
-    body: outcome.body ?? null,
-  };
-}
-
 /** The bounded wait on a key's index entry, as a PostgreSQL interval string for `lock_timeout`. */
 function waitInterval(prepared: PreparedSpec, now: number, deadline = now + prepared.waitMs): string {
   return `${Math.ceil(Math.max(1, deadline - now))}ms`;
@@ -534,13 +525,3 @@ export function createIdem<Client>(options: IdemOptions<Client>): Idem<Client> {
 // deadlock victims from colliding again.
 const backoff = createBackoff({ baseMs: 20, jitter: 0.75 }, {});
 
-function positive(name: string, value: number): number {
-  if (!(Number.isFinite(value) && value > 0))
-    throw new InvalidArgumentError(`${name} must be a positive number`);
-  return value;
-}
-
-function nonNegative(name: string, value: number): number {
-  if (!(Number.isFinite(value) && value >= 0)) throw new InvalidArgumentError(`${name} must be zero or more`);
-  return value;
-}

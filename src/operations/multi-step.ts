@@ -11,7 +11,7 @@ import {
   type StepRunner,
 } from '../steps/engine.js';
 import type { FencedLease } from '../steps/lease.js';
-import { toOutcome, type OperationResult, type Outcome } from './outcome.js';
+import { freshResult, toOutcome, type OperationResult, type Outcome } from './outcome.js';
 import type { PreparedSpec, RequestStore } from './request-store.js';
 import { decide, inProgress } from './resolve-existing.js';
 
@@ -117,13 +117,7 @@ export class MultiStepRun<T, Client> implements MultiStepOperation<Client> {
       this.env.store.statements.names.completeLate,
     );
     if (rowCount !== 1) throw new FencedError(this.scope, this.fence);
-    return {
-      value: outcome.value,
-      state: outcome.state,
-      replayed: false,
-      resource: outcome.resource ?? null,
-      body: outcome.body ?? null,
-    };
+    return freshResult(outcome);
   }
 
   deriveKey(name: string): string {

@@ -60,3 +60,14 @@ export interface OperationResult<T> {
   resource: ResourcePointer | null;
   body: Uint8Array | null;
 }
+
+/** What a caller gets from a handler that ran now (not a replay). */
+export function freshResult<T>(outcome: Outcome<T>): OperationResult<T> {
+  return {
+    value: outcome.value,
+    state: outcome.state,
+    replayed: false,
+    resource: outcome.resource ?? null,
+    body: outcome.body ?? null,
+  };
+}

@@ -1,5 +1,5 @@
-import { createHash } from 'node:crypto';
-import { quoteSchema } from '../migrate/schema-name.js';
+import { prepareNames } from '../core/prepared-statements.js';
+import { quoteSchema } from '../core/schema-name.js';
 import { requestColumns } from './request-row.js';
 
 /**
@@ -190,11 +190,8 @@ export function renderStatements(schema: string) {
     sweepBodiesTenant: sweepBodies(s, 'tenant_id = $3 AND '),
     sweepRowsTenant: sweepRows(s, 'tenant_id = $3 AND '),
   };
-  // Each statement gets a prepared-statement name unique to its schema and text.
-  const names = Object.fromEntries(
-    Object.entries(texts).map(([key, text]) => [key, { name: `idem_${key}_${hash(text)}` }]),
-  ) as Record<keyof typeof texts, { name: string }>;
-  return { ...texts, names };
+  // Each statement gets a prepared-statement name unique to its schema and text (`idem_<key>_<hash>`).
+  return { ...texts, names: prepareNames('', texts) };
 }
 
 /**
@@ -218,10 +215,6 @@ function sweepRows(s: string, pin: string): string {
         WHERE ${pin}tombstone_until <= $1 AND (state <> 'pending' OR locked_until IS NULL OR locked_until <= $1)
         LIMIT $2 FOR UPDATE SKIP LOCKED
       ))`;
-}
-
-function hash(text: string): string {
-  return createHash('sha1').update(text).digest('hex').slice(0, 12);
 }
 
 export type Statements = ReturnType<typeof renderStatements>;

@@ -275,7 +275,7 @@ export class OutboxDispatcher {
     if (this.started) return;
     this.started = true;
     await this.listener?.start();
-    this.worker.start();
+    await this.worker.start();
   }
 
   /** Stops the loops (idle ones at once, busy ones after their current batch), and the listener. */

@@ -1,3 +1,4 @@
+import { parseJsonColumn } from '../core/json-column.js';
 import { v7 as uuidv7, validate as isUuid } from 'uuid';
 import { systemClock, toMillis, type Clock } from '../core/clock.js';
 import { InvalidArgumentError } from '../core/errors.js';
@@ -317,8 +318,8 @@ export function decodeEvent(row: Record<string, unknown>): OutboxEvent {
     topic: row.aggregatetype as string,
     key: row.aggregateid as string,
     type: row.type as string,
-    payload: parseJson(row.payload),
-    headers: (parseJson(row.headers) ?? {}) as Record<string, string>,
+    payload: parseJsonColumn(row.payload),
+    headers: (parseJsonColumn(row.headers) ?? {}) as Record<string, string>,
     createdAt: finiteMillis(row.created_at)!,
     attempts: Number(row.attempts),
   };
@@ -333,11 +334,6 @@ function decodeRecord(row: Record<string, unknown>): OutboxRecord {
     publishedAt: finiteMillis(row.published_at),
     deadAt: finiteMillis(row.dead_at),
   };
-}
-
-/** The statements read jsonb as text, so the value is parsed the same way whatever the driver. */
-function parseJson(value: unknown): unknown {
-  return typeof value === 'string' ? (JSON.parse(value) as unknown) : null;
 }
 
 /** Epoch ms, or null for NULL and 'infinity' (a parked event's availability). */

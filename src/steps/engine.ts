@@ -143,10 +143,7 @@ export function inHeldTransaction<T, Client>(
   });
 }
 
-/** The default heartbeat: a third of the lease, so two beats may fail before it lapses. */
-export function defaultHeartbeatMs(leaseMs: number): number {
-  return Math.max(1, Math.floor(leaseMs / 3));
-}
+export { defaultHeartbeatMs } from './lease.js';
 
 /** An error as operators read it (stored, bounded). */
 export function describeFailure(error: unknown): string {

@@ -14,6 +14,7 @@
  * receipt goes back to `waiting` (woken when that worker commits) instead of blocking a worker.
  * Different entities proceed in parallel.
  */
+import { parseJsonColumn } from '../core/json-column.js';
 import { toMillis } from '../core/clock.js';
 import { InvalidArgumentError } from '../core/errors.js';
 import type { Transaction } from '../core/sql.js';
@@ -341,12 +342,9 @@ export class WebhookProcessor<Client = unknown> extends TableModule<Client, Rece
     }
   }
 
-  /**
-   * Starts `concurrency` workers and returns at once. Idempotent. (Still `void`, where the other
-   * workers return `Promise<void>`: callers that do not await it, the demo's among them, move first.)
-   */
-  start(): void {
-    this.worker.start();
+  /** Starts `concurrency` workers; resolves once they run. Idempotent. */
+  async start(): Promise<void> {
+    await this.worker.start();
   }
 
   /** Stops the workers: idle ones at once, busy ones after their current receipt. */
@@ -485,8 +483,7 @@ export class WebhookProcessor<Client = unknown> extends TableModule<Client, Rece
       source: row.source,
       deliveryId: row.delivery_id,
       type: row.event_type,
-      headers:
-        typeof row.headers === 'string' ? (JSON.parse(row.headers) as Record<string, string>) : row.headers,
+      headers: parseJsonColumn(row.headers) as Record<string, string>,
       body: row.body,
       receivedAt: toMillis(row.received_at)!,
       attempt,
@@ -795,7 +792,7 @@ function entityParams(
  *   sql: fromPg(pool),
  *   handlers: { stripe: { 'refund.updated': { ordering: 'state', entity: refundVersion, handle: applyRefund } } },
  * });
- * processor.start();
+ * await processor.start();
  */
 export function createWebhookProcessor<Client>(
   options: WebhookProcessorOptions<Client>,
@@ -890,13 +887,12 @@ function declaredEntity<Client>(
 }
 
 function decodeReceipt(row: Record<string, unknown>): WebhookReceipt {
-  const headers = row.headers;
   return {
     tenant: row.tenant_id as string,
     source: row.source as string,
     deliveryId: row.delivery_id as string,
     eventType: (row.event_type as string | null) ?? null,
-    headers: (typeof headers === 'string' ? JSON.parse(headers) : headers) as Record<string, string>,
+    headers: parseJsonColumn(row.headers) as Record<string, string>,
     body: row.body as Uint8Array,
     receivedAt: toMillis(row.received_at)!,
     state: row.state as WebhookReceipt['state'],

@@ -5,6 +5,7 @@ import type { Clock } from '../core/clock.js';
 import type { BackoffOptions } from '../core/resilience/backoff.js';
 import { DecorrelatedJitter } from '../core/resilience/in-process-backoff.js';
 import { isRetryableStepFailure } from '../steps/retryable.js';
+import { retryDelay } from '../core/resilience/retry-after.js';
 import {
   describeFailure,
   inHeldTransaction,
@@ -439,9 +440,13 @@ export class SagaExecution<I, O, Client> {
   }
 }
 
-function delayFor(error: unknown, jitter: DecorrelatedJitter, cap: number): number {
+/**
+ * The wait before the next attempt: a downstream's ask (`retryAfterMs`, from its Retry-After) when
+ * it made one, capped at `maxRetryAfterMs` as everywhere; otherwise the backoff's.
+ */
+function delayFor(error: unknown, jitter: DecorrelatedJitter, maxRetryAfterMs: number): number {
   const asked = (error as { retryAfterMs?: unknown } | null)?.retryAfterMs;
-  return typeof asked === 'number' && asked >= 0 && asked <= cap ? asked : jitter.next();
+  return typeof asked === 'number' && asked >= 0 ? retryDelay(0, asked, maxRetryAfterMs) : jitter.next();
 }
 
 export const describe = describeFailure;

@@ -34,6 +34,7 @@ export {
 export { stepKeys, type SagaResult } from './execution.js';
 export type { SagaRecord, SagaStatus, SagaStepRecord, SagaStepState } from './saga-record.js';
 export { SagaFailedError, SagaStuckError, isSagaFailed, isSagaStuck } from './errors.js';
+export type { SweepOptions, SweepResult } from '../core/sweeper.js';
 export {
   activityKey,
   activityScope,

@@ -1,3 +1,4 @@
+import { parseJsonColumn } from '../core/json-column.js';
 import { toMillis } from '../core/clock.js';
 import type { SagaRef } from './definition.js';
 
@@ -51,11 +52,11 @@ export function decodeSaga(row: Record<string, unknown>): SagaRecord {
     key: row.saga_key as string,
     fingerprint: row.fingerprint as string,
     status: row.status as SagaStatus,
-    input: parse(row.input),
+    input: parseJsonColumn(row.input),
     cursor: Number(row.cursor),
     fence: Number(row.fence),
     lockedUntil: toMillis(row.locked_until),
-    result: parse(row.result),
+    result: parseJsonColumn(row.result),
     error: (row.error as string | null) ?? null,
     stuckError: (row.stuck_error as string | null) ?? null,
     createdAt: toMillis(row.created_at)!,
@@ -71,15 +72,11 @@ export function decodeStep(row: Record<string, unknown>): SagaStepRecord {
     actionKey: row.action_key as string,
     compensationKey: (row.compensation_key as string | null) ?? null,
     state: row.state as SagaStepState,
-    result: parse(row.result),
-    compensationResult: parse(row.compensation_result),
+    result: parseJsonColumn(row.result),
+    compensationResult: parseJsonColumn(row.compensation_result),
     compensationAttempts: Number(row.compensation_attempts),
     registeredAt: toMillis(row.registered_at)!,
     doneAt: toMillis(row.done_at),
     compensatedAt: toMillis(row.compensated_at),
   };
-}
-
-function parse(value: unknown): unknown {
-  return value === null || value === undefined ? null : (JSON.parse(value as string) as unknown);
 }

@@ -3,8 +3,9 @@ import { InProgressError, InvalidArgumentError, isInProgress, KeyReusedError } f
 import { fingerprint } from '../core/fingerprint.js';
 import { validateKey, validateName } from '../core/keys.js';
 import type { Queryable, Sql } from '../core/sql.js';
-import { validateTenants } from '../core/tenant.js';
-import { defaultSchema } from '../migrate/schema-name.js';
+import type { SweepOptions, SweepResult } from '../core/sweeper.js';
+import { defaultSchema } from '../core/schema-name.js';
+import { positive } from '../core/validate.js';
 import type { BackoffOptions } from '../core/resilience/backoff.js';
 import type { SagaDefinition, SagaPoint, SagaRef } from './definition.js';
 import { SagaFailedError, SagaStuckError, isSagaFailed, isSagaStuck } from './errors.js';
@@ -18,7 +19,8 @@ import {
 } from './execution.js';
 import { decodeSaga, decodeStep, type SagaRecord, type SagaStatus } from './saga-record.js';
 import { renderSagaStatements, type SagaStatements } from './statements.js';
-import { defaultHeartbeatMs } from '../steps/engine.js';
+import { sweepSagas } from './sweep.js';
+import { leaseTimings } from '../steps/lease.js';
 
 /** Options of `createSagas`. */
 export interface SagasOptions<Client = unknown> {
@@ -51,7 +53,10 @@ export interface SagasOptions<Client = unknown> {
   compensationAttempts?: number;
   /** Decorrelated-jitter backoff between attempts. Defaults: 100 ms initial, 10000 ms max. */
   backoff?: BackoffOptions;
-  /** An error's `retryAfterMs` (a downstream's Retry-After) is honoured up to this. Default 30000. */
+  /**
+   * The longest wait an error's `retryAfterMs` (a downstream's Retry-After) may ask for before the
+   * next attempt; a longer ask is capped to it. Default 30000.
+   */
   maxRetryAfterMs?: number;
   /** Definitions `recover` and `retry` may resume, by name. `run` registers its own too. */
   sagas?: SagaDefinition<never, unknown, Client>[];
@@ -141,10 +146,7 @@ export class Sagas<Client = unknown> {
     this.schema = options.schema ?? defaultSchema;
     this.statements = renderSagaStatements(this.schema);
     this.clock = options.clock ?? systemClock;
-    this.leaseMs = positive('leaseMs', options.leaseMs ?? 30_000);
-    this.heartbeatMs = positive('heartbeatMs', options.heartbeatMs ?? defaultHeartbeatMs(this.leaseMs));
-    if (this.heartbeatMs >= this.leaseMs)
-      throw new InvalidArgumentError('heartbeatMs must be less than leaseMs');
+    ({ leaseMs: this.leaseMs, heartbeatMs: this.heartbeatMs } = leaseTimings(options, 30_000));
     this.actionAttempts = positive('actionAttempts', options.actionAttempts ?? 3);
     this.compensationAttempts = positive('compensationAttempts', options.compensationAttempts ?? 5);
     this.maxRetryAfterMs = options.maxRetryAfterMs ?? 30_000;
@@ -171,32 +173,11 @@ export class Sagas<Client = unknown> {
   /**
    * Deletes finished sagas older than `retentionMs` (by finish time), with their steps, in
    * bounded batches that skip locked rows. Running, compensating and stuck sagas are never
-   * touched. Run it from a scheduler, or with `idem sweep`.
+   * touched. Run it from a scheduler, or with `idem sweep`. Answers `{ deleted, cleared }` (`cleared` is
+   * always 0: a saga is kept whole or deleted).
    */
-  async sweep(
-    options: { batchSize?: number; maxBatches?: number; tenants?: readonly string[] } = {},
-  ): Promise<{ deleted: number }> {
-    const batchSize = positive('batchSize', options.batchSize ?? 1000);
-    const cutoff = new Date(this.clock.now() - this.retentionMs);
-    // `tenants`: only those tenants' sagas, each batch pinned to one (maxBatches per tenant).
-    const tenants = validateTenants(options.tenants);
-    let deleted = 0;
-    for (const tenant of tenants ?? [null]) {
-      for (let batch = 0; batch < (options.maxBatches ?? Infinity); batch++) {
-        const { rows } =
-          tenant === null
-            ? await this.sql.query<{ deleted: number }>(this.statements.sweep, [cutoff, batchSize])
-            : await this.sql.query<{ deleted: number }>(this.statements.sweepTenant, [
-                cutoff,
-                batchSize,
-                tenant,
-              ]);
-        const count = Number(rows[0]?.deleted ?? 0);
-        deleted += count;
-        if (count < batchSize) break;
-      }
-    }
-    return { deleted };
+  sweep(options: SweepOptions = {}): Promise<SweepResult> {
+    return sweepSagas(this.sql, this.clock, this.statements, this.retentionMs, options);
   }
 
   /** Makes a definition resumable by `recover` and `retry`. */
@@ -508,10 +489,4 @@ function taken<I, O, Client>(
 
 function pk(ref: SagaRef): [string, string, string] {
   return [ref.tenant, ref.saga, ref.key];
-}
-
-function positive(name: string, value: number): number {
-  if (!(Number.isFinite(value) && value > 0))
-    throw new InvalidArgumentError(`${name} must be a positive number`);
-  return value;
 }

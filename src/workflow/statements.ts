@@ -1,4 +1,4 @@
-import { quoteSchema } from '../migrate/schema-name.js';
+import { quoteSchema } from '../core/schema-name.js';
 
 const sagaColumns = `tenant_id, saga, saga_key, fingerprint, status, input, cursor, fence, locked_until,
   result, error, stuck_error, created_at, updated_at, finished_at`;

@@ -33,7 +33,7 @@ describe('polling worker', () => {
   ] as const) {
     it(`stop() while idle returns at once, without waiting out the poll interval (${name})`, async () => {
       const { worker, state } = idleWorker(clock);
-      worker.start();
+      await worker.start();
       await settle(() => state.rounds === 2); // both loops are now in their 60 s wait
       const started = performance.now();
       await worker.stop();
@@ -64,7 +64,7 @@ describe('polling worker', () => {
         return { idleMs: 1000 };
       },
     });
-    worker.start();
+    await worker.start();
     await settle(() => seen.length === 4); // 3, 2, 1 at once, then 0 and idle
     expect(seen).toEqual([3, 2, 1, 0]);
     due = 99;
@@ -93,7 +93,7 @@ describe('polling worker', () => {
         throw new Error('database down');
       },
     });
-    worker.start();
+    await worker.start();
     await settle(() => rounds === 1);
     worker.notify();
     await new Promise((resolve) => setTimeout(resolve, 20));

@@ -264,7 +264,7 @@ describe.each(recordings.flatMap((recording) => adapterFactories.map((factory) =
 
       // The sweeper clears the stored result but keeps the tombstone; the answer stays the same.
       const swept = await idem.sweep();
-      expect(swept.resultsCleared).toBeGreaterThanOrEqual(1);
+      expect(swept.cleared).toBeGreaterThanOrEqual(1);
       expect((await idem.inspect(spec))?.result).toBeNull();
       expect(isExpired(await idem.run(spec, handler).catch((e: unknown) => e))).toBe(true);
       // A different payload inside the tombstone is still refused as a reused key.
@@ -291,7 +291,7 @@ describe.each(recordings.flatMap((recording) => adapterFactories.map((factory) =
         await local.run({ tenant: 'sweep', operation: 'op', key: `k${i}` }, async () => i);
       sweepClock.advance(10 * 365 * day);
       const result = await local.sweep({ batchSize: 7 });
-      expect(result.rowsDeleted).toBeGreaterThanOrEqual(25);
+      expect(result.deleted).toBeGreaterThanOrEqual(25);
       const { rows } = await adapter.sql.query<{ n: number }>(
         `SELECT count(*)::int AS n FROM "${schema}".requests WHERE tenant_id = 'sweep'`,
       );

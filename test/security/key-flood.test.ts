@@ -65,7 +65,7 @@ it('stays within one tombstone window of keys, wave after wave', async () => {
     expect(after.n).toBeLessThanOrEqual(4 * perWave);
     expect(after.bodies).toBeLessThanOrEqual(2 * perWave);
     // In the steady state each sweep deletes one wave: what came in a window ago.
-    if (wave > 4) expect(swept.rowsDeleted).toBe(perWave);
+    if (wave > 4) expect(swept.deleted).toBe(perWave);
     clock.advance(minute / 2 + 1);
   }
   expect(sizes).toEqual([1, 2, 3, 4, 4, 4, 4, 4].map((n) => n * perWave));

@@ -61,7 +61,7 @@ it('answers in milliseconds while a backlog of slow handlers is worked through',
       },
     },
   });
-  processor.start();
+  await processor.start();
   try {
     // Workers are busy from here on: backlog × handlerMs / concurrency = 4 s of work. Wait for the
     // first receipt to be applied, so the answers below are measured while work is really going on

@@ -259,6 +259,27 @@ describe('sagas', () => {
     expect(await ledger(spec.input.trip)).toEqual(['hotel', 'charge', 'flight']);
   });
 
+  it("waits as long as a failure's retryAfterMs asks, capped at maxRetryAfterMs", async () => {
+    const sagas = engine({ maxRetryAfterMs: 5000 });
+    const asks = [3_600_000, 2000];
+    const patient = defineSaga<{ n: number }>({
+      name: 'patient',
+      steps: [
+        step({
+          name: 'busy',
+          action: () => {
+            const retryAfterMs = asks.shift();
+            if (retryAfterMs === undefined) return Promise.resolve('done');
+            return Promise.reject(Object.assign(new Error('busy'), { status: 503, retryAfterMs }));
+          },
+        }),
+      ],
+    });
+    const sleepsBefore = clock.sleeps.length;
+    await sagas.run(patient, { tenant: 'acme', key: `patient-${++counter}`, input: { n: 1 } });
+    expect(clock.sleeps.slice(sleepsBefore)).toEqual([5000, 2000]);
+  });
+
   it('refuses a second process while the lease holds, and fences a stalled holder after a takeover', async () => {
     const key = `lease-${++counter}`;
     const spec = { tenant: 'acme', key, input: { trip: key, flightFails: false } };
@@ -455,7 +476,7 @@ describe('sagas', () => {
     expect(await present(done.key)).toEqual({ sagas: 0, steps: 0 });
     expect(await present(failed.key)).toEqual({ sagas: 0, steps: 0 });
     expect(await present(running.key)).toEqual({ sagas: 1, steps: 2 }); // unfinished: kept
-    await expect(sagas.sweep()).resolves.toEqual({ deleted: 0 });
+    await expect(sagas.sweep()).resolves.toEqual({ deleted: 0, cleared: 0 });
 
     // Past retention the key is new: the saga runs again (its local writes happen again), with the
     // same derived keys downstream, so a provider that still remembers them charges nothing twice.

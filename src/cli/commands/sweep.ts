@@ -5,13 +5,7 @@
  */
 import { createClaims } from '../../claims/claims.js';
 import { systemClock } from '../../core/clock.js';
-import {
-  cutoffBefore,
-  deletedColumn,
-  sweepInBatches,
-  type SweepOptions,
-  type SweepResult,
-} from '../../core/sweeper.js';
+import type { SweepOptions, SweepResult } from '../../core/sweeper.js';
 import { createInbox } from '../../inbox/inbox.js';
 import { quoteSchema } from '../../core/schema-name.js';
 import { createIdem } from '../../operations/idem.js';
@@ -19,6 +13,7 @@ import { createOutbox, defaultPublishedRetentionMs } from '../../outbox/outbox.j
 import { createWebhookSender, defaultMessagesRetentionMs } from '../../webhooks/sender/sender.js';
 import { sweepReceipts } from '../../webhooks/sweep.js';
 import { renderSagaStatements } from '../../workflow/statements.js';
+import { sweepSagas } from '../../workflow/sweep.js';
 import { parseCommand, usageError as commandUsageError } from '../args.js';
 import { checkMigrated, openDatabase, type CliDatabase } from '../database.js';
 
@@ -159,7 +154,7 @@ async function sweepTable(db: CliDatabase, table: Table, s: SweepSettings): Prom
   switch (table) {
     case 'requests': {
       const result = await createIdem({ sql, schema }).sweep(options);
-      return `cleared ${result.resultsCleared} expired results, deleted ${result.rowsDeleted} rows`;
+      return `cleared ${result.cleared} expired results, deleted ${result.deleted} rows`;
     }
     case 'inbox':
       return deleted(await createInbox({ sql, schema }).sweep(options));
@@ -178,24 +173,11 @@ async function sweepTable(db: CliDatabase, table: Table, s: SweepSettings): Prom
       return deleted(
         await createWebhookSender({ sql, schema }).sweep({ ...options, olderThanMs: s.messagesRetentionMs }),
       );
-    case 'sagas': {
+    case 'sagas':
       // The saga engine's sweep takes its retention from the engine; here it is chosen per run
-      // (0: every finished saga), so the sagas' statements run on the core sweeper directly.
-      const statements = renderSagaStatements(schema);
-      const result = await sweepInBatches(
-        sql,
-        systemClock,
-        [
-          {
-            statement: statements.sweep,
-            tenantStatement: statements.sweepTenant,
-            cutoff: cutoffBefore(systemClock, s.sagasRetentionMs),
-            rowsOf: deletedColumn,
-          },
-        ],
-        options,
+      // (0: every finished saga), so the sweep runs without an engine.
+      return deleted(
+        await sweepSagas(sql, systemClock, renderSagaStatements(schema), s.sagasRetentionMs, options),
       );
-      return deleted(result);
-    }
   }
 }

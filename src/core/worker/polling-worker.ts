@@ -42,9 +42,12 @@ export interface PollingWorkerOptions {
   pollIntervalMs: () => number;
 }
 
-/** Runs loops of rounds until stopped. Owned by a dispatcher, processor, sender or claims worker. */
+/**
+ * Runs loops of rounds until stopped. Owned by the dispatcher, the webhook processor and sender;
+ * the claims worker is one.
+ */
 export class PollingWorker {
-  private readonly options: PollingWorkerOptions;
+  private readonly settings: PollingWorkerOptions;
   private readonly clock: Clock;
   private readonly concurrency: number;
   private loops: Promise<void>[] = [];
@@ -54,7 +57,7 @@ export class PollingWorker {
   private readonly waits = new Set<{ wakeable: boolean; controller: AbortController }>();
 
   constructor(options: PollingWorkerOptions) {
-    this.options = options;
+    this.settings = options;
     this.clock = options.clock ?? systemClock;
     this.concurrency = positiveInteger('concurrency', options.concurrency ?? 1);
   }
@@ -64,8 +67,8 @@ export class PollingWorker {
     return this.running;
   }
 
-  /** Starts the loops. Idempotent. */
-  start(): void {
+  /** Starts the loops; resolves once they run. Idempotent. */
+  async start(): Promise<void> {
     if (this.running) return;
     this.running = true;
     this.loops = Array.from({ length: this.concurrency }, (_, i) => this.loop(i));
@@ -91,11 +94,11 @@ export class PollingWorker {
       this.wakeRequested = false;
       let next: NextRound;
       try {
-        next = await this.options.round(index);
+        next = await this.settings.round(index);
         failures = 0;
       } catch (error) {
-        this.options.onError(error);
-        next = this.options.afterError?.(++failures) ?? { idleMs: this.options.pollIntervalMs() };
+        this.settings.onError(error);
+        next = this.settings.afterError?.(++failures) ?? { idleMs: this.settings.pollIntervalMs() };
       }
       await this.idle(next);
     }

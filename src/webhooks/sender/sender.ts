@@ -174,7 +174,7 @@ export class WebhookSender<Client = unknown> extends TableModule<Client, SenderS
 
   /** Starts `concurrency` workers. Idempotent. */
   async start(): Promise<void> {
-    this.worker.start();
+    await this.worker.start();
   }
 
   /**
