@@ -140,14 +140,8 @@ export class Idem<Client = unknown> {
     const { scope } = prepared;
     const deadline = this.clock.now() + prepared.waitMs;
     // Fast path: a finished key is answered by one indexed read, with no transaction.
-    if (this.replayRead.shouldRead(scope.operation, prepared.readFirst)) {
-      const row = await this.store.readRow(this.sql, scope);
-      if (row) {
-        this.replayRead.observe(scope.operation, true);
-        const settled = await this.settle<T>(this.sql, prepared, row, deadline);
-        if (settled) return settled;
-      }
-    }
+    const replay = await this.replayInFront<T>(this.sql, prepared, deadline);
+    if (replay) return replay;
     const byCommit = prepared.recording === 'commit';
     for (let attempt = 0; ; attempt++) {
       const execution: Execution = { handlerFailed: false };
@@ -216,6 +210,23 @@ export class Idem<Client = unknown> {
     });
   }
 
+  /**
+   * The read in front, when the operation's `readFirst` asks for it: a finished key's stored
+   * result, or null (no row, or a row that does not settle the call, e.g. one being claimed).
+   */
+  private async replayInFront<T>(
+    db: Queryable,
+    prepared: PreparedSpec,
+    deadline: number,
+  ): Promise<OperationResult<T> | null> {
+    const { scope } = prepared;
+    if (!this.replayRead.shouldRead(scope.operation, prepared.readFirst)) return null;
+    const row = await this.store.readRow(db, scope);
+    if (!row) return null;
+    this.replayRead.observe(scope.operation, true);
+    return (await this.settle<T>(db, prepared, row, deadline)) ?? null;
+  }
+
   /** `runIn` with commit-time recording: savepoint, handler, record; on a taken key, roll back to the savepoint. */
   private async recordIn<T, TxClient>(
     tx: Transaction<TxClient>,
@@ -224,14 +235,8 @@ export class Idem<Client = unknown> {
   ): Promise<OperationResult<T>> {
     const { scope } = prepared;
     const deadline = this.clock.now() + prepared.waitMs;
-    if (this.replayRead.shouldRead(scope.operation, prepared.readFirst)) {
-      const row = await this.store.readRow(tx, scope);
-      if (row) {
-        this.replayRead.observe(scope.operation, true);
-        const settled = await this.settle<T>(tx, prepared, row, deadline);
-        if (settled) return settled;
-      }
-    }
+    const replay = await this.replayInFront<T>(tx, prepared, deadline);
+    if (replay) return replay;
     for (;;) {
       await tx.query(`SAVEPOINT ${recordSavepoint}`);
       const execution: Execution = { handlerFailed: false };
@@ -524,4 +529,3 @@ export function createIdem<Client>(options: IdemOptions<Client>): Idem<Client> {
 // Exponential from 20 ms, jitter 0.75 (a delay in [d/4, d]: 5–20 ms, 10–40 ms, …): keeps retried
 // deadlock victims from colliding again.
 const backoff = createBackoff({ baseMs: 20, jitter: 0.75 }, {});
-

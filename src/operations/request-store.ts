@@ -73,11 +73,7 @@ export class RequestStore {
       scope.operation,
       scope.key,
       fence,
-      outcome.state,
-      JSON.stringify(outcome.value ?? null),
-      outcome.body ?? null,
-      outcome.resource?.type ?? null,
-      outcome.resource?.id ?? null,
+      ...outcomeParams(outcome),
       new Date(now),
     ];
     if (late) params.push(new Date(now + retention.resultMs), new Date(now + retention.tombstoneMs));
@@ -93,14 +89,21 @@ export class RequestStore {
       scope.operation,
       scope.key,
       prepared.fingerprint,
-      outcome.state,
-      JSON.stringify(outcome.value ?? null),
-      outcome.body ?? null,
-      outcome.resource?.type ?? null,
-      outcome.resource?.id ?? null,
+      ...outcomeParams(outcome),
       new Date(now),
       new Date(now + retention.resultMs),
       new Date(now + retention.tombstoneMs),
     ];
   }
+}
+
+/** An outcome as the columns state, result, body, resource_type, resource_id. */
+function outcomeParams(outcome: Outcome<unknown>): unknown[] {
+  return [
+    outcome.state,
+    JSON.stringify(outcome.value ?? null),
+    outcome.body ?? null,
+    outcome.resource?.type ?? null,
+    outcome.resource?.id ?? null,
+  ];
 }
