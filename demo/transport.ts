@@ -85,7 +85,7 @@ async function rabbitMqTransport(options: TransportOptions, url: string): Promis
     publisher,
     start: () => consumer.start(),
     close: async () => {
-      await consumer.close();
+      await consumer.stop();
       await publisher.close?.();
     },
   };
@@ -124,7 +124,7 @@ async function natsTransport(options: TransportOptions, url: string): Promise<Tr
     publisher,
     start: () => consumer.start(),
     close: async () => {
-      await consumer.close();
+      await consumer.stop();
       await nc.drain();
     },
   };

@@ -117,8 +117,13 @@ export class JetStreamConsumer<Client = unknown> {
     this.loop = this.run(this.messages).catch((error: unknown) => this.inbox.report(error));
   }
 
+  /** @deprecated Use `stop()`, the one lifecycle of idem's workers; this calls it. */
+  close(): Promise<void> {
+    return this.stop();
+  }
+
   /** Stops pulling, lets running handlers finish (and ack), and drains an owned connection. */
-  async close(): Promise<void> {
+  async stop(): Promise<void> {
     await this.messages?.close();
     await this.loop;
     if (this.owned) await this.nc?.drain().catch(() => undefined);

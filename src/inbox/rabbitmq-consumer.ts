@@ -120,8 +120,13 @@ export class RabbitMqConsumer<Client = unknown> {
     await this.connect();
   }
 
+  /** @deprecated Use `stop()`, the one lifecycle of idem's workers; this calls it. */
+  close(): Promise<void> {
+    return this.stop();
+  }
+
   /** Stops consuming, lets running handlers finish (and ack), and closes the connection. */
-  async close(): Promise<void> {
+  async stop(): Promise<void> {
     this.closing = true;
     clearTimeout(this.reconnectTimer);
     // No new deliveries; the running ones finish and ack on the open channel.
