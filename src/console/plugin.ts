@@ -297,7 +297,6 @@ function problem(
     });
 }
 
-
 function header(request: FastifyRequest, name: string): string | undefined {
   const value = request.headers[name];
   return Array.isArray(value) ? value[0] : value;
