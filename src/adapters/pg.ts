@@ -148,19 +148,15 @@ export function fromPg<Client extends PgClientLike = PoolClient>(
     // first use on each one.
     query: (text, params, queryOptions) => run(pool, text, params, queryOptions),
     async transaction<T>(fn: (tx: Transaction<Client>) => Promise<T>): Promise<T> {
-      const client = await pool.connect();
       let broken: Error | undefined;
       // node-postgres emits 'error' on a checked-out client whose connection is lost (a server
       // restart, a cut connection). With no listener that is an uncaught exception that ends the
       // process; the pending query rejects with the same error anyway, so only remember it.
-      const events = client as {
-        on?(e: 'error', f: (error: Error) => void): void;
-        off?(e: 'error', f: (error: Error) => void): void;
-      };
       const onError = (error: Error) => {
         broken = error;
       };
-      events.on?.('error', onError);
+      const client = await checkOut(pool, onError);
+      const events = client as ClientEvents;
       try {
         await client.query('BEGIN');
         const value = await fn(transactionOf(client, run));
@@ -180,4 +176,38 @@ export function fromPg<Client extends PgClientLike = PoolClient>(
       }
     },
   };
+}
+
+/** The part of a node-postgres client's events idem uses. */
+interface ClientEvents {
+  on?(event: 'error', listener: (error: Error) => void): void;
+  off?(event: 'error', listener: (error: Error) => void): void;
+}
+
+type ConnectCallback<C> = (error: Error | undefined, client: C) => void;
+
+/**
+ * Checks a client out of `pool` with `onError` listening from the moment the pool hands it over.
+ * pg-pool calls a `connect(callback)` synchronously, inside the socket event that finished the
+ * connection; a promise resumes only after that event, and a server shutting down can send its
+ * FATAL 57P01 in the same packet as the connection's readiness: with the pool's own listener
+ * already removed, that 'error' had no listener and ended the process (seen in the cells test,
+ * which restarts a PostgreSQL under load). Pools whose `connect` takes no callback are awaited.
+ */
+function checkOut<C extends PgClientLike>(
+  pool: PgPoolLike<C>,
+  onError: (error: Error) => void,
+): Promise<C & { release(error?: Error | boolean): void }> {
+  type Checked = C & { release(error?: Error | boolean): void };
+  const listen = (client: Checked): Checked => {
+    (client as ClientEvents).on?.('error', onError);
+    return client;
+  };
+  if (pool.connect.length === 0) return pool.connect().then(listen);
+  return new Promise((resolve, reject) => {
+    (pool.connect as unknown as (callback: ConnectCallback<Checked>) => void)((error, client) => {
+      if (error) reject(error);
+      else resolve(listen(client));
+    });
+  });
 }
