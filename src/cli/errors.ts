@@ -50,6 +50,11 @@ export function describeError(error: unknown, command: string): string {
       const where = fields.address ?? inner.address;
       const port = fields.port ?? inner.port;
       const at = where ? ` at ${where}${port ? `:${port}` : ''}` : '';
+      // The demo also connects to its broker and provider: a refusal on another port than
+      // DATABASE_URL's is not PostgreSQL's (a RabbitMQ restart used to be reported as one).
+      if (port !== undefined && port !== databasePort()) {
+        return `cannot connect to ${where ?? 'a server'}:${port}: connection refused; is the server running?`;
+      }
       return `cannot connect to PostgreSQL${at} (DATABASE_URL): connection refused; is the server running?`;
     }
     case 'ENOTFOUND':
@@ -78,4 +83,13 @@ export function missingTables(schema: string): string {
 function packageName(specifier: string): string {
   const parts = specifier.split('/');
   return specifier.startsWith('@') ? parts.slice(0, 2).join('/') : parts[0]!;
+}
+
+/** DATABASE_URL's port (PostgreSQL's 5432 when it names none or cannot be read). */
+function databasePort(): number {
+  try {
+    return Number(new URL(process.env.DATABASE_URL ?? '').port || 5432);
+  } catch {
+    return 5432;
+  }
 }
