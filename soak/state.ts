@@ -55,27 +55,43 @@ export interface SoakState {
 export async function readState(pool: pg.Pool, schema: string, providerUrl: string): Promise<SoakState> {
   const s = `"${schema}"`;
   const d = `"${schema}_demo"`;
-  const query = async <T extends pg.QueryResultRow>(text: string) => (await pool.query<T>(text)).rows;
-  const [payments, ledger, notifications, outbox, inbox, requests, receipts, tasks] = await Promise.all([
-    query<PaymentRecord>(
-      `SELECT id, tenant, customer, amount::float8 AS amount, status, charge_id, refunded::float8 AS refunded FROM ${d}.payments`,
-    ),
-    query<LedgerEntry>(`SELECT payment_id, kind, amount::float8 AS amount, event_id FROM ${d}.ledger`),
-    query<{ payment_id: string }>(`SELECT payment_id FROM ${d}.notifications`),
-    query<OutboxRow>(
-      `SELECT id::text, aggregateid AS key, type, published_at IS NOT NULL AS published, dead_at IS NOT NULL AS dead, attempts, last_error FROM ${s}.outbox`,
-    ),
-    query<{ message_id: string; state: string }>(
-      `SELECT message_id, state FROM ${s}.inbox WHERE consumer = 'ledger'`,
-    ),
-    query<{ tenant: string; key: string; state: string; lapsed: boolean }>(
-      `SELECT tenant_id AS tenant, idempotency_key AS key, state, (state = 'pending' AND coalesce(locked_until, '-infinity') < now()) AS lapsed FROM ${s}.requests`,
-    ),
-    query<{ state: string; n: string }>(
-      `SELECT state, count(*) AS n FROM ${s}.webhook_receipts GROUP BY state`,
-    ),
-    query<{ state: string; n: string }>(`SELECT state, count(*) AS n FROM ${s}.tasks GROUP BY state`),
-  ]);
+  // One snapshot: read in parallel on separate connections, the inbox could be read before a
+  // consumer's commit and the ledger after it (a ledger entry without its inbox row), which the
+  // verdict took for a loss while consumers were still catching up after a broker restart.
+  const client = await pool.connect();
+  const query = async <T extends pg.QueryResultRow>(text: string) => (await client.query<T>(text)).rows;
+  let rows;
+  try {
+    await client.query('BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY');
+    // One client: node-postgres runs these one after another, all in the snapshot.
+    rows = await Promise.all([
+      query<PaymentRecord>(
+        `SELECT id, tenant, customer, amount::float8 AS amount, status, charge_id, refunded::float8 AS refunded FROM ${d}.payments`,
+      ),
+      query<LedgerEntry>(`SELECT payment_id, kind, amount::float8 AS amount, event_id FROM ${d}.ledger`),
+      query<{ payment_id: string }>(`SELECT payment_id FROM ${d}.notifications`),
+      query<OutboxRow>(
+        `SELECT id::text, aggregateid AS key, type, published_at IS NOT NULL AS published, dead_at IS NOT NULL AS dead, attempts, last_error FROM ${s}.outbox`,
+      ),
+      query<{ message_id: string; state: string }>(
+        `SELECT message_id, state FROM ${s}.inbox WHERE consumer = 'ledger'`,
+      ),
+      query<{ tenant: string; key: string; state: string; lapsed: boolean }>(
+        `SELECT tenant_id AS tenant, idempotency_key AS key, state, (state = 'pending' AND coalesce(locked_until, '-infinity') < now()) AS lapsed FROM ${s}.requests`,
+      ),
+      query<{ state: string; n: string }>(
+        `SELECT state, count(*) AS n FROM ${s}.webhook_receipts GROUP BY state`,
+      ),
+      query<{ state: string; n: string }>(`SELECT state, count(*) AS n FROM ${s}.tasks GROUP BY state`),
+    ]);
+    await client.query('COMMIT');
+  } catch (error) {
+    await client.query('ROLLBACK').catch(() => undefined);
+    throw error;
+  } finally {
+    client.release();
+  }
+  const [payments, ledger, notifications, outbox, inbox, requests, receipts, tasks] = rows;
   const response = await fetch(`${providerUrl}/charges`, { signal: AbortSignal.timeout(30_000) });
   const charges = ((await response.json()) as { data: ProviderCharge[] }).data;
   return {
