@@ -7,6 +7,7 @@ import {
   type OperationFailedError,
 } from '../../src/core/errors.js';
 import type { Queryable } from '../../src/core/sql.js';
+import type { OperationSpec } from '../../src/operations/options.js';
 import { createIdem, type Idem } from '../../src/operations/idem.js';
 import { adapterFactories, prepareAdapter, type AdapterUnderTest } from '../support/adapters.js';
 import { recordings } from '../support/recordings.js';
@@ -44,6 +45,25 @@ describe.each(cases)(
         [intent],
       );
       return Number(rows[0]!.n);
+    };
+
+    /**
+     * The first execution records `spec` inside its caller's transaction, which stays open until
+     * `commit()`; resolves once the record is written (uncommitted), so a duplicate meets it.
+     */
+    const recordAndHold = async <T>(spec: OperationSpec, handler: (tx: Queryable) => Promise<T>) => {
+      let commit!: () => void;
+      const committing = new Promise<void>((resolve) => (commit = resolve));
+      let recorded!: () => void;
+      const isRecorded = new Promise<void>((resolve) => (recorded = resolve));
+      const first = adapter.userTransaction(async (tx) => {
+        const result = await idem.runIn(tx, spec, handler);
+        recorded();
+        await committing;
+        return result;
+      });
+      await isRecorded;
+      return { first, commit };
     };
 
     it('runs 60 concurrent identical requests to one effect; every caller gets the same result', async () => {
@@ -129,20 +149,10 @@ describe.each(cases)(
       async () => {
         const key = `wait-${randomBytes(4).toString('hex')}`;
         const spec = { tenant: 'acme', operation: 'wait', key, request: { amount: 1 }, readFirst: false };
-        let commit!: () => void;
-        const committing = new Promise<void>((resolve) => (commit = resolve));
-        let recorded!: () => void;
-        const isRecorded = new Promise<void>((resolve) => (recorded = resolve));
         // The first records inside its caller's transaction, which stays open until `commit`.
-        const first = adapter.userTransaction(async (tx) => {
-          const result = await idem.runIn(tx, spec, async (inner) => ({
-            id: await insertEffect(inner, key),
-          }));
-          recorded();
-          await committing;
-          return result;
-        });
-        await isRecorded;
+        const { first, commit } = await recordAndHold(spec, async (inner) => ({
+          id: await insertEffect(inner, key),
+        }));
         let duplicateRan = false;
         const duplicate = idem.run(spec, async (tx) => {
           duplicateRan = true;
@@ -164,17 +174,7 @@ describe.each(cases)(
       async () => {
         const key = `mismatch-${randomBytes(4).toString('hex')}`;
         const spec = { tenant: 'acme', operation: 'mismatch', key, request: { amount: 1 }, readFirst: false };
-        let commit!: () => void;
-        const committing = new Promise<void>((resolve) => (commit = resolve));
-        let recorded!: () => void;
-        const isRecorded = new Promise<void>((resolve) => (recorded = resolve));
-        const first = adapter.userTransaction(async (tx) => {
-          const result = await idem.runIn(tx, spec, async (inner) => insertEffect(inner, key));
-          recorded();
-          await committing;
-          return result;
-        });
-        await isRecorded;
+        const { first, commit } = await recordAndHold(spec, (inner) => insertEffect(inner, key));
         const other = idem
           .run({ ...spec, request: { amount: 2 } }, async (tx) => insertEffect(tx, key))
           .catch((e: unknown) => e);
@@ -191,17 +191,7 @@ describe.each(cases)(
       async () => {
         const key = `held-${randomBytes(4).toString('hex')}`;
         const spec = { tenant: 'acme', operation: 'held', key, readFirst: false };
-        let commit!: () => void;
-        const committing = new Promise<void>((resolve) => (commit = resolve));
-        let recorded!: () => void;
-        const isRecorded = new Promise<void>((resolve) => (recorded = resolve));
-        const first = adapter.userTransaction(async (tx) => {
-          const result = await idem.runIn(tx, spec, async (inner) => insertEffect(inner, key));
-          recorded();
-          await committing;
-          return result;
-        });
-        await isRecorded;
+        const { first, commit } = await recordAndHold(spec, (inner) => insertEffect(inner, key));
         const t0 = performance.now();
         const error = await idem
           .run({ ...spec, waitMs: 300 }, async (tx) => insertEffect(tx, key))
