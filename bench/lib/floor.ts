@@ -4,13 +4,16 @@
  * A design cannot run faster than its floor on the same driver and database, so idem's distance
  * from it is what idem's own JavaScript costs.
  */
-import type { Queryable, Sql } from '../../src/core/sql.js';
+import { canCommitWith, queryAndCommit, type Queryable, type Sql } from '../../src/core/sql.js';
 import type { Statements } from '../../src/operations/statements.js';
 
 /**
  * - `claim`: read; BEGIN; claim; the business write; complete; COMMIT (claim-first).
  * - `commit-read`: read; BEGIN; the business write; record; COMMIT (commit-time, read in front).
  * - `commit`: BEGIN; the business write; record; COMMIT (commit-time, no read).
+ *
+ * On a pool in node-postgres's pipeline mode, BEGIN goes out with the business write and the
+ * record with COMMIT, as idem sends them there (src/adapters/pg-pipeline.ts).
  */
 export type FloorDesign = 'claim' | 'commit-read' | 'commit';
 
@@ -44,6 +47,13 @@ export async function floorStatements<T>(
         statements.complete,
         [...scope, 1, 'completed', json, Buffer.from(json), null, null, now],
         statements.names.complete,
+      );
+    } else if (canCommitWith(tx)) {
+      // A pipelined pool: the record goes out with COMMIT, as idem sends it there.
+      await tx[queryAndCommit](
+        statements.recordOrFail,
+        [...scope, 'f', 'completed', json, Buffer.from(json), null, null, now, until, until, '5000ms'],
+        statements.names.recordOrFail,
       );
     } else {
       await tx.query(

@@ -13,6 +13,7 @@ import type { PoolClient } from 'pg';
 import { PreparedStatementsUnsupportedError } from '../core/errors.js';
 import { isPreparedStatementMismatch } from '../core/prepared-statements.js';
 import type { QueryOptions, QueryResult, Row, Sql, Transaction } from '../core/sql.js';
+import { isPipelined, pipelinedSession, sequentialSession } from './pg-pipeline.js';
 import { transactionOf, type RunStatement } from './wiring.js';
 
 /** The subset of `pg.Pool` idem uses (types only: the core never loads `pg`). */
@@ -157,14 +158,18 @@ export function fromPg<Client extends PgClientLike = PoolClient>(
       };
       const client = await checkOut(pool, onError);
       const events = client as ClientEvents;
+      const session = isPipelined(client)
+        ? pipelinedSession(client, run)
+        : sequentialSession(client, run);
       try {
-        await client.query('BEGIN');
-        const value = await fn(transactionOf(client, run));
-        await client.query('COMMIT');
+        await session.begin();
+        const value = await fn(session.tx);
+        await session.commit();
         return value;
       } catch (error) {
         try {
-          await client.query('ROLLBACK');
+          if (!session.ended) await client.query('ROLLBACK');
+          else broken ??= session.lost;
         } catch (rollbackError) {
           // The connection is unusable; destroy it rather than return it to the pool.
           broken = rollbackError as Error;

@@ -54,3 +54,29 @@ export interface Sql<Client = unknown> extends Queryable {
    */
   transaction<T>(fn: (tx: Transaction<Client>) => Promise<T>): Promise<T>;
 }
+
+/**
+ * Optional on a `Transaction` that idem's adapter opened itself (`Sql.transaction`): sends `text`
+ * as the transaction's last statement together with COMMIT, in one round trip, and answers with
+ * the statement's result once both are answered. When the statement fails, PostgreSQL answers the
+ * COMMIT with a rollback and this throws the statement's error; when COMMIT fails, its error. The
+ * transaction is over either way: `transaction` neither commits nor rolls back after it.
+ *
+ * A symbol, not a method name, so a handler cannot end idem's transaction by accident. `fromPg`
+ * offers it on pools in node-postgres's pipeline mode (`new pg.Pool({ pipeline: true })`).
+ */
+export const queryAndCommit: unique symbol = Symbol('idem.queryAndCommit');
+
+/** A transaction whose adapter can send its last statement with COMMIT (see `queryAndCommit`). */
+export interface PipelinedTransaction<Client = unknown> extends Transaction<Client> {
+  [queryAndCommit](
+    text: string,
+    params?: readonly unknown[],
+    options?: QueryOptions,
+  ): Promise<QueryResult>;
+}
+
+/** Whether `tx` can send its last statement with COMMIT. */
+export function canCommitWith<Client>(tx: Transaction<Client>): tx is PipelinedTransaction<Client> {
+  return typeof (tx as Partial<PipelinedTransaction<Client>>)[queryAndCommit] === 'function';
+}

@@ -10,7 +10,7 @@ import { fingerprint as computeFingerprint } from '../core/fingerprint.js';
 import { deriveKey, validateKey, validateName } from '../core/keys.js';
 import { createBackoff } from '../core/resilience/backoff.js';
 import { isRetryable } from '../core/retryable.js';
-import type { Queryable, Sql, Transaction } from '../core/sql.js';
+import { canCommitWith, queryAndCommit, type Queryable, type Sql, type Transaction } from '../core/sql.js';
 import { isTransactionRetryable, SqlState, sqlStateOf } from '../core/sqlstate.js';
 import { defaultSchema } from '../core/schema-name.js';
 import { nonNegative, positive } from '../core/validate.js';
@@ -48,7 +48,14 @@ type Handler<T, TxClient> = (tx: Transaction<TxClient>, context: OperationContex
  * row (a replay), waits for it (pending), or runs afresh (the row went away).
  */
 class KeyTaken extends Error {
-  constructor(readonly row: RequestRow | null) {
+  /**
+   * @param row the key's row, read in the transaction; null when it could not be.
+   * @param unread the transaction ended with the record (pipelined with COMMIT): read the row anew.
+   */
+  constructor(
+    readonly row: RequestRow | null,
+    readonly unread = false,
+  ) {
     super('the idempotency key was recorded by another execution');
   }
 }
@@ -57,6 +64,11 @@ class KeyTaken extends Error {
 interface Execution {
   /** The handler threw (as opposed to idem's statements or COMMIT). */
   handlerFailed: boolean;
+  /**
+   * idem opened the transaction and may end it by sending the record with COMMIT, when the
+   * adapter can (`queryAndCommit`). Never in `runIn`: that transaction is the caller's.
+   */
+  mayCommit?: boolean;
 }
 
 /** The savepoint `runIn` rolls back to when another execution recorded the key first. */
@@ -140,11 +152,16 @@ export class Idem<Client = unknown> {
     const { scope } = prepared;
     const deadline = this.clock.now() + prepared.waitMs;
     // Fast path: a finished key is answered by one indexed read, with no transaction.
-    const replay = await this.replayInFront<T>(this.sql, prepared, deadline);
-    if (replay) return replay;
+    const front = await this.replayInFront<T>(this.sql, prepared, deadline);
+    if (typeof front === 'object' && front !== null) return front;
     const byCommit = prepared.recording === 'commit';
+    // The record may go out with COMMIT unless the key has a row to take over (its tombstone
+    // passed): only a record that waits for its answer inside the transaction can do that. Known
+    // from the read in front, or learnt from a pipelined record that found the row (one wasted,
+    // rolled-back run of the handler in that rare case).
+    let mayCommit = front !== 'row';
     for (let attempt = 0; ; attempt++) {
-      const execution: Execution = { handlerFailed: false };
+      const execution: Execution = { handlerFailed: false, mayCommit };
       try {
         const result = await this.sql.transaction((tx) =>
           byCommit
@@ -158,12 +175,18 @@ export class Idem<Client = unknown> {
           // Rolled back. Another execution recorded the key (found at commit), or may have (a
           // handler that failed on the first one's writes, say a unique business key): its
           // result answers. A failure at COMMIT is not read here: its outcome is unknown.
-          const row = error instanceof KeyTaken ? error.row : await this.readAfterFailure(this.sql, scope);
+          const row =
+            error instanceof KeyTaken && !error.unread
+              ? error.row
+              : await this.readAfterFailure(this.sql, scope);
           if (row || error instanceof KeyTaken) {
             this.replayRead.observe(scope.operation, true);
             const settled = await this.settle<T>(this.sql, prepared, row, deadline);
             if (settled) return settled;
-            if (error instanceof KeyTaken) continue; // the row went away: run afresh
+            if (error instanceof KeyTaken) {
+              mayCommit = false;
+              continue; // the row went away or may be taken over: run afresh
+            }
           }
         }
         // A pooler's prepared-statement refusal rolled everything back, and `fromPg` now sends
@@ -212,19 +235,20 @@ export class Idem<Client = unknown> {
 
   /**
    * The read in front, when the operation's `readFirst` asks for it: a finished key's stored
-   * result, or null (no row, or a row that does not settle the call, e.g. one being claimed).
+   * result; 'row' when the key has a row that does not settle the call (one past its tombstone);
+   * null otherwise (no read, or no row).
    */
   private async replayInFront<T>(
     db: Queryable,
     prepared: PreparedSpec,
     deadline: number,
-  ): Promise<OperationResult<T> | null> {
+  ): Promise<OperationResult<T> | 'row' | null> {
     const { scope } = prepared;
     if (!this.replayRead.shouldRead(scope.operation, prepared.readFirst)) return null;
     const row = await this.store.readRow(db, scope);
     if (!row) return null;
     this.replayRead.observe(scope.operation, true);
-    return (await this.settle<T>(db, prepared, row, deadline)) ?? null;
+    return (await this.settle<T>(db, prepared, row, deadline)) ?? 'row';
   }
 
   /** `runIn` with commit-time recording: savepoint, handler, record; on a taken key, roll back to the savepoint. */
@@ -235,8 +259,8 @@ export class Idem<Client = unknown> {
   ): Promise<OperationResult<T>> {
     const { scope } = prepared;
     const deadline = this.clock.now() + prepared.waitMs;
-    const replay = await this.replayInFront<T>(tx, prepared, deadline);
-    if (replay) return replay;
+    const front = await this.replayInFront<T>(tx, prepared, deadline);
+    if (typeof front === 'object' && front !== null) return front;
     for (;;) {
       await tx.query(`SAVEPOINT ${recordSavepoint}`);
       const execution: Execution = { handlerFailed: false };
@@ -401,6 +425,23 @@ export class Idem<Client = unknown> {
       throw error;
     }
     const params = this.store.recordParams(prepared, outcome);
+    if (execution.mayCommit && canCommitWith(tx)) {
+      // The record goes out with COMMIT: one round trip for both (see `queryAndCommit`).
+      try {
+        await this.bounded(prepared, () =>
+          tx[queryAndCommit](
+            statements.recordOrFail,
+            [...params, waitInterval(prepared, this.clock.now())],
+            statements.names.recordOrFail,
+          ),
+        );
+      } catch (error) {
+        // The transaction rolled back; the row, committed by another execution, is read after it.
+        if (sqlStateOf(error) === SqlState.uniqueViolation) throw new KeyTaken(null, true);
+        throw error;
+      }
+      return freshResult(outcome);
+    }
     const { rows } = await this.bounded(prepared, () =>
       tx.query<{ recorded: number }>(
         statements.record,

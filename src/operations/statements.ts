@@ -58,6 +58,25 @@ export function renderStatements(schema: string) {
       SELECT count(*)::int AS recorded, set_config('lock_timeout', (SELECT previous FROM setting), true) AS restored
       FROM inserted`,
 
+    /**
+     * `record` for a transaction that sends it together with COMMIT (a pipelined pool, see
+     * `queryAndCommit` in core/sql.ts): with no ON CONFLICT, a key that already has a row raises
+     * 23505, which aborts the transaction, so the COMMIT behind it rolls the handler's writes
+     * back. (With DO NOTHING, the COMMIT would keep them without a record.) The caller reads the
+     * row afterwards; a row whose tombstone passed is taken over by running `record` again.
+     */
+    recordOrFail: `WITH setting AS (
+        SELECT current_setting('lock_timeout') AS previous, set_config('lock_timeout', $13, true)
+      ), inserted AS (
+        INSERT INTO ${s}.requests
+          (tenant_id, operation, idempotency_key, fingerprint, state, fence, result, body,
+           resource_type, resource_id, created_at, completed_at, expires_at, tombstone_until)
+        SELECT $1, $2, $3, $4, $5, 1, $6, $7, $8, $9, $10, $10, $11, $12 FROM setting
+        RETURNING 1
+      )
+      SELECT count(*)::int AS recorded, set_config('lock_timeout', (SELECT previous FROM setting), true) AS restored
+      FROM inserted`,
+
     /** Commit-time recording over a key whose tombstone has passed: it is new again. */
     recordOverForgotten: `UPDATE ${s}.requests SET
         fingerprint = $4, state = $5, fence = fence + 1, locked_until = NULL, recovery_point = NULL,

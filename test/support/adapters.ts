@@ -35,12 +35,15 @@ export interface AdapterFactory<Client = unknown> {
 
 export { knexFactory, mikroOrmFactory, prismaFactory, typeormFactory };
 
-/** node-postgres on `url`; `prepare` as the adapter's option. */
-function pgFactory(name: string, url: () => string, prepare: boolean): AdapterFactory {
+/**
+ * node-postgres on `url`; `prepare` as the adapter's option; `pipeline` as the pool's (BEGIN and
+ * COMMIT then go out with idem's statements, src/adapters/pg-pipeline.ts).
+ */
+function pgFactory(name: string, url: () => string, prepare: boolean, pipeline = false): AdapterFactory {
   return {
     name,
     async create(schema, target) {
-      const pool = new pg.Pool({ connectionString: target ?? url(), max: 10 });
+      const pool = new pg.Pool({ connectionString: target ?? url(), max: 10, pipeline });
       return {
         name,
         sql: fromPg(pool, { prepare }),
@@ -84,6 +87,7 @@ function pgBouncerFactories(): AdapterFactory[] {
 
 export const adapterFactories: AdapterFactory[] = [
   pgFactory('pg', databaseUrl, true),
+  pgFactory('pg (pipeline mode)', databaseUrl, true, true),
   ...pgBouncerFactories(),
   {
     name: 'postgres.js',

@@ -1,0 +1,139 @@
+/**
+ * How `fromPg` runs BEGIN … COMMIT on a connection: one statement after another, or, on a pool in
+ * node-postgres's pipeline mode (`new pg.Pool({ pipeline: true })`), with BEGIN written together
+ * with the transaction's first statement and idem's last statement written together with COMMIT.
+ *
+ * Why: on loopback every round trip costs both processes a wake-up and a system call each way,
+ * and on the 2-core bench machine CPU is what bounds throughput. A first execution recorded at
+ * commit is BEGIN; the handler's INSERT; the record; COMMIT: four round trips one after another,
+ * two when pipelined (measured in bench/operations.bench.ts and bench/http.bench.ts, side by side).
+ */
+import { sqlStateOf } from '../core/sqlstate.js';
+import {
+  queryAndCommit,
+  type PipelinedTransaction,
+  type QueryOptions,
+  type QueryResult,
+  type Transaction,
+} from '../core/sql.js';
+import type { PgClientLike } from './pg.js';
+import { transactionOf, type RunStatement } from './wiring.js';
+
+/** One transaction on a checked-out client. */
+export interface TransactionSession<C> {
+  readonly tx: Transaction<C>;
+  /** Sends BEGIN (pipelined: without waiting for its answer). */
+  begin(): Promise<void>;
+  /** Sends COMMIT, unless the transaction already ended with `queryAndCommit`. */
+  commit(): Promise<void>;
+  /** True once nothing is left to roll back: COMMIT was sent. */
+  readonly ended: boolean;
+  /** Set when COMMIT failed without an answer from the server: the connection is unusable. */
+  readonly lost: Error | undefined;
+}
+
+/** The parts of a node-postgres client in pipeline mode this module uses. */
+interface PipelineClient {
+  pipeline?: unknown;
+  connection?: { stream?: { cork?(): void; uncork?(): void } };
+}
+
+/** Whether node-postgres writes this client's statements without waiting for earlier answers. */
+export function isPipelined(client: unknown): boolean {
+  return (client as PipelineClient).pipeline === true;
+}
+
+/** BEGIN, the statements and COMMIT, each one waiting for the answer to the one before. */
+export function sequentialSession<C extends PgClientLike>(
+  client: C,
+  run: RunStatement<C>,
+): TransactionSession<C> {
+  return {
+    tx: transactionOf(client, run),
+    ended: false,
+    lost: undefined,
+    async begin() {
+      await client.query('BEGIN');
+    },
+    async commit() {
+      await client.query('COMMIT');
+    },
+  };
+}
+
+/**
+ * BEGIN goes out with the first statement, and `queryAndCommit` sends the last statement with
+ * COMMIT. node-postgres in pipeline mode writes a statement at once, each with its own Sync;
+ * corking the socket puts the ones issued in the same turn of the event loop into one write.
+ *
+ * BEGIN is not awaited before the first statement. That is safe because BEGIN on a live
+ * connection does not fail (it only warns inside a transaction, which a pool's idle connection is
+ * not); when the connection dies, every statement behind it fails too.
+ */
+export function pipelinedSession<C extends PgClientLike>(
+  client: C,
+  run: RunStatement<C>,
+): TransactionSession<C> {
+  const stream = (client as PipelineClient).connection?.stream;
+  const cork = () => stream?.cork?.();
+  const uncork = () => stream?.uncork?.();
+  let begun: Promise<unknown> = Promise.resolve();
+  let ended = false;
+  let lost: Error | undefined;
+  const ending = async (commit: Promise<unknown>) => {
+    ended = true;
+    try {
+      await commit;
+    } catch (error) {
+      // A server's answer (with a SQLSTATE) leaves the connection usable; a cut socket does not.
+      if (sqlStateOf(error) === undefined) lost = error as Error;
+      throw error;
+    }
+  };
+
+  const tx = transactionOf(client, run) as PipelinedTransaction<C>;
+  tx[queryAndCommit] = async (
+    text: string,
+    params?: readonly unknown[],
+    options?: QueryOptions,
+  ): Promise<QueryResult> => {
+    cork();
+    let last: Promise<QueryResult>;
+    let committed: Promise<unknown>;
+    try {
+      last = run(client, text, params, options);
+      committed = client.query('COMMIT');
+    } finally {
+      uncork();
+    }
+    // Both are answered before either is reported, so no rejection is left unobserved.
+    const [statement, commit] = await Promise.allSettled([last, ending(committed), begun]);
+    // A failed statement aborted the transaction, and PostgreSQL answered COMMIT with a rollback.
+    if (statement.status === 'rejected') throw statement.reason;
+    if (commit.status === 'rejected') throw commit.reason;
+    return statement.value;
+  };
+
+  return {
+    tx,
+    get ended() {
+      return ended;
+    },
+    get lost() {
+      return lost;
+    },
+    async begin() {
+      cork();
+      begun = client.query('BEGIN');
+      // Its failure (a lost connection) is reported by the statements behind it.
+      begun.catch(() => undefined);
+      // The handler's first statement usually comes within this turn of the event loop (after
+      // a few promise reactions): the socket stays corked until then, so BEGIN and it share one
+      // write. A handler that waits for something else first sends BEGIN alone, a turn later.
+      setImmediate(uncork);
+    },
+    async commit() {
+      if (!ended) await ending(client.query('COMMIT'));
+    },
+  };
+}

@@ -1,0 +1,183 @@
+/**
+ * A node-postgres pool in pipeline mode: BEGIN goes out with the handler's first statement and
+ * idem's record with COMMIT (src/adapters/pg-pipeline.ts). What must hold whatever the round trips:
+ * the handler's writes and the record commit together or not at all, a failure at COMMIT stores
+ * nothing and leaves the pool usable, and a lost connection is not handed out again.
+ */
+import { randomBytes } from 'node:crypto';
+import pg from 'pg';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { fromPg } from '../../src/adapters/pg.js';
+import { ManualClock } from '../../src/core/clock.js';
+import { isOperationFailed } from '../../src/core/errors.js';
+import { canCommitWith, type Queryable } from '../../src/core/sql.js';
+import { migrate } from '../../src/migrate/migrate.js';
+import { createIdem, type Idem } from '../../src/operations/idem.js';
+import { databaseUrl } from '../support/database.js';
+
+const day = 86_400_000;
+
+describe('fromPg on a pool in pipeline mode', () => {
+  const schema = `idem_pipe_${randomBytes(4).toString('hex')}`;
+  let pool: pg.Pool;
+  let statements: string[] = [];
+  let clock: ManualClock;
+  let idem: Idem;
+
+  beforeAll(async () => {
+    pool = new pg.Pool({ connectionString: databaseUrl(), max: 4, pipeline: true });
+    await migrate(fromPg(pool), { schema });
+    await pool.query(`
+      CREATE TABLE "${schema}".effects (id serial PRIMARY KEY, intent text NOT NULL);
+      CREATE TABLE "${schema}".deferred (
+        code text UNIQUE DEFERRABLE INITIALLY DEFERRED
+      );`);
+    clock = new ManualClock(Date.now());
+    idem = createIdem({
+      sql: fromPg(pool),
+      schema,
+      clock,
+      retention: { resultMs: day, tombstoneMs: 2 * day },
+    });
+  });
+  afterAll(async () => {
+    await pool.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
+    await pool.end();
+  });
+
+  const insertEffect = async (tx: Queryable, intent: string) => {
+    await tx.query(`INSERT INTO "${schema}".effects (intent) VALUES ($1)`, [intent]);
+  };
+  const effects = async (intent: string) =>
+    Number(
+      (await pool.query(`SELECT count(*)::int AS n FROM "${schema}".effects WHERE intent = $1`, [intent]))
+        .rows[0].n,
+    );
+  const keyOf = () => `k-${randomBytes(6).toString('hex')}`;
+
+  it('offers the record-with-COMMIT capability inside its transactions', async () => {
+    await fromPg(pool).transaction(async (tx) => {
+      expect(canCommitWith(tx)).toBe(true);
+    });
+    const sequential = new pg.Pool({ connectionString: databaseUrl(), max: 1 });
+    try {
+      await fromPg(sequential).transaction(async (tx) => {
+        expect(canCommitWith(tx)).toBe(false);
+      });
+    } finally {
+      await sequential.end();
+    }
+  });
+
+  it('keeps the handler inside the transaction: a throw after a write leaves no effect and no key', async () => {
+    const key = keyOf();
+    const error = await idem
+      .run({ tenant: 'acme', operation: 'pay', key, request: {} }, async (tx) => {
+        await insertEffect(tx, key);
+        throw new Error('card declined');
+      })
+      .catch((e: unknown) => e);
+    expect(isOperationFailed(error)).toBe(true);
+    expect(await effects(key)).toBe(0);
+    expect(await idem.inspect({ tenant: 'acme', operation: 'pay', key })).toBeNull();
+  });
+
+  it('a failure at COMMIT (a deferred constraint) stores nothing, keeps no effect, and the pool goes on', async () => {
+    const code = `c-${randomBytes(4).toString('hex')}`;
+    await pool.query(`INSERT INTO "${schema}".deferred (code) VALUES ($1)`, [code]);
+    const key = keyOf();
+    const error = await idem
+      .run({ tenant: 'acme', operation: 'pay', key, request: {}, transactionRetries: 0 }, async (tx) => {
+        await insertEffect(tx, key);
+        await tx.query(`INSERT INTO "${schema}".deferred (code) VALUES ($1)`, [code]);
+        return 'ok';
+      })
+      .catch((e: unknown) => e);
+    expect(isOperationFailed(error)).toBe(true);
+    expect((error as { cause?: { code?: string } }).cause?.code).toBe('23505');
+    expect(await effects(key)).toBe(0);
+    expect(await idem.inspect({ tenant: 'acme', operation: 'pay', key })).toBeNull();
+    // Every connection of the pool is still usable.
+    const again = await Promise.all(
+      Array.from({ length: 8 }, (_, i) =>
+        idem.run({ tenant: 'acme', operation: 'pay', key: `${key}-${i}`, request: {} }, async (tx) => {
+          await insertEffect(tx, `${key}-after`);
+          return i;
+        }),
+      ),
+    );
+    expect(again.map((r) => r.value)).toEqual([0, 1, 2, 3, 4, 5, 6, 7]);
+    expect(await effects(`${key}-after`)).toBe(8);
+  });
+
+  it('without the read in front, a retry of a recorded key rolls its run back and replays', async () => {
+    const key = keyOf();
+    const spec = { tenant: 'acme', operation: 'pay', key, request: { n: 1 }, readFirst: false };
+    let runs = 0;
+    const handler = async (tx: Queryable) => {
+      runs++;
+      await insertEffect(tx, key);
+      return { paid: true };
+    };
+    expect((await idem.run(spec, handler)).replayed).toBe(false);
+    const retry = await idem.run(spec, handler);
+    expect(retry).toMatchObject({ replayed: true, value: { paid: true } });
+    expect(runs).toBe(2); // the retry ran, and its writes rolled back with the failed record
+    expect(await effects(key)).toBe(1);
+  });
+
+  it('takes over a key past its tombstone without the read in front (one extra run, rolled back)', async () => {
+    const key = keyOf();
+    const spec = { tenant: 'acme', operation: 'pay', key, request: { n: 1 }, readFirst: false };
+    let runs = 0;
+    const handler = async (tx: Queryable) => {
+      runs++;
+      await insertEffect(tx, key);
+      return runs;
+    };
+    await idem.run(spec, handler);
+    clock.advance(3 * day);
+    const fresh = await idem.run(spec, handler);
+    expect(fresh.replayed).toBe(false);
+    expect(runs).toBe(3);
+    expect(fresh.value).toBe(3);
+    expect(await effects(key)).toBe(2);
+    expect((await idem.inspect({ tenant: 'acme', operation: 'pay', key }))?.state).toBe('completed');
+  });
+
+  it('concurrent duplicates: one effect, every caller gets the same answer', async () => {
+    const key = keyOf();
+    const spec = { tenant: 'acme', operation: 'pay', key, request: { n: 1 }, readFirst: false };
+    const results = await Promise.all(
+      Array.from({ length: 12 }, () =>
+        idem.run(spec, async (tx) => {
+          await insertEffect(tx, key);
+          return { id: key };
+        }),
+      ),
+    );
+    expect(results.filter((r) => !r.replayed)).toHaveLength(1);
+    expect(new Set(results.map((r) => JSON.stringify(r.value)))).toEqual(new Set([JSON.stringify({ id: key })]));
+    expect(await effects(key)).toBe(1);
+  });
+
+  it('a connection cut inside the transaction fails the call, stores nothing, and is not reused', async () => {
+    const key = keyOf();
+    const error = await idem
+      .run({ tenant: 'acme', operation: 'pay', key, request: {}, transactionRetries: 0 }, async (tx) => {
+        await insertEffect(tx, key);
+        const { rows } = await tx.query<{ pid: number }>('SELECT pg_backend_pid() AS pid');
+        await pool.query('SELECT pg_terminate_backend($1)', [rows[0]!.pid]);
+        return 'unreachable';
+      })
+      .catch((e: unknown) => e);
+    expect(isOperationFailed(error)).toBe(true);
+    expect(await effects(key)).toBe(0);
+    const after = await Promise.all(
+      Array.from({ length: 8 }, (_, i) =>
+        idem.run({ tenant: 'acme', operation: 'pay', key: `${key}-${i}`, request: {} }, async () => i),
+      ),
+    );
+    expect(after.map((r) => r.value)).toEqual([0, 1, 2, 3, 4, 5, 6, 7]);
+  });
+});
