@@ -121,12 +121,14 @@ export interface IdempotencyOptions<Req, Client = unknown> {
    */
   recording?: Recording;
   /**
-   * Whether a `transaction`-mode request reads its key before running the handler. Default
-   * `true`: over HTTP clients retry often (timeouts, lost responses), and the read answers a retry
-   * with no transaction and without running its handler. `false` saves that read on every first
-   * request (one statement of about five), and a retry then runs the handler in a transaction that
-   * rolls back when it finds the stored response, which it sends. `'auto'` reads while more than
-   * one request in ten of the route finds its key stored. See `IdemOptions.readFirst`.
+   * Whether a `transaction`-mode request reads its key before running the handler. The read
+   * answers a retry with no transaction and without running its handler; without it, a retry runs
+   * the handler in a transaction that rolls back when it finds the stored response, which it
+   * sends. Default `'auto'`: the route reads while more than one request in ten recently found its
+   * key stored (a client retrying through timeouts and lost responses), and skips the read, one
+   * statement of every first request, while first requests dominate. It starts on, and learns from
+   * the conflicts at commit when it is off. `true` always reads; `false` never does. See
+   * `IdemOptions.readFirst` and docs/performance.md for the figures.
    */
   readFirst?: ReadFirst;
   /**
@@ -231,7 +233,7 @@ export function resolveOptions<Req, Client>(
     retention: options.retention,
     mode,
     recording: options.recording,
-    readFirst: options.readFirst ?? true,
+    readFirst: options.readFirst ?? 'auto',
     resource: options.resource ?? locationResource,
     problemTypeBase: options.problemTypeBase ?? defaultProblemTypeBase,
   };

@@ -97,7 +97,7 @@ export interface IdemOptions<Client = unknown> {
    * `'auto'` (the default) reads while more than one call in ten of the operation recently found
    * its key already recorded, and skips the read where first executions dominate; it starts on,
    * so a fresh process answers its first retries without running their handlers. `true` always
-   * reads (the HTTP default, where client retries are common); `false` never does.
+   * reads; `false` never does. The HTTP integrations default to `'auto'` too.
    */
   readFirst?: ReadFirst;
   /**
