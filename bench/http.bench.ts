@@ -135,13 +135,19 @@ if (process.env.IDEM_HTTP_BENCH_LOADGEN) {
 export default async function httpBench(ctx: BenchContext): Promise<BenchSection> {
   const schema = `idem_bench_http_${randomBytes(3).toString('hex')}`;
   const application = `idem-bench-http-${randomBytes(3).toString('hex')}`;
-  const pool = new pg.Pool({
+  // The pool as docs/deployment.md recommends it, in node-postgres's pipeline mode (BEGIN goes out
+  // with the first statement, idem's record with COMMIT); and the same pool without it, for the
+  // figures of a pool created the default way.
+  const poolOptions = {
     connectionString: ctx.databaseUrl,
     max: 32,
     idleTimeoutMillis: 0, // keep the backends whose CPU is measured
     application_name: application,
-  });
+  };
+  const pool = new pg.Pool({ ...poolOptions, pipeline: true });
+  const sequentialPool = new pg.Pool(poolOptions);
   const sql = fromPg(pool);
+  const sequentialSql = fromPg(sequentialPool);
   await migrate(sql, { schema });
   await pool.query(
     `CREATE TABLE "${schema}".orders (id bigserial PRIMARY KEY, tenant text NOT NULL, amount int NOT NULL, note text)`,
@@ -169,7 +175,7 @@ export default async function httpBench(ctx: BenchContext): Promise<BenchSection
     return reply.code(201).send({ id: rows[0]!.id, amount: order.amount });
   });
   // With idem: the INSERT goes through the transaction the key is recorded in. `/orders` is the
-  // default (recorded at commit, read in front); the others are the other designs, side by side.
+  // default (recorded at commit, readFirst auto); the others are the other designs, side by side.
   const idemHandler = async (request: FastifyRequest, reply: FastifyReply) => {
     const order = request.body as Order;
     const { rows } = await request.idem!.tx.query<{ id: string }>(insert, ['acme', order.amount, order.note]);
@@ -177,15 +183,17 @@ export default async function httpBench(ctx: BenchContext): Promise<BenchSection
   };
   app.post('/orders', idemHandler);
   app.post('/orders-claim', { config: { idempotency: { recording: 'claim' } } }, idemHandler);
-  app.post('/orders-no-read', { config: { idempotency: { readFirst: false } } }, idemHandler);
+  app.post('/orders-read', { config: { idempotency: { readFirst: true } } }, idemHandler);
+  const sequentialIdem = createIdem({ sql: sequentialSql, schema });
+  app.post('/orders-sequential', { config: { idempotency: { idem: sequentialIdem } } }, idemHandler);
   // The SQL floor of each design: its raw statements in a plain Fastify route, with no idem code
   // around them (no fingerprint, no capture): what the design costs the driver and the database.
   const statements = renderStatements(schema);
-  const floorRoute = (path: string, design: FloorDesign) =>
+  const floorRoute = (path: string, design: FloorDesign, on = sql) =>
     app.post(path, { config: { idempotency: false } }, async (request, reply) => {
       const order = request.body as Order;
       const key = String(request.headers['idempotency-key']);
-      const id = await floorStatements(sql, statements, design, key, async (tx) => {
+      const id = await floorStatements(on, statements, design, key, async (tx) => {
         const { rows } = await tx.query<{ id: string }>(insert, ['acme', order.amount, order.note]);
         return rows[0]!.id;
       });
@@ -194,6 +202,7 @@ export default async function httpBench(ctx: BenchContext): Promise<BenchSection
   floorRoute('/floor-claim', 'claim');
   floorRoute('/floor-commit-read', 'commit-read');
   floorRoute('/floor-commit', 'commit');
+  floorRoute('/floor-commit-sequential', 'commit', sequentialSql);
   await app.listen({ port: 0, host: '127.0.0.1' });
   const url = `http://127.0.0.1:${(app.server.address() as AddressInfo).port}`;
 
@@ -252,7 +261,9 @@ export default async function httpBench(ctx: BenchContext): Promise<BenchSection
   ctx.log('http: warm-up');
   const designs = {
     claim: (s?: number) => unique('/orders-claim', s),
-    noRead: (s?: number) => unique('/orders-no-read', s),
+    read: (s?: number) => unique('/orders-read', s),
+    sequential: (s?: number) => unique('/orders-sequential', s),
+    floorSequential: (s?: number) => unique('/floor-commit-sequential', s),
     floorClaim: (s?: number) => unique('/floor-claim', s),
     floorCommitRead: (s?: number) => unique('/floor-commit-read', s),
     floorCommit: (s?: number) => unique('/floor-commit', s),
@@ -267,7 +278,9 @@ export default async function httpBench(ctx: BenchContext): Promise<BenchSection
     ['replay', replay],
     ['plainTx', plainTx],
     ['claim', designs.claim],
-    ['noRead', designs.noRead],
+    ['read', designs.read],
+    ['sequential', designs.sequential],
+    ['floorSequential', designs.floorSequential],
     ['floorClaim', designs.floorClaim],
     ['floorCommitRead', designs.floorCommitRead],
     ['floorCommit', designs.floorCommit],
@@ -281,7 +294,8 @@ export default async function httpBench(ctx: BenchContext): Promise<BenchSection
     for (const [name, make] of rotate(order, r)) runs[name].push(await loadInChild(make()));
   }
   const [p, f, rp, tx] = [median(runs.plain), median(runs.first), median(runs.replay), median(runs.plainTx)];
-  const [fClaim, fNoRead] = [median(runs.claim), median(runs.noRead)];
+  const [fClaim, fRead] = [median(runs.claim), median(runs.read)];
+  const [fSequential, floorSequential] = [median(runs.sequential), median(runs.floorSequential)];
   const [floorClaim, floorCommitRead, floorCommit] = [
     median(runs.floorClaim),
     median(runs.floorCommitRead),
@@ -311,6 +325,7 @@ export default async function httpBench(ctx: BenchContext): Promise<BenchSection
   await app.close();
   await pool.query(`DROP SCHEMA "${schema}" CASCADE`);
   await pool.end();
+  await sequentialPool.end();
 
   // The plain endpoint is one autocommitted INSERT: the strictest reading of "an endpoint that
   // inserts one row". The same targets against an endpoint that wraps its INSERT in a transaction
@@ -318,15 +333,28 @@ export default async function httpBench(ctx: BenchContext): Promise<BenchSection
   const txName = 'plain endpoint, INSERT in BEGIN … COMMIT';
   const floorName = (design: string) => `SQL floor of ${design}: its raw statements in a plain route`;
   const figures: BenchFigure[] = [
-    throughput('first requests (default: recorded at commit, read in front): throughput', f, p, 0.35),
-    throughput('first requests, claim-first (the previous path): throughput', fClaim, p),
-    throughput('first requests, recorded at commit, no read: throughput', fNoRead, p),
-    throughput('SQL floor, claim-first: throughput', floorClaim, p),
-    throughput('SQL floor, recorded at commit with the read: throughput', floorCommitRead, p),
+    throughput('first requests (default: recorded at commit, readFirst auto): throughput', f, p, 0.35),
+    throughput('first requests, read in front (readFirst: true): throughput', fRead, p),
+    throughput('first requests, claim-first: throughput', fClaim, p),
+    throughput('first requests (default) on a pool without pipeline mode: throughput', fSequential, p),
     throughput('SQL floor, recorded at commit, no read: throughput', floorCommit, p),
+    throughput('SQL floor, recorded at commit with the read: throughput', floorCommitRead, p),
+    throughput('SQL floor, claim-first: throughput', floorClaim, p),
+    throughput(
+      'SQL floor, recorded at commit, no read, without pipeline mode: throughput',
+      floorSequential,
+      p,
+    ),
     throughput(
       'first requests (default) vs the SQL floor of its design',
       f,
+      floorCommit,
+      undefined,
+      floorName('commit-time recording without the read'),
+    ),
+    throughput(
+      'first requests, read in front, vs the SQL floor of its design',
+      fRead,
       floorCommitRead,
       undefined,
       floorName('commit-time recording with the read'),
@@ -339,11 +367,18 @@ export default async function httpBench(ctx: BenchContext): Promise<BenchSection
       floorName('claim-first'),
     ),
     throughput(
-      'first requests, no read, vs the SQL floor of its design',
-      fNoRead,
-      floorCommit,
+      'first requests without pipeline mode vs the SQL floor of its design',
+      fSequential,
+      floorSequential,
       undefined,
-      floorName('commit-time recording without the read'),
+      floorName('commit-time recording without pipeline mode'),
+    ),
+    throughput(
+      'pipeline mode vs none: first requests (default)',
+      f,
+      fSequential,
+      undefined,
+      'the same route on a pool without pipeline mode',
     ),
     latency('first requests: p99 latency', f, p, 1.5),
     // Issue 20 restates the throughput targets: first requests against the one-INSERT endpoint,
@@ -354,10 +389,11 @@ export default async function httpBench(ctx: BenchContext): Promise<BenchSection
     latency('first requests vs a transactional endpoint: p99 latency', f, tx, 1.5, txName),
     throughput('replays vs a transactional endpoint: throughput', rp, tx, 1.5, txName),
     cpu('first requests: CPU per request (Node + PostgreSQL)', f, p, 3),
+    cpu('first requests, read in front: CPU per request (Node + PostgreSQL)', fRead, p),
     cpu('first requests, claim-first: CPU per request (Node + PostgreSQL)', fClaim, p),
-    cpu('first requests, no read: CPU per request (Node + PostgreSQL)', fNoRead, p),
+    cpu('first requests without pipeline mode: CPU per request (Node + PostgreSQL)', fSequential, p),
     nodeCpu('first requests: CPU per request in Node', f, p),
-    nodeCpu('SQL floor of the default design: CPU per request in Node', floorCommitRead, p),
+    nodeCpu('SQL floor of the default design: CPU per request in Node', floorCommit, p),
     cpu('replays: CPU per request (Node + PostgreSQL)', rp, p),
   ].filter((figure): figure is BenchFigure => figure !== undefined);
   for (const figure of figures) {
@@ -368,11 +404,11 @@ export default async function httpBench(ctx: BenchContext): Promise<BenchSection
   const describe = (x: LoadResult) =>
     `${round(x.requestsPerSecond, 0)} req/s, p50 ${x.p50Ms} ms, p99 ${x.p99Ms} ms, CPU per request ${x.serverCpuUs} µs in Node and ${x.databaseCpuUs ?? '?'} µs in PostgreSQL`;
   const notes = [
-    `Fastify 5 on 127.0.0.1, ${connections} autocannon connections, pipelining 1, median of ${rounds} alternating run(s) of ${seconds} s each; node-postgres pool of 32; one database, schema dropped afterwards. Plain: ${describe(p)}. First requests: ${describe(f)}. Replays: ${describe(rp)}. Plain INSERT inside a transaction: ${describe(tx)}.`,
+    `Fastify 5 on 127.0.0.1, ${connections} autocannon connections, pipelining 1, median of ${rounds} alternating run(s) of ${seconds} s each; node-postgres pool of 32 in pipeline mode (and one without it for the figures that say so); one database, schema dropped afterwards. Plain: ${describe(p)}. First requests: ${describe(f)}. Replays: ${describe(rp)}. Plain INSERT inside a transaction: ${describe(tx)}.`,
     `Non-2xx answers or socket errors across the measured runs: ${failures}; records stored by the idem endpoint: ${stored.rows[0]!.n}. Machine load average (1 min) ${round(loadBefore, 1)} before and ${round(loadAfter, 1)} after the runs, on ${os.cpus().length} cores: everything else running on the machine competes for the same CPU.`,
-    'Where a first request spends its extra time: the plain endpoint sends one autocommitted INSERT (one round trip, one WAL flush). With idem’s default (`recording: commit`, `readFirst: true` over HTTP) a first request sends the read of the key, BEGIN, the handler’s INSERT, one INSERT of the completed record with the captured response (status, headers, body bytes), and COMMIT: 5 round trips, still one WAL flush, plus the key header parse, the SHA-256 fingerprint over the canonical body and the reply capture in JavaScript. Claim-first (`recording: claim`, the previous default) sends 6: the read, BEGIN, the claim, the INSERT, the completing UPDATE, COMMIT. Without the read (`readFirst: false`), 4.',
-    'The SQL floor of a design is a plain Fastify route that sends that design’s statements raw (same texts and prepared-statement names, bench/lib/floor.ts) around the same INSERT, with no idem code: the physical limit of the design with this server, driver and database. The distance between an idem route and its floor is idem’s JavaScript (key parse, fingerprint, capture, answer).',
-    `Figures of the designs side by side: claim-first ${describe(fClaim)}; at commit without the read ${describe(fNoRead)}; SQL floors: claim-first ${describe(floorClaim)}, at commit with the read ${describe(floorCommitRead)}, without it ${describe(floorCommit)}.`,
+    'Where a first request spends its extra time: the plain endpoint sends one autocommitted INSERT (one round trip, one WAL flush). With idem’s default (`recording: commit`, `readFirst: auto`, which stops reading in front after about 70 requests of this all-first-request load) a first request sends BEGIN, the handler’s INSERT, one INSERT of the completed record with the captured response (status, headers, body bytes), and COMMIT: one WAL flush, and on a pool in pipeline mode two round trips (BEGIN goes out with the INSERT, the record with COMMIT), four without it. With the read in front (`readFirst: true`) one more; claim-first (`recording: claim`) sends the read, BEGIN, the claim, the INSERT, the completing UPDATE and COMMIT. In JavaScript, idem adds the key header parse, the SHA-256 fingerprint over the canonical body and the reply capture.',
+    'The SQL floor of a design is a plain Fastify route that sends that design’s statements raw (same texts and prepared-statement names, on the same pool, pipelined the same way, bench/lib/floor.ts) around the same INSERT, with no idem code: the physical limit of the design with this server, driver and database. The distance between an idem route and its floor is idem’s JavaScript (key parse, fingerprint, capture, answer).',
+    `Figures of the designs side by side: read in front ${describe(fRead)}; claim-first ${describe(fClaim)}; default on a pool without pipeline mode ${describe(fSequential)}; SQL floors: without the read ${describe(floorCommit)}, with the read ${describe(floorCommitRead)}, claim-first ${describe(floorClaim)}, without the read and without pipeline mode ${describe(floorSequential)}.`,
     'A replay sends one indexed read and no transaction, and writes the stored bytes back; it never reaches the handler.',
     `Why replays cannot reach 1.5× the plain endpoint here: the plain endpoint is itself one statement (an autocommitted INSERT), and a replay is one statement too (the indexed read); both pay the same HTTP parsing, routing and JSON work in Fastify, which is most of a request's CPU (${rp.serverCpuUs ?? '?'} µs in Node per replay against ${p.serverCpuUs ?? '?'} µs per plain request, ${rp.databaseCpuUs ?? '?'} against ${p.databaseCpuUs ?? '?'} µs in PostgreSQL). A replay saves the write and the WAL flush, not the request; against an endpoint that wraps its INSERT in a transaction (3 round trips) the same replays are the ratio shown beside.`,
     `The HTTP core's own JavaScript (key parse, tenant and operation, fingerprint, outcome, answer) costs ${round(coreUs, 1)} µs per request, measured with a stub store: the extra CPU per first request above is the driver and the database working through the extra round trips, not the contract logic.`,

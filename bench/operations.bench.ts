@@ -19,8 +19,15 @@ import type { BenchContext, BenchFigure, BenchSection } from './lib/types.js';
 
 export default async function operationsBench(ctx: BenchContext): Promise<BenchSection> {
   const schema = `idem_bench_ops_${randomBytes(3).toString('hex')}`;
-  const pool = new pg.Pool({ connectionString: ctx.databaseUrl, max: 34 });
+  // Pools of 32 for 32 workers (a worker holds one connection at a time), three of them within
+  // max_connections 100: node-postgres in pipeline mode, as docs/deployment.md recommends it (BEGIN
+  // goes out with the first statement, idem's record with COMMIT), the same without pipeline mode,
+  // and postgres.js.
+  const pool = new pg.Pool({ connectionString: ctx.databaseUrl, max: 32, pipeline: true });
   const sql = fromPg(pool);
+  const sequentialPool = new pg.Pool({ connectionString: ctx.databaseUrl, max: 32 });
+  const sequentialSql = fromPg(sequentialPool);
+  const sequentialIdem = createIdem({ sql: sequentialSql, schema });
   await migrate(sql, { schema });
   await pool.query(
     `CREATE TABLE "${schema}".items (id bigserial PRIMARY KEY, tenant text NOT NULL, amount int NOT NULL)`,
@@ -28,26 +35,31 @@ export default async function operationsBench(ctx: BenchContext): Promise<BenchS
   const idem = createIdem({ sql, schema });
   // The same designs on postgres.js, the other driver: it pipelines what is queued on a connection,
   // and prepares statements by itself.
-  const pgjs = postgres(ctx.databaseUrl, { max: 34, onnotice: () => undefined });
+  const pgjs = postgres(ctx.databaseUrl, { max: 32, onnotice: () => undefined });
   const pgjsSql = fromPostgresJs(pgjs);
   const idemOnPgjs = createIdem({ sql: pgjsSql, schema });
   const statements = renderStatements(schema);
   const insertItem = `INSERT INTO "${schema}".items (tenant, amount) VALUES ($1, $2) RETURNING id`;
   const seconds = ctx.quick ? 2 : 6;
-  const rounds = ctx.quick ? 1 : 3;
+  const rounds = 3; // quick mode keeps three rounds: one 2 s round of each design left the floor ratio to chance (0.73× in one)
   const run = `r${randomBytes(3).toString('hex')}`;
+  // A key never used before in this run. (closedLoop's iteration counts from 0 in every run, so a
+  // key built from it came back in the next round: a later round of a first-execution figure
+  // measured replays, and a floor's record met its own earlier row.)
+  let calls = 0;
+  const fresh = () => calls++;
 
-  const plain = (c: number) =>
+  const plain = (c: number, on = sql) =>
     closedLoop(c, seconds * 1000, () =>
-      sql.transaction(async (tx) => (await tx.query(insertItem, ['acme', 1])).rows[0]),
+      on.transaction(async (tx) => (await tx.query(insertItem, ['acme', 1])).rows[0]),
     );
-  const withIdem = (c: number, label: string, design: Partial<OperationSpec> = {}) =>
-    closedLoop(c, seconds * 1000, (w, i) =>
-      idem.run(
+  const withIdem = (c: number, label: string, design: Partial<OperationSpec> = {}, on = idem) =>
+    closedLoop(c, seconds * 1000, (w) =>
+      on.run(
         {
           tenant: 'acme',
           operation: 'create-item',
-          key: `${run}-${label}-${c}-${w}-${i}`,
+          key: `${run}-${label}-${c}-${w}-${fresh()}`,
           request: { amount: 1 },
           ...design,
         },
@@ -57,9 +69,9 @@ export default async function operationsBench(ctx: BenchContext): Promise<BenchS
       ),
     );
   // Each design's statements, sent raw on the same pool under the same names (bench/lib/floor.ts).
-  const floor = (c: number, design: FloorDesign) =>
-    closedLoop(c, seconds * 1000, (w, i) =>
-      floorStatements(sql, statements, design, `${run}-floor-${design}-${c}-${w}-${i}`, async (tx) => {
+  const floor = (c: number, design: FloorDesign, on = sql) =>
+    closedLoop(c, seconds * 1000, (w) =>
+      floorStatements(on, statements, design, `${run}-floor-${design}-${c}-${w}-${fresh()}`, async (tx) => {
         return (await tx.query(insertItem, ['acme', 1])).rows[0];
       }),
     );
@@ -79,12 +91,12 @@ export default async function operationsBench(ctx: BenchContext): Promise<BenchS
   const plainThree = (c: number) =>
     closedLoop(c, seconds * 1000, (w) => sql.transaction((tx) => threeWrites(tx, w)));
   const idemThree = (c: number) =>
-    closedLoop(c, seconds * 1000, (w, i) =>
+    closedLoop(c, seconds * 1000, (w) =>
       idem.run(
         {
           tenant: 'acme',
           operation: 'create-item',
-          key: `${run}-three-${c}-${w}-${i}`,
+          key: `${run}-three-${c}-${w}-${fresh()}`,
           request: { amount: 1 },
         },
         (tx) => threeWrites(tx, w),
@@ -122,6 +134,9 @@ export default async function operationsBench(ctx: BenchContext): Promise<BenchS
       `floor:${design}`,
       () => floor(c, design),
     ]),
+    ['sequential:plain', () => plain(c, sequentialSql)],
+    ['sequential:default', () => withIdem(c, 'sequential', {}, sequentialIdem)],
+    ['sequential:floor:commit', () => floor(c, 'commit', sequentialSql)],
     [
       'pgjs:plain',
       () =>
@@ -134,12 +149,12 @@ export default async function operationsBench(ctx: BenchContext): Promise<BenchS
     [
       'pgjs:default',
       () =>
-        closedLoop(c, seconds * 1000, (w, i) =>
+        closedLoop(c, seconds * 1000, (w) =>
           idemOnPgjs.run(
             {
               tenant: 'acme',
               operation: 'create-item',
-              key: `${run}-pgjs-${w}-${i}`,
+              key: `${run}-pgjs-${w}-${fresh()}`,
               request: { amount: 1 },
             },
             async (tx) => (await tx.query(insertItem, ['acme', 1], { name: 'insert' })).rows[0],
@@ -149,8 +164,8 @@ export default async function operationsBench(ctx: BenchContext): Promise<BenchS
     [
       'pgjs:floor:commit',
       () =>
-        closedLoop(c, seconds * 1000, (w, i) =>
-          floorStatements(pgjsSql, statements, 'commit', `${run}-pgjs-floor-${w}-${i}`, async (tx) => {
+        closedLoop(c, seconds * 1000, (w) =>
+          floorStatements(pgjsSql, statements, 'commit', `${run}-pgjs-floor-${w}-${fresh()}`, async (tx) => {
             return (await tx.query(insertItem, ['acme', 1], { name: 'insert' })).rows[0];
           }),
         ),
@@ -159,12 +174,12 @@ export default async function operationsBench(ctx: BenchContext): Promise<BenchS
   // Warm-up: JIT, pool connections and prepared statements on every connection, for every design.
   ctx.log('operations: warm-up');
   const warm = (design: Partial<OperationSpec>, label: string) =>
-    closedLoop(c, 1000, (w, i) =>
+    closedLoop(c, 1000, (w) =>
       idem.run(
         {
           tenant: 'acme',
           operation: 'create-item',
-          key: `${run}-warm-${label}-${w}-${i}`,
+          key: `${run}-warm-${label}-${w}-${fresh()}`,
           request: {},
           ...design,
         },
@@ -174,13 +189,14 @@ export default async function operationsBench(ctx: BenchContext): Promise<BenchS
   await warm({ recording: 'claim', readFirst: true }, 'claim');
   await warm({ recording: 'commit', readFirst: true }, 'commit');
   for (const design of floorDesigns) {
-    await closedLoop(c, 500, (w, i) =>
-      floorStatements(sql, statements, design, `${run}-warm-${design}-${w}-${i}`, async (tx) => {
+    await closedLoop(c, 500, (w) =>
+      floorStatements(sql, statements, design, `${run}-warm-floor-${design}-${w}-${fresh()}`, async (tx) => {
         return (await tx.query(insertItem, ['acme', 1])).rows[0];
       }),
     );
   }
-  for (const [name, go] of variants) if (name.startsWith('pgjs:')) await go(); // its connections and statements
+  // The other pools' connections and statements.
+  for (const [name, go] of variants) if (/^(pgjs|sequential):/.test(name)) await go();
   const measured = new Map<string, LoadResult[]>(variants.map(([name]) => [name, []]));
   for (let r = 0; r < rounds; r++) {
     ctx.log(`operations: round ${r + 1}/${rounds}, every design at c=${c}, ${seconds} s each`);
@@ -245,6 +261,31 @@ export default async function operationsBench(ctx: BenchContext): Promise<BenchS
     'node-postgres, same design',
   );
 
+  add(
+    `node-postgres without pipeline mode: first execution (default), c=${c}`,
+    at('sequential:default'),
+    at('sequential:plain'),
+    'plain transaction on the same pool',
+  );
+  add(
+    `node-postgres without pipeline mode: first execution vs its SQL floor, c=${c}`,
+    at('sequential:default'),
+    at('sequential:floor:commit'),
+    'raw statements of its design, same pool',
+  );
+  add(
+    `pipeline mode vs none: first execution (default), c=${c}`,
+    at('default'),
+    at('sequential:default'),
+    'the same on a pool without pipeline mode',
+  );
+  add(
+    `pipeline mode vs none: plain transaction, c=${c}`,
+    at('plain'),
+    at('sequential:plain'),
+    'the same on a pool without pipeline mode',
+  );
+
   ctx.log('operations: first executions at concurrency 1');
   const [p1, i1] = await sideBySide(
     rounds,
@@ -294,13 +335,14 @@ export default async function operationsBench(ctx: BenchContext): Promise<BenchS
   );
   await pool.query(`DROP SCHEMA "${schema}" CASCADE`);
   await pool.end();
+  await sequentialPool.end();
   await pgjs.end();
   return {
     name: 'Keyed operations',
     figures,
     notes: [
-      `Each figure is the median of ${rounds} alternating run(s) of ${seconds} s; pool of 34 connections; PostgreSQL settings: ${settings.rows.map((r) => `${r.name}=${r.setting}`).join(', ')}.`,
-      'Designs, with the statements a first execution sends: claim-first (the previous default, `recording: claim`): the replay read, BEGIN, the claim (INSERT … ON CONFLICT DO NOTHING with a statement-scoped lock_timeout), the handler’s INSERT, the completing UPDATE, COMMIT — 6 round trips against the plain transaction’s 3. Commit-time recording (`recording: commit`, the default): [the replay read,] BEGIN, the handler’s INSERT, one INSERT of the completed record, COMMIT — 4 or 5. The default reads in front only while retries are common (`readFirst: auto`); in this all-first-execution load it learns to skip the read after about 70 calls.',
+      `Each figure is the median of ${rounds} alternating run(s) of ${seconds} s; pools of 32 connections for 32 workers: node-postgres in pipeline mode (\`new pg.Pool({ pipeline: true })\`, what docs/deployment.md recommends, for every figure that does not say otherwise), node-postgres without it, and postgres.js; PostgreSQL settings: ${settings.rows.map((r) => `${r.name}=${r.setting}`).join(', ')}.`,
+      'Designs, with the statements a first execution sends: claim-first (the previous default, `recording: claim`): the replay read, BEGIN, the claim (INSERT … ON CONFLICT DO NOTHING with a statement-scoped lock_timeout), the handler’s INSERT, the completing UPDATE, COMMIT — 6 round trips against the plain transaction’s 3. Commit-time recording (`recording: commit`, the default): [the replay read,] BEGIN, the handler’s INSERT, one INSERT of the completed record, COMMIT — 4 or 5 statements. On a pool in pipeline mode BEGIN goes out with the handler’s first statement and the record with COMMIT, so the 4 statements take 2 round trips, and the plain transaction’s 3 take 2 as well (BEGIN with its INSERT). The default reads in front only while retries are common (`readFirst: auto`); in this all-first-execution load it learns to skip the read after about 70 calls.',
       'The SQL floor of a design is its statements sent raw (same texts, same prepared-statement names, same pool, bench/lib/floor.ts) with no idem code around them: the physical limit of that design on this machine, driver and database. Its ratio to the plain transaction is printed as “physical limit”; the distance between idem and its floor is idem’s own JavaScript.',
       'Why the floors sit where they do: on this machine PostgreSQL and Node share 2 cores, and each statement costs about as much as the one-row INSERT itself, so a design’s limit is close to 3 ÷ (its statement count): about 0.5× for claim-first, about 0.6× for commit-time recording with the read, about 0.75× without it (pgbench, C client, measured 0.44–0.52×, 0.48–0.52× and 0.61–0.62× of a plain transaction for the same scripts, issue 20).',
       'A replay sends one indexed read and no transaction (with the read in front). Without it, a retry runs the handler in a transaction that rolls back when its record INSERT finds the key; `readFirst: auto` turns the read back on when more than one call in ten finds its key recorded.',

@@ -40,13 +40,16 @@ export default async function poolerBench(ctx: BenchContext): Promise<BenchSecti
     `CREATE TABLE "${schema}".items (id bigserial PRIMARY KEY, tenant text NOT NULL, amount int NOT NULL)`,
   );
 
+  // A key never used before: closedLoop counts from 0 in every run, and a key built from that
+  // came back in the next round, where a first execution became a replay.
+  let calls = 0;
   const firstExecutions = (idem: Idem, label: string) => () =>
-    closedLoop(concurrency, seconds * 1000, (w, i) =>
+    closedLoop(concurrency, seconds * 1000, (w) =>
       idem.run(
         {
           tenant: 'acme',
           operation: 'create-item',
-          key: `${run}-${label}-${w}-${i}`,
+          key: `${run}-${label}-${w}-${calls++}`,
           request: { amount: 1 },
         },
         async (tx) => (await tx.query(insertItem, ['acme', 1])).rows[0],

@@ -20,6 +20,8 @@ export type FloorDesign = 'claim' | 'commit-read' | 'commit';
 export const floorDesigns: readonly FloorDesign[] = ['claim', 'commit-read', 'commit'];
 
 const far = 1e9;
+/** A fingerprint as long as idem's (SHA-256, hex), so the rows written are the same size. */
+const fingerprint = 'f'.repeat(64);
 
 export async function floorStatements<T>(
   sql: Sql,
@@ -36,7 +38,7 @@ export async function floorStatements<T>(
     if (design === 'claim') {
       await tx.query(
         statements.claim,
-        [...scope, 'f', null, now, until, until, '5000ms'],
+        [...scope, fingerprint, null, now, until, until, '5000ms'],
         statements.names.claim,
       );
     }
@@ -52,13 +54,37 @@ export async function floorStatements<T>(
       // A pipelined pool: the record goes out with COMMIT, as idem sends it there.
       await tx[queryAndCommit](
         statements.recordOrFail,
-        [...scope, 'f', 'completed', json, Buffer.from(json), null, null, now, until, until, '5000ms'],
+        [
+          ...scope,
+          fingerprint,
+          'completed',
+          json,
+          Buffer.from(json),
+          null,
+          null,
+          now,
+          until,
+          until,
+          '5000ms',
+        ],
         statements.names.recordOrFail,
       );
     } else {
       await tx.query(
         statements.record,
-        [...scope, 'f', 'completed', json, Buffer.from(json), null, null, now, until, until, '5000ms'],
+        [
+          ...scope,
+          fingerprint,
+          'completed',
+          json,
+          Buffer.from(json),
+          null,
+          null,
+          now,
+          until,
+          until,
+          '5000ms',
+        ],
         statements.names.record,
       );
     }

@@ -158,9 +158,7 @@ export function fromPg<Client extends PgClientLike = PoolClient>(
       };
       const client = await checkOut(pool, onError);
       const events = client as ClientEvents;
-      const session = isPipelined(client)
-        ? pipelinedSession(client, run)
-        : sequentialSession(client, run);
+      const session = isPipelined(client) ? pipelinedSession(client, run) : sequentialSession(client, run);
       try {
         await session.begin();
         const value = await fn(session.tx);

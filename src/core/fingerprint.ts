@@ -1,4 +1,4 @@
-import { createHash } from 'node:crypto';
+import * as crypto from 'node:crypto';
 import canonicalize from 'canonicalize';
 import { InvalidArgumentError } from './errors.js';
 
@@ -20,7 +20,20 @@ export function fingerprint(request: unknown, options: FingerprintOptions = {}):
   const projected = options.exclude?.length ? withoutPaths(request, options.exclude) : request;
   const canonical = canonicalize(projected === undefined ? null : projected);
   if (canonical === undefined) throw new InvalidArgumentError('request cannot be expressed as JSON');
-  return createHash('sha256').update(canonical).digest('hex');
+  return sha256Hex(canonical);
+}
+
+type OneShotHash = (algorithm: string, data: string, encoding: 'hex') => string;
+/** `crypto.hash` (Node ≥ 20.12): one call instead of a Hash object and its stream machinery. */
+const oneShot = (crypto as { hash?: OneShotHash }).hash;
+
+/**
+ * SHA-256 of a string, hex. The one-shot hash took 0.27 µs against 0.75–0.86 µs for
+ * createHash().update().digest() on a 60-byte string (Node 20.20, the 2-core bench machine), and
+ * it runs once per keyed call.
+ */
+export function sha256Hex(data: string): string {
+  return oneShot ? oneShot('sha256', data, 'hex') : crypto.createHash('sha256').update(data).digest('hex');
 }
 
 function withoutPaths(value: unknown, paths: readonly string[]): unknown {

@@ -69,11 +69,7 @@ export const queryAndCommit: unique symbol = Symbol('idem.queryAndCommit');
 
 /** A transaction whose adapter can send its last statement with COMMIT (see `queryAndCommit`). */
 export interface PipelinedTransaction<Client = unknown> extends Transaction<Client> {
-  [queryAndCommit](
-    text: string,
-    params?: readonly unknown[],
-    options?: QueryOptions,
-  ): Promise<QueryResult>;
+  [queryAndCommit](text: string, params?: readonly unknown[], options?: QueryOptions): Promise<QueryResult>;
 }
 
 /** Whether `tx` can send its last statement with COMMIT. */

@@ -1,4 +1,4 @@
-import { SpanStatusCode, trace, type Span } from '@opentelemetry/api';
+import { ProxyTracerProvider, SpanStatusCode, trace, type Span } from '@opentelemetry/api';
 import { isIdemError, type OperationScope } from '../core/errors.js';
 
 /** How one call of an operation ended. */
@@ -48,6 +48,7 @@ export async function observe<R extends ObservedResult>(
   call: () => Promise<R>,
 ): Promise<R> {
   const started = performance.now();
+  if (!tracing()) return reported(observer, scope, started, call);
   return tracer.startActiveSpan(
     name,
     { attributes: { 'idem.tenant': scope.tenant, 'idem.operation': scope.operation } },
@@ -79,6 +80,45 @@ export async function observe<R extends ObservedResult>(
       }
     },
   );
+}
+
+/**
+ * Whether a tracer provider is registered. Without one, a span is a no-op object that still costs
+ * a context copy and two closures per call (about 1–2 µs of a first execution's ~150 µs in Node,
+ * profiled), so `observe` skips it; a provider registered later is seen on the next call.
+ */
+function tracing(): boolean {
+  const provider = trace.getTracerProvider();
+  return !(provider instanceof ProxyTracerProvider) || provider.getDelegateTracer('idem') !== undefined;
+}
+
+/** `observe` without a span: the same events for the observer. */
+async function reported<R extends ObservedResult>(
+  observer: OperationObserver | undefined,
+  scope: OperationScope,
+  started: number,
+  call: () => Promise<R>,
+): Promise<R> {
+  let result: R;
+  try {
+    result = await call();
+  } catch (error) {
+    if (observer) {
+      const kind = kindOf(error);
+      report(observer, {
+        kind,
+        ...names(scope),
+        durationMs: performance.now() - started,
+        ...(kind === 'failed' ? { retryable: isIdemError(error) && error.retryable } : {}),
+      });
+    }
+    throw error;
+  }
+  if (observer) {
+    const kind = result.replayed ? 'replayed' : result.state === 'failed' ? 'refused' : 'executed';
+    report(observer, { kind, ...names(scope), durationMs: performance.now() - started });
+  }
+  return result;
 }
 
 function names(scope: OperationScope) {

@@ -20,7 +20,6 @@ const day = 86_400_000;
 describe('fromPg on a pool in pipeline mode', () => {
   const schema = `idem_pipe_${randomBytes(4).toString('hex')}`;
   let pool: pg.Pool;
-  let statements: string[] = [];
   let clock: ManualClock;
   let idem: Idem;
 
@@ -50,8 +49,12 @@ describe('fromPg on a pool in pipeline mode', () => {
   };
   const effects = async (intent: string) =>
     Number(
-      (await pool.query(`SELECT count(*)::int AS n FROM "${schema}".effects WHERE intent = $1`, [intent]))
-        .rows[0].n,
+      (
+        await pool.query<{ n: number }>(
+          `SELECT count(*)::int AS n FROM "${schema}".effects WHERE intent = $1`,
+          [intent],
+        )
+      ).rows[0]!.n,
     );
   const keyOf = () => `k-${randomBytes(6).toString('hex')}`;
 
@@ -157,7 +160,9 @@ describe('fromPg on a pool in pipeline mode', () => {
       ),
     );
     expect(results.filter((r) => !r.replayed)).toHaveLength(1);
-    expect(new Set(results.map((r) => JSON.stringify(r.value)))).toEqual(new Set([JSON.stringify({ id: key })]));
+    expect(new Set(results.map((r) => JSON.stringify(r.value)))).toEqual(
+      new Set([JSON.stringify({ id: key })]),
+    );
     expect(await effects(key)).toBe(1);
   });
 
