@@ -48,7 +48,7 @@ function recordingTracer(spans: Recorded[]): Tracer {
       const options = (rest.length > 1 ? rest[0] : {}) as SpanOptions;
       return fn(start(name, options));
     },
-  } as Tracer;
+  };
 }
 
 describe('tracing', () => {
