@@ -166,14 +166,18 @@ export default async function httpBench(ctx: BenchContext): Promise<BenchSection
     const { rows } = await pool.query<{ id: string }>(insert, ['acme', order.amount, order.note]);
     return reply.code(201).send({ id: rows[0]!.id, amount: order.amount });
   });
-  // The same INSERT inside BEGIN … COMMIT: the least a transaction costs, for the notes.
-  app.post('/plain-tx', { config: { idempotency: false } }, async (request, reply) => {
+  // The same INSERT inside BEGIN … COMMIT, on a pool created the default way (each statement waits
+  // for the one before: what a transactional endpoint written with node-postgres does), and on the
+  // pipelined pool (BEGIN goes out with the INSERT).
+  const transactional = (on: typeof sql) => async (request: FastifyRequest, reply: FastifyReply) => {
     const order = request.body as Order;
-    const rows = await sql.transaction(
+    const rows = await on.transaction(
       async (tx) => (await tx.query<{ id: string }>(insert, ['acme', order.amount, order.note])).rows,
     );
     return reply.code(201).send({ id: rows[0]!.id, amount: order.amount });
-  });
+  };
+  app.post('/plain-tx', { config: { idempotency: false } }, transactional(sequentialSql));
+  app.post('/plain-tx-pipelined', { config: { idempotency: false } }, transactional(sql));
   // With idem: the INSERT goes through the transaction the key is recorded in. `/orders` is the
   // default (recorded at commit, readFirst auto); the others are the other designs, side by side.
   const idemHandler = async (request: FastifyRequest, reply: FastifyReply) => {
@@ -223,6 +227,7 @@ export default async function httpBench(ctx: BenchContext): Promise<BenchSection
   });
   const plain = (s?: number) => spec('/plain', { kind: 'none' }, s);
   const plainTx = (s?: number) => spec('/plain-tx', { kind: 'none' }, s);
+  const plainTxPipelined = (s?: number) => spec('/plain-tx-pipelined', { kind: 'none' }, s);
   const unique = (path: string, s?: number) =>
     spec(path, { kind: 'unique', prefix: `${run}-${prefixes++}` }, s);
   const first = (s?: number) => unique('/orders', s);
@@ -268,15 +273,23 @@ export default async function httpBench(ctx: BenchContext): Promise<BenchSection
     floorCommitRead: (s?: number) => unique('/floor-commit-read', s),
     floorCommit: (s?: number) => unique('/floor-commit', s),
   };
-  for (const s of [plain(1), plainTx(1), first(1), replay(1), ...Object.values(designs).map((d) => d(1))])
+  for (const s of [
+    plain(1),
+    plainTx(1),
+    plainTxPipelined(1),
+    first(1),
+    replay(1),
+    ...Object.values(designs).map((d) => d(1)),
+  ])
     await loadInChild(s);
 
-  type Variant = 'plain' | 'plainTx' | 'first' | 'replay' | keyof typeof designs;
+  type Variant = 'plain' | 'plainTx' | 'plainTxPipelined' | 'first' | 'replay' | keyof typeof designs;
   const order: [Variant, (s?: number) => LoadSpec][] = [
     ['plain', plain],
     ['first', first],
     ['replay', replay],
     ['plainTx', plainTx],
+    ['plainTxPipelined', plainTxPipelined],
     ['claim', designs.claim],
     ['read', designs.read],
     ['sequential', designs.sequential],
@@ -295,6 +308,7 @@ export default async function httpBench(ctx: BenchContext): Promise<BenchSection
   }
   const [p, f, rp, tx] = [median(runs.plain), median(runs.first), median(runs.replay), median(runs.plainTx)];
   const [fClaim, fRead] = [median(runs.claim), median(runs.read)];
+  const txPipelined = median(runs.plainTxPipelined);
   const [fSequential, floorSequential] = [median(runs.sequential), median(runs.floorSequential)];
   const [floorClaim, floorCommitRead, floorCommit] = [
     median(runs.floorClaim),
@@ -388,6 +402,20 @@ export default async function httpBench(ctx: BenchContext): Promise<BenchSection
     throughput('first requests vs a transactional endpoint: throughput', f, tx, undefined, txName),
     latency('first requests vs a transactional endpoint: p99 latency', f, tx, 1.5, txName),
     throughput('replays vs a transactional endpoint: throughput', rp, tx, 1.5, txName),
+    throughput(
+      'replays vs a transactional endpoint on the pipelined pool: throughput',
+      rp,
+      txPipelined,
+      undefined,
+      `${txName}, BEGIN pipelined with the INSERT`,
+    ),
+    throughput(
+      'first requests vs a transactional endpoint on the pipelined pool: throughput',
+      f,
+      txPipelined,
+      undefined,
+      `${txName}, BEGIN pipelined with the INSERT`,
+    ),
     cpu('first requests: CPU per request (Node + PostgreSQL)', f, p, 3),
     cpu('first requests, read in front: CPU per request (Node + PostgreSQL)', fRead, p),
     cpu('first requests, claim-first: CPU per request (Node + PostgreSQL)', fClaim, p),
@@ -404,13 +432,13 @@ export default async function httpBench(ctx: BenchContext): Promise<BenchSection
   const describe = (x: LoadResult) =>
     `${round(x.requestsPerSecond, 0)} req/s, p50 ${x.p50Ms} ms, p99 ${x.p99Ms} ms, CPU per request ${x.serverCpuUs} µs in Node and ${x.databaseCpuUs ?? '?'} µs in PostgreSQL`;
   const notes = [
-    `Fastify 5 on 127.0.0.1, ${connections} autocannon connections, pipelining 1, median of ${rounds} alternating run(s) of ${seconds} s each; node-postgres pool of 32 in pipeline mode (and one without it for the figures that say so); one database, schema dropped afterwards. Plain: ${describe(p)}. First requests: ${describe(f)}. Replays: ${describe(rp)}. Plain INSERT inside a transaction: ${describe(tx)}.`,
+    `Fastify 5 on 127.0.0.1, ${connections} autocannon connections, pipelining 1, median of ${rounds} alternating run(s) of ${seconds} s each; node-postgres pool of 32 in pipeline mode (and one without it for the figures that say so); one database, schema dropped afterwards. Plain: ${describe(p)}. First requests: ${describe(f)}. Replays: ${describe(rp)}. Plain INSERT inside a transaction: ${describe(tx)} (on the pipelined pool: ${describe(txPipelined)}).`,
     `Non-2xx answers or socket errors across the measured runs: ${failures}; records stored by the idem endpoint: ${stored.rows[0]!.n}. Machine load average (1 min) ${round(loadBefore, 1)} before and ${round(loadAfter, 1)} after the runs, on ${os.cpus().length} cores: everything else running on the machine competes for the same CPU.`,
     'Where a first request spends its extra time: the plain endpoint sends one autocommitted INSERT (one round trip, one WAL flush). With idem’s default (`recording: commit`, `readFirst: auto`, which stops reading in front after about 70 requests of this all-first-request load) a first request sends BEGIN, the handler’s INSERT, one INSERT of the completed record with the captured response (status, headers, body bytes), and COMMIT: one WAL flush, and on a pool in pipeline mode two round trips (BEGIN goes out with the INSERT, the record with COMMIT), four without it. With the read in front (`readFirst: true`) one more; claim-first (`recording: claim`) sends the read, BEGIN, the claim, the INSERT, the completing UPDATE and COMMIT. In JavaScript, idem adds the key header parse, the SHA-256 fingerprint over the canonical body and the reply capture.',
     'The SQL floor of a design is a plain Fastify route that sends that design’s statements raw (same texts and prepared-statement names, on the same pool, pipelined the same way, bench/lib/floor.ts) around the same INSERT, with no idem code: the physical limit of the design with this server, driver and database. The distance between an idem route and its floor is idem’s JavaScript (key parse, fingerprint, capture, answer).',
     `Figures of the designs side by side: read in front ${describe(fRead)}; claim-first ${describe(fClaim)}; default on a pool without pipeline mode ${describe(fSequential)}; SQL floors: without the read ${describe(floorCommit)}, with the read ${describe(floorCommitRead)}, claim-first ${describe(floorClaim)}, without the read and without pipeline mode ${describe(floorSequential)}.`,
     'A replay sends one indexed read and no transaction, and writes the stored bytes back; it never reaches the handler.',
-    `Why replays cannot reach 1.5× the plain endpoint here: the plain endpoint is itself one statement (an autocommitted INSERT), and a replay is one statement too (the indexed read); both pay the same HTTP parsing, routing and JSON work in Fastify, which is most of a request's CPU (${rp.serverCpuUs ?? '?'} µs in Node per replay against ${p.serverCpuUs ?? '?'} µs per plain request, ${rp.databaseCpuUs ?? '?'} against ${p.databaseCpuUs ?? '?'} µs in PostgreSQL). A replay saves the write and the WAL flush, not the request; against an endpoint that wraps its INSERT in a transaction (3 round trips) the same replays are the ratio shown beside.`,
+    `Why replays cannot reach 1.5× the plain endpoint here: the plain endpoint is itself one statement (an autocommitted INSERT), and a replay is one statement too (the indexed read); both pay the same HTTP parsing, routing and JSON work in Fastify, which is most of a request's CPU (${rp.serverCpuUs ?? '?'} µs in Node per replay against ${p.serverCpuUs ?? '?'} µs per plain request, ${rp.databaseCpuUs ?? '?'} against ${p.databaseCpuUs ?? '?'} µs in PostgreSQL). A replay saves the write and the WAL flush, not the request; against an endpoint that wraps its INSERT in a transaction (3 round trips on a pool created the default way, 2 on a pipelined pool, where BEGIN goes out with the INSERT) the same replays are the ratios shown beside.`,
     `The HTTP core's own JavaScript (key parse, tenant and operation, fingerprint, outcome, answer) costs ${round(coreUs, 1)} µs per request, measured with a stub store: the extra CPU per first request above is the driver and the database working through the extra round trips, not the contract logic.`,
   ];
   if (inProcess) {
