@@ -31,6 +31,12 @@ export interface DemoConfig {
    * mode before 1.21); see docs/deployment.md.
    */
   prepare: boolean;
+  /**
+   * `IDEM_PIPELINE` (true/false), default true: the `pg` pool in node-postgres's pipeline mode,
+   * so a payment's BEGIN goes out with its first statement and idem's record with COMMIT (two round
+   * trips of four; docs/deployment.md, "Pipelining").
+   */
+  pipeline: boolean;
   /** `AMQP_URL` switches the event transport to RabbitMQ. */
   amqpUrl: string | undefined;
   /** `NATS_URL` switches the event transport to NATS JetStream (when AMQP_URL is unset). */
@@ -66,6 +72,7 @@ export function readConfig(env: NodeJS.ProcessEnv = process.env): DemoConfig {
     databaseUrl: env.DATABASE_URL || undefined,
     directUrl: env.DATABASE_DIRECT_URL || undefined,
     prepare: booleanSetting('IDEM_PREPARE', env.IDEM_PREPARE, true),
+    pipeline: booleanSetting('IDEM_PIPELINE', env.IDEM_PIPELINE, true),
     amqpUrl: env.AMQP_URL || undefined,
     natsUrl: env.NATS_URL || undefined,
     schema: env.IDEM_SCHEMA || 'idem',

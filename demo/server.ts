@@ -79,7 +79,11 @@ export async function startDemo(overrides: DemoOverrides = {}): Promise<DemoHand
       cleanups.push(() => embedded.stop());
       databaseUrl = embedded.url;
     }
-    const pool = new pg.Pool({ connectionString: databaseUrl, max: config.poolSize });
+    const pool = new pg.Pool({
+      connectionString: databaseUrl,
+      max: config.poolSize,
+      pipeline: config.pipeline,
+    });
     pool.on('error', (error) => console.error(`database connection lost: ${error.message}`));
     cleanups.push(() => pool.end());
     const sql = fromPg(pool, { prepare: config.prepare });
