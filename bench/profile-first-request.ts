@@ -67,7 +67,7 @@ async function profile(variant: string): Promise<void> {
     Promise.all(
       Array.from({ length: 16 }, async () => {
         while (n < total) {
-          const key = `k-${n++}`;
+          const key = process.env.REPLAY ? `k-0-${n++ * 0}` : `k-${n++}`;
           const res = await request(url, {
             method: 'POST',
             headers: { 'content-type': 'application/json', 'idempotency-key': `"${key}"` },

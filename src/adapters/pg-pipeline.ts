@@ -16,7 +16,6 @@ import {
   type QueryResult,
   type Transaction,
 } from '../core/sql.js';
-import type { PgClientLike } from './pg.js';
 import { transactionOf, type RunStatement } from './wiring.js';
 
 /** One transaction on a checked-out client. */
@@ -32,6 +31,11 @@ export interface TransactionSession<C> {
   readonly lost: Error | undefined;
 }
 
+/** What this module sends on its own: BEGIN, COMMIT (a `pg.Client`, structurally). */
+interface SimpleQueryClient {
+  query(text: string): Promise<unknown>;
+}
+
 /** The parts of a node-postgres client in pipeline mode this module uses. */
 interface PipelineClient {
   pipeline?: unknown;
@@ -44,7 +48,7 @@ export function isPipelined(client: unknown): boolean {
 }
 
 /** BEGIN, the statements and COMMIT, each one waiting for the answer to the one before. */
-export function sequentialSession<C extends PgClientLike>(
+export function sequentialSession<C extends SimpleQueryClient>(
   client: C,
   run: RunStatement<C>,
 ): TransactionSession<C> {
@@ -70,7 +74,7 @@ export function sequentialSession<C extends PgClientLike>(
  * connection does not fail (it only warns inside a transaction, which a pool's idle connection is
  * not); when the connection dies, every statement behind it fails too.
  */
-export function pipelinedSession<C extends PgClientLike>(
+export function pipelinedSession<C extends SimpleQueryClient>(
   client: C,
   run: RunStatement<C>,
 ): TransactionSession<C> {
