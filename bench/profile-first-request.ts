@@ -34,7 +34,7 @@ async function profile(variant: string): Promise<void> {
     connectionString: process.env.DATABASE_URL,
     max: 16,
     pipeline: process.env.PIPELINE === '1',
-  } as pg.PoolConfig);
+  });
   const sql = fromPg(pool);
   await migrate(sql, { schema });
   await pool.query(
