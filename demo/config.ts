@@ -41,6 +41,11 @@ export interface DemoConfig {
   amqpUrl: string | undefined;
   /** `NATS_URL` switches the event transport to NATS JetStream (when AMQP_URL is unset). */
   natsUrl: string | undefined;
+  /**
+   * `BROKER_WAIT_MS`, default 60000: how long a start waits for a RabbitMQ or NATS that does not
+   * answer yet (still starting, or restarting), with one line per attempt, before it gives up.
+   */
+  brokerWaitMs: number;
   /** `IDEM_SCHEMA`, default `idem`; the demo's own tables live in `<schema>_demo`. */
   schema: string;
   /** `CONSOLE_TOKEN`: required by the console when bound beyond loopback. */
@@ -75,6 +80,7 @@ export function readConfig(env: NodeJS.ProcessEnv = process.env): DemoConfig {
     pipeline: booleanSetting('IDEM_PIPELINE', env.IDEM_PIPELINE, true),
     amqpUrl: env.AMQP_URL || undefined,
     natsUrl: env.NATS_URL || undefined,
+    brokerWaitMs: Number(env.BROKER_WAIT_MS ?? 60_000),
     schema: env.IDEM_SCHEMA || 'idem',
     consoleToken: env.CONSOLE_TOKEN || undefined,
     leaseMs: Number(env.LEASE_MS ?? 5000),

@@ -130,6 +130,7 @@ export async function startDemo(overrides: DemoOverrides = {}): Promise<DemoHand
       amqpUrl: config.amqpUrl,
       natsUrl: config.natsUrl,
       namespace,
+      brokerWait: { waitMs: config.brokerWaitMs },
     });
     await transport.start();
     cleanups.push(() => transport.close());

@@ -6,6 +6,7 @@
 import type { Inbox } from '../src/inbox/inbox.js';
 import type { Publisher } from '../src/outbox/types.js';
 import { inDatabasePublisher } from '../src/outbox/publishers/in-database.js';
+import { untilBrokerAnswers, type BrokerWaitOptions } from './broker-wait.js';
 import { applyToLedger, ledgerConsumer } from './ledger.js';
 
 export interface Transport {
@@ -23,6 +24,8 @@ export interface TransportOptions {
   natsUrl?: string;
   /** Prefix of queue, exchange and stream names, so several demos can share a broker. */
   namespace: string;
+  /** How long a broker that does not answer yet is waited for (see broker-wait.ts). */
+  brokerWait?: BrokerWaitOptions;
 }
 
 const topic = 'payments';
@@ -55,12 +58,21 @@ async function rabbitMqTransport(options: TransportOptions, url: string): Promis
   const exchange = `${options.namespace}.payments`;
   const queue = `${options.namespace}.ledger`;
   // Topology: one topic exchange, one durable queue for the ledger bound to every event type.
-  const setup = await amqp.connect(url);
-  const channel = await setup.createChannel();
-  await channel.assertExchange(exchange, 'topic', { durable: true });
-  await channel.assertQueue(queue, { durable: true });
-  await channel.bindQueue(queue, exchange, '#');
-  await setup.close();
+  await untilBrokerAnswers(
+    `RabbitMQ at ${redacted(url)}`,
+    async () => {
+      const setup = await amqp.connect(url);
+      try {
+        const channel = await setup.createChannel();
+        await channel.assertExchange(exchange, 'topic', { durable: true });
+        await channel.assertQueue(queue, { durable: true });
+        await channel.bindQueue(queue, exchange, '#');
+      } finally {
+        await setup.close().catch(() => undefined);
+      }
+    },
+    options.brokerWait,
+  );
 
   const publisher = rabbitMqPublisher({
     connection: url,
@@ -83,7 +95,20 @@ async function rabbitMqTransport(options: TransportOptions, url: string): Promis
   return {
     name: 'rabbitmq',
     publisher,
-    start: () => consumer.start(),
+    start: () =>
+      untilBrokerAnswers(
+        `RabbitMQ at ${redacted(url)}`,
+        async () => {
+          try {
+            await consumer.start();
+          } catch (error) {
+            // Leaves no half-open connection or scheduled reconnect behind the next attempt.
+            await consumer.stop();
+            throw error;
+          }
+        },
+        options.brokerWait,
+      ),
     close: async () => {
       await consumer.stop();
       await publisher.close?.();
@@ -98,7 +123,11 @@ async function natsTransport(options: TransportOptions, url: string): Promise<Tr
   const { JetStreamConsumer } = await import('../src/inbox/jetstream-consumer.js');
   const subject = `${options.namespace}.payments`;
   const stream = `${options.namespace.replace(/[^A-Za-z0-9_-]/g, '_')}_payments`;
-  const nc = await connect({ servers: url });
+  const nc = await untilBrokerAnswers(
+    `NATS at ${redacted(url)}`,
+    () => connect({ servers: url }),
+    options.brokerWait,
+  );
   const jsm = await jetstreamManager(nc);
   await jsm.streams.info(stream).catch(() => jsm.streams.add({ name: stream, subjects: [subject] }));
 
@@ -128,4 +157,15 @@ async function natsTransport(options: TransportOptions, url: string): Promise<Tr
       await nc.drain();
     },
   };
+}
+
+/** A broker URL for a log line: without its password. */
+function redacted(url: string): string {
+  try {
+    const parsed = new URL(url);
+    if (parsed.password) parsed.password = '***';
+    return parsed.toString();
+  } catch {
+    return 'the configured URL';
+  }
 }
