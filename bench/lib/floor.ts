@@ -50,43 +50,26 @@ export async function floorStatements<T>(
         [...scope, 1, 'completed', json, Buffer.from(json), null, null, now],
         statements.names.complete,
       );
-    } else if (canCommitWith(tx)) {
-      // A pipelined pool: the record goes out with COMMIT, as idem sends it there.
-      await tx[queryAndCommit](
-        statements.recordOrFail,
-        [
-          ...scope,
-          fingerprint,
-          'completed',
-          json,
-          Buffer.from(json),
-          null,
-          null,
-          now,
-          until,
-          until,
-          '5000ms',
-        ],
-        statements.names.recordOrFail,
-      );
     } else {
-      await tx.query(
-        statements.record,
-        [
-          ...scope,
-          fingerprint,
-          'completed',
-          json,
-          Buffer.from(json),
-          null,
-          null,
-          now,
-          until,
-          until,
-          '5000ms',
-        ],
-        statements.names.record,
-      );
+      const params = [
+        ...scope,
+        fingerprint,
+        'completed',
+        json,
+        Buffer.from(json),
+        null,
+        null,
+        now,
+        until,
+        until,
+        '5000ms',
+      ];
+      // A pipelined pool: the record goes out with COMMIT, as idem sends it there.
+      if (canCommitWith(tx)) {
+        await tx[queryAndCommit](statements.recordOrFail, params, statements.names.recordOrFail);
+      } else {
+        await tx.query(statements.record, params, statements.names.record);
+      }
     }
     return value;
   });

@@ -48,33 +48,30 @@ export async function observe<R extends ObservedResult>(
   call: () => Promise<R>,
 ): Promise<R> {
   const started = performance.now();
-  if (!tracing()) return reported(observer, scope, started, call);
+  const reportTo = (kind: OperationEventKind, error?: unknown) => {
+    if (!observer) return;
+    report(observer, {
+      kind,
+      ...names(scope),
+      durationMs: performance.now() - started,
+      ...(kind === 'failed' ? { retryable: isIdemError(error) && error.retryable } : {}),
+    });
+  };
+  if (!tracing()) return settled(call, reportTo);
   return tracer.startActiveSpan(
     name,
     { attributes: { 'idem.tenant': scope.tenant, 'idem.operation': scope.operation } },
     async (span: Span) => {
       try {
-        const result = await call();
-        const kind: OperationEventKind = result.replayed
-          ? 'replayed'
-          : result.state === 'failed'
-            ? 'refused'
-            : 'executed';
-        span.setAttribute('idem.outcome', kind);
-        report(observer, { kind, ...names(scope), durationMs: performance.now() - started });
-        return result;
-      } catch (error) {
-        const kind = kindOf(error);
-        span.setAttribute('idem.outcome', kind);
-        if (kind === 'failed')
-          span.setStatus({ code: SpanStatusCode.ERROR, message: isIdemError(error) ? error.code : 'error' });
-        report(observer, {
-          kind,
-          ...names(scope),
-          durationMs: performance.now() - started,
-          ...(kind === 'failed' ? { retryable: isIdemError(error) && error.retryable } : {}),
+        return await settled(call, (kind, error) => {
+          span.setAttribute('idem.outcome', kind);
+          if (kind === 'failed')
+            span.setStatus({
+              code: SpanStatusCode.ERROR,
+              message: isIdemError(error) ? error.code : 'error',
+            });
+          reportTo(kind, error);
         });
-        throw error;
       } finally {
         span.end();
       }
@@ -92,32 +89,19 @@ function tracing(): boolean {
   return !(provider instanceof ProxyTracerProvider) || provider.getDelegateTracer('idem') !== undefined;
 }
 
-/** `observe` without a span: the same events for the observer. */
-async function reported<R extends ObservedResult>(
-  observer: OperationObserver | undefined,
-  scope: OperationScope,
-  started: number,
+/** Runs `call` and tells `ended` how it ended (with the error, when it threw). */
+async function settled<R extends ObservedResult>(
   call: () => Promise<R>,
+  ended: (kind: OperationEventKind, error?: unknown) => void,
 ): Promise<R> {
   let result: R;
   try {
     result = await call();
   } catch (error) {
-    if (observer) {
-      const kind = kindOf(error);
-      report(observer, {
-        kind,
-        ...names(scope),
-        durationMs: performance.now() - started,
-        ...(kind === 'failed' ? { retryable: isIdemError(error) && error.retryable } : {}),
-      });
-    }
+    ended(kindOf(error), error);
     throw error;
   }
-  if (observer) {
-    const kind = result.replayed ? 'replayed' : result.state === 'failed' ? 'refused' : 'executed';
-    report(observer, { kind, ...names(scope), durationMs: performance.now() - started });
-  }
+  ended(result.replayed ? 'replayed' : result.state === 'failed' ? 'refused' : 'executed');
   return result;
 }
 

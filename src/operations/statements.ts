@@ -45,18 +45,7 @@ export function renderStatements(schema: string) {
      * INSERT … ON CONFLICT DO NOTHING (pgbench, prepared, c=16, three alternating 5 s rounds on
      * the 2-core bench machine, a plain BEGIN; INSERT; COMMIT at 8,860): within the spread.
      */
-    record: `WITH setting AS (
-        SELECT current_setting('lock_timeout') AS previous, set_config('lock_timeout', $13, true)
-      ), inserted AS (
-        INSERT INTO ${s}.requests
-          (tenant_id, operation, idempotency_key, fingerprint, state, fence, result, body,
-           resource_type, resource_id, created_at, completed_at, expires_at, tombstone_until)
-        SELECT $1, $2, $3, $4, $5, 1, $6, $7, $8, $9, $10, $10, $11, $12 FROM setting
-        ON CONFLICT DO NOTHING
-        RETURNING 1
-      )
-      SELECT count(*)::int AS recorded, set_config('lock_timeout', (SELECT previous FROM setting), true) AS restored
-      FROM inserted`,
+    record: recordStatement(s, 'ON CONFLICT DO NOTHING'),
 
     /**
      * `record` for a transaction that sends it together with COMMIT (a pipelined pool, see
@@ -65,17 +54,7 @@ export function renderStatements(schema: string) {
      * back. (With DO NOTHING, the COMMIT would keep them without a record.) The caller reads the
      * row afterwards; a row whose tombstone passed is taken over by running `record` again.
      */
-    recordOrFail: `WITH setting AS (
-        SELECT current_setting('lock_timeout') AS previous, set_config('lock_timeout', $13, true)
-      ), inserted AS (
-        INSERT INTO ${s}.requests
-          (tenant_id, operation, idempotency_key, fingerprint, state, fence, result, body,
-           resource_type, resource_id, created_at, completed_at, expires_at, tombstone_until)
-        SELECT $1, $2, $3, $4, $5, 1, $6, $7, $8, $9, $10, $10, $11, $12 FROM setting
-        RETURNING 1
-      )
-      SELECT count(*)::int AS recorded, set_config('lock_timeout', (SELECT previous FROM setting), true) AS restored
-      FROM inserted`,
+    recordOrFail: recordStatement(s, ''),
 
     /** Commit-time recording over a key whose tombstone has passed: it is new again. */
     recordOverForgotten: `UPDATE ${s}.requests SET
@@ -234,6 +213,26 @@ function sweepRows(s: string, pin: string): string {
         WHERE ${pin}tombstone_until <= $1 AND (state <> 'pending' OR locked_until IS NULL OR locked_until <= $1)
         LIMIT $2 FOR UPDATE SKIP LOCKED
       ))`;
+}
+
+/**
+ * The completed record, inserted with a statement-scoped bounded wait (`lock_timeout` $13, set by
+ * the first CTE and put back by the outer SELECT). `onConflict` is `ON CONFLICT DO NOTHING` for
+ * `record` (no row back: the key has one) or empty for `recordOrFail` (23505).
+ */
+function recordStatement(s: string, onConflict: string): string {
+  return `WITH setting AS (
+        SELECT current_setting('lock_timeout') AS previous, set_config('lock_timeout', $13, true)
+      ), inserted AS (
+        INSERT INTO ${s}.requests
+          (tenant_id, operation, idempotency_key, fingerprint, state, fence, result, body,
+           resource_type, resource_id, created_at, completed_at, expires_at, tombstone_until)
+        SELECT $1, $2, $3, $4, $5, 1, $6, $7, $8, $9, $10, $10, $11, $12 FROM setting
+        ${onConflict}
+        RETURNING 1
+      )
+      SELECT count(*)::int AS recorded, set_config('lock_timeout', (SELECT previous FROM setting), true) AS restored
+      FROM inserted`;
 }
 
 export type Statements = ReturnType<typeof renderStatements>;
