@@ -7,6 +7,7 @@ import { defaultSchema } from '../core/schema-name.js';
 import { createBackoff, type Backoff, type BackoffOptions } from '../core/resilience/backoff.js';
 import { describeError, PublishError } from './errors.js';
 import { NotificationListener, type ListenSource } from './listener.js';
+import { eventsNotMarked, markedRows } from './marked.js';
 import { decodeEvent, defaultPublishedRetentionMs, Outbox } from './outbox.js';
 import { renderOutboxStatements, type OutboxStatements } from './statements.js';
 import type { OutboxEvent, PublishFailure, Publisher, PublishResult } from './types.js';
@@ -387,9 +388,12 @@ export class OutboxDispatcher {
       const held = Number(rows[0]?.held ?? 0);
       const claimed = rows.filter((row) => row.id !== null && row.id !== undefined);
       const events = claimed.map(decodeEvent);
-      // Where the claim read each event: the mark finds published events by it (see markStatement).
-      // By event, not by id: two tenants' events may share an id.
-      const rowOf = new Map(events.map((event, i) => [event, claimed[i]!.row as string]));
+      // Where the claim read each event, and its seq: the mark finds published events by the first
+      // and checks what it found by the second (see markStatement). By event, not by id: two
+      // tenants' events may share an id.
+      const rowOf = new Map(
+        events.map((event, i) => [event, { row: claimed[i]!.row as string, seq: String(claimed[i]!.seq) }]),
+      );
       const result: BatchResult = {
         claimed: events.length,
         published: 0,
@@ -439,17 +443,25 @@ export class OutboxDispatcher {
             : deleting
               ? 'markDeletingTenant'
               : 'markTenant';
-        const published = settled.published.map((e) => rowOf.get(e));
-        await tx.query(
+        const { rows: marks } = await tx.query(
           this.statements[mark],
           [
-            JSON.stringify(published),
+            markedRows(settled.published.map((e) => rowOf.get(e)!)),
             new Date(at),
             JSON.stringify(failures),
             ...(only === null ? [] : [only]),
           ],
           this.statements.names[mark],
         );
+        const moved = eventsNotMarked(settled.published, marks[0]?.marked);
+        if (moved.length > 0) {
+          const markMoved = `markMoved${deleting ? 'Deleting' : ''}${only === null ? '' : 'Tenant'}` as const;
+          await tx.query(this.statements[markMoved], [
+            JSON.stringify(moved.map((e) => ({ tenant_id: e.tenant ?? '', id: e.id }))),
+            ...(deleting ? [] : [new Date(at)]),
+            ...(only === null ? [] : [only]),
+          ]);
+        }
       }
       result.published = settled.published.length;
       result.dead = dead.length;

@@ -28,9 +28,12 @@ export interface OutboxStatements {
   /** `claim` of one tenant: $5 tenant. */
   claimTenant: string;
   /**
-   * $1 the published events' ctids as the claim returned them (`row`, JSON array text), $2 now, $3
-   * failures (JSON array of {tenant_id, id, retry_at, error, dead}). Marks successes published,
-   * failures retried or dead, and holds back the failed keys' later events.
+   * $1 the published events (JSON text of {rows, n, sum}: the ctids the claim returned them at
+   * (`row`), how many, and the sum of their `seq`), $2 now, $3 failures (JSON array of {tenant_id,
+   * id, retry_at, error, dead}). Marks successes published, failures retried or dead, and holds
+   * back the failed keys' later events. Returns `failed`, and `marked`: null when the rows it found
+   * at those ctids are the batch's (same count, same sum of seq), else the JSON text of the
+   * [tenant, id] pairs it found there.
    */
   mark: string;
   /** `mark` of one tenant's events: $4 tenant. */
@@ -38,6 +41,16 @@ export interface OutboxStatements {
   /** Like `mark`, but deletes published rows at once (retention 0). */
   markDeleting: string;
   markDeletingTenant: string;
+  /**
+   * $1 published events the mark did not find at their ctid (JSON array of {tenant_id, id}), $2
+   * now. Marks them published by key, if still pending.
+   */
+  markMoved: string;
+  /** `markMoved` of one tenant's events: $3 tenant. */
+  markMovedTenant: string;
+  /** Like `markMoved`, but deletes them (retention 0): $1 the events, and `…Tenant` $2 tenant. */
+  markMovedDeleting: string;
+  markMovedDeletingTenant: string;
   /**
    * $1 now, $2 id, $3 topic, $4 key, $5 channel. Revives dead events and the events parked behind
    * them, in every tenant.
@@ -158,6 +171,10 @@ function renderTexts(schema: string): Omit<OutboxStatements, 'names'> {
     markTenant: markStatement(s, false, '$4'),
     markDeleting: markStatement(s, true, null),
     markDeletingTenant: markStatement(s, true, '$4'),
+    markMoved: markMovedStatement(s, false, null),
+    markMovedTenant: markMovedStatement(s, false, '$3'),
+    markMovedDeleting: markMovedStatement(s, true, null),
+    markMovedDeletingTenant: markMovedStatement(s, true, '$2'),
     redrive: redriveStatement(s, null),
     redriveTenant: redriveStatement(s, '$6'),
     cleanup: cleanup('published_at < $1 ORDER BY published_at', ''),
@@ -216,9 +233,12 @@ function redriveStatement(s: string, pin: Pin): string {
  *    with one loop, 9 479/s with two, 13 158/s with four; before, the loops only took turns). KEY
  *    SHARE does not block the other dispatcher's marking UPDATE (it changes no key column).
  * 2. `heads`: each key's earliest pending event, due or not (index `outbox_pending_key`).
- * 3. `held`: keys whose head is not due (backing off, or parked at 'infinity'): their later events
- *    are pushed to the head's time, so they stop filling the scan while the head waits. Only rows
- *    nobody holds are touched (SKIP LOCKED), so this never waits.
+ * 3. `waiting`, `held`: keys whose head is not due (backing off, or parked at 'infinity'): their
+ *    later events are pushed to the head's time, so they stop filling the scan while the head
+ *    waits. Only rows nobody holds are touched (SKIP LOCKED), so this never waits. The head itself
+ *    is locked first (KEY SHARE, SKIP LOCKED): a dispatcher whose clock runs a little ahead may
+ *    already hold it as due and be publishing those events, and moving them under it made its mark
+ *    miss them (they went out twice). With the head locked, the two never act on one key at once.
  * 4. `locked`: the due heads, locked with SKIP LOCKED. A head another dispatcher holds is skipped
  *    with its whole key. Heads are found again by the ctid `heads` read them at: a head changed
  *    since (published a moment ago, or rescheduled) no longer matches on recheck and its key waits
@@ -251,17 +271,23 @@ function claimStatement(s: string, pin: Pin): string {
           AND o.aggregatetype = cand.aggregatetype AND o.aggregateid = cand.aggregateid
         ORDER BY o.seq LIMIT 1
       ) AS h
+    ), waiting AS MATERIALIZED (
+      SELECT h.* FROM heads h CROSS JOIN LATERAL (
+        SELECT 1 FROM ${s}.outbox w
+        WHERE ${candidates.replace('tenant_id', 'w.tenant_id')}w.ctid = h.row AND w.published_at IS NULL AND w.available_at > $1
+        FOR KEY SHARE SKIP LOCKED
+      ) AS w
+      WHERE h.available_at > $1
     ), held AS (
       UPDATE ${s}.outbox f SET available_at = x.available_at
       FROM (
-        SELECT x.tenant_id, x.id, h.available_at FROM heads h CROSS JOIN LATERAL (
+        SELECT x.tenant_id, x.id, h.available_at FROM waiting h CROSS JOIN LATERAL (
           SELECT x.tenant_id, x.id FROM ${s}.outbox x
           WHERE ${sameTenant(pin, 'x', 'h')} AND x.published_at IS NULL
             AND x.aggregatetype = h.aggregatetype AND x.aggregateid = h.aggregateid
             AND x.seq > h.seq AND x.available_at < h.available_at
           LIMIT $2 FOR UPDATE SKIP LOCKED
         ) AS x
-        WHERE h.available_at > $1
       ) AS x
       WHERE ${sameTenant(pin, 'f', 'x')} AND f.id = x.id
       RETURNING 1
@@ -284,7 +310,7 @@ function claimStatement(s: string, pin: Pin): string {
         ORDER BY e.seq LIMIT greatest(0, $2 / nullif((SELECT count(*) FROM locked), 0) - 1)
       ) AS f
     )
-    SELECT held.n AS held, r.row::text AS row, r.tenant_id, r.id, r.aggregatetype, r.aggregateid, r.type,
+    SELECT held.n AS held, r.row::text AS row, r.seq::text AS seq, r.tenant_id, r.id, r.aggregatetype, r.aggregateid, r.type,
       r.payload::text AS payload, r.headers::text AS headers, r.created_at, r.attempts
     FROM (SELECT count(*)::int AS n FROM held) AS held
     CROSS JOIN cfg
@@ -292,31 +318,42 @@ function claimStatement(s: string, pin: Pin): string {
     ORDER BY r.seq`;
 }
 
+/** Rows `alias` of the (tenant_id, id) pairs in `source`: pinned to one tenant, or any tenant's. */
+function pairsOf(pin: Pin, alias: string, source: string): string {
+  return pin === null
+    ? `${alias}.tenant_id = ${source}.tenant_id AND ${alias}.id = ${source}.id AND ${pairs(alias, source)}`
+    : `${alias}.tenant_id = ${pin} AND ${alias}.id = ${source}.id AND ${alias}.id = ANY(ARRAY(SELECT id FROM ${source}))`;
+}
+
 /**
  * Settles a batch in one round trip, inside the claiming transaction (so the head locks are held
- * until the marks commit). Published events are found by the ctid the claim read them at: the
- * transaction's snapshot keeps that row version from being pruned, and while this dispatcher holds
- * a key's head nothing else updates the key's pending events, so the ctid is the event; should one
- * have changed anyway, it no longer matches and is published again later (at least once, as
- * always). A TID lookup per event instead of a probe of the (tenant_id, id) key: the mark of 500
- * events took 2.1 ms before tenant keys, 3.0 ms by key after, less by ctid. Failed heads (few) are
- * found by key, and get their attempt, error and retry time (or 'infinity' and `dead_at` when
- * parked); every later pending event of a failed key is held back to the same time. The
- * `= ANY(ARRAY(…))` conditions keep primary-key lookups in the generic plan of the prepared
- * statement, which otherwise hash-joins against a sequential scan of the outbox (see `pairs`).
+ * until the marks commit). Published events are found by the ctid the claim read them at: a TID
+ * lookup per event instead of a probe of the (tenant_id, id) key (the mark of 500 events took
+ * 2.1 ms before tenant keys, 3.0 ms by key after, less by ctid; a join that checked each id on the
+ * row found cost 2.5 ms more per 500, measured side by side). Instead the statement checks the
+ * count and the sum of `seq` (unique per row) of the rows it found against the batch's, and only
+ * when they differ returns what it found (`marked`, [tenant, id] pairs; building and checking
+ * those for every batch cost 7–10% of dispatch throughput with a no-op publisher) for the
+ * dispatcher to check: an event of a run whose row
+ * changed since the claim is not found (the run's later events are read without a lock; an
+ * operator's UPDATE, or a dispatcher whose snapshot predates the head lock, can move one) and is
+ * marked by key (`markMoved`); a row that is not one of the batch's events (a ctid reused after a
+ * vacuum) aborts the batch, to be published again, rather than mark an event never sent. Failed
+ * heads (few) are found by key, and get their attempt, error and retry time (or 'infinity' and
+ * `dead_at` when parked); every later pending event of a failed key is held back to the same
+ * time. The `= ANY(ARRAY(…))` conditions keep primary-key lookups in the generic plan of the
+ * prepared statement, which otherwise hash-joins against a sequential scan of the outbox (see
+ * `pairs`).
  */
 function markStatement(s: string, deletePublished: boolean, pin: Pin): string {
-  // $1: the ctids the claim read the published events at (see `markStatement`'s comment).
+  const rowsOf = (source: string) => pairsOf(pin, 'o', source);
   const publishedRows = `${pin === null ? '' : `u.tenant_id = ${pin} AND `}u.ctid = ANY(ARRAY(
-        SELECT jsonb_array_elements_text($1::text::jsonb)::tid))`;
+        SELECT jsonb_array_elements_text((SELECT j->'rows' FROM arg))::tid))`;
   const published = deletePublished
-    ? `DELETE FROM ${s}.outbox u WHERE ${publishedRows} RETURNING 1`
-    : `UPDATE ${s}.outbox u SET published_at = $2 WHERE ${publishedRows} RETURNING 1`;
-  const rowsOf = (source: string) =>
-    pin === null
-      ? `o.tenant_id = ${source}.tenant_id AND o.id = ${source}.id AND ${pairs('o', source)}`
-      : `o.tenant_id = ${pin} AND o.id = ${source}.id AND o.id = ANY(ARRAY(SELECT id FROM ${source}))`;
-  return `WITH published AS (${published}),
+    ? `DELETE FROM ${s}.outbox u WHERE ${publishedRows} RETURNING u.tenant_id, u.id, u.seq`
+    : `UPDATE ${s}.outbox u SET published_at = $2 WHERE ${publishedRows} RETURNING u.tenant_id, u.id, u.seq`;
+  return `WITH arg AS MATERIALIZED (SELECT $1::text::jsonb AS j),
+    published AS (${published}),
     f AS (
       SELECT * FROM jsonb_to_recordset($3::text::jsonb)
         AS f(tenant_id text, id uuid, retry_at timestamptz, error text, dead boolean)
@@ -337,5 +374,19 @@ function markStatement(s: string, deletePublished: boolean, pin: Pin): string {
       WHERE ${rowsOf('later')}
       RETURNING 1
     )
-    SELECT (SELECT count(*) FROM published)::int AS published, (SELECT count(*) FROM failed)::int AS failed`;
+    SELECT (SELECT count(*) FROM failed)::int AS failed,
+      CASE WHEN (SELECT count(*) = (j->>'n')::bigint AND coalesce(sum(seq), 0) = (j->>'sum')::numeric FROM published)
+        THEN NULL ELSE (SELECT json_agg(json_build_array(tenant_id, id))::text FROM published) END AS marked
+    FROM arg`;
+}
+
+/** Marks published, by key, the events `markStatement` did not find at the ctid the claim read. */
+function markMovedStatement(s: string, deletePublished: boolean, pin: Pin): string {
+  const where = `${pairsOf(pin, 'o', 'm')} AND o.published_at IS NULL`;
+  return `WITH m AS (SELECT * FROM jsonb_to_recordset($1::text::jsonb) AS m(tenant_id text, id uuid))
+    ${
+      deletePublished
+        ? `DELETE FROM ${s}.outbox o USING m WHERE ${where}`
+        : `UPDATE ${s}.outbox o SET published_at = $2 FROM m WHERE ${where}`
+    }`;
 }

@@ -75,6 +75,9 @@ const acrossTenants: Record<string, Record<string, string>> = {
     claim: 'dispatcher without `tenants` (claimTenant)',
     mark: 'marks a batch that spans tenants, by (tenant, id) pairs (markTenant for one tenant)',
     markDeleting: 'as mark (markDeletingTenant)',
+    markMoved:
+      'marks events of a batch that spans tenants whose row moved, by (tenant, id) pairs (markMovedTenant)',
+    markMovedDeleting: 'as markMoved (markMovedDeletingTenant)',
     redrive: 'operator redrive without a tenant (redriveTenant)',
     cleanup: 'dispatcher cleanup without `tenants` (cleanupTenant)',
     cleanupCaptured: 'as cleanup (cleanupCapturedTenant)',
