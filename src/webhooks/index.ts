@@ -82,6 +82,7 @@ export {
   type SkipOptions,
   type SkipResult,
 } from './entities.js';
+export { discardReceipt, type DiscardOptions, type DiscardResult } from './discard.js';
 export {
   WebhookSender,
   createWebhookSender,

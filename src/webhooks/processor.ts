@@ -31,6 +31,7 @@ import {
   type SkipOptions,
   type SkipResult,
 } from './entities.js';
+import { discardReceipt, type DiscardOptions, type DiscardResult } from './discard.js';
 import { InvalidWebhookEventError, isInvalidWebhookEvent } from './errors.js';
 import { createEvent, type WebhookEvent } from './event.js';
 import { consoleLogger, errorMessage, type WebhookLogger } from './logger.js';
@@ -437,6 +438,24 @@ export class WebhookProcessor<Client = unknown> extends TableModule<Client, Rece
   /** Sequence entities parked on a gap, oldest first. See `listParkedEntities`. */
   parked(options: { scope?: string; limit?: number; tenant?: string } = {}): Promise<ParkedEntity[]> {
     return listParkedEntities(this.sql, { schema: this.schema, ...options });
+  }
+
+  /**
+   * Makes one pending or waiting receipt a dead letter (an operator's decision: it is never
+   * handled; `redrive` brings it back), unparking its entity when nothing else waits there. See
+   * `discardReceipt`.
+   */
+  async discard(options: DiscardOptions): Promise<DiscardResult> {
+    const result = await discardReceipt(this.sql, { schema: this.schema, clock: this.clock, ...options });
+    this.logger.warn?.('webhook receipt discarded by an operator', {
+      tenant: options.tenant,
+      source: options.source,
+      deliveryId: options.deliveryId,
+      from: result.from,
+      unparked: result.unparked,
+      reason: options.reason,
+    });
+    return result;
   }
 
   /**

@@ -29,6 +29,9 @@ export interface ReceiptStatementTexts {
   skipInsert: string;
   skipAdvance: string;
   skipWake: string;
+  discard: string;
+  receiptState: string;
+  unparkIdle: string;
 }
 
 /** The texts, and a prepared-statement name per text (node-postgres parses and plans each once per connection). */
@@ -207,6 +210,24 @@ export function receiptStatements(schema: string): ReceiptStatements {
     skipWake: `UPDATE ${s}.webhook_receipts SET next_attempt_at = $4
       WHERE tenant_id = $5 AND state = 'waiting' AND entity_scope = $1 AND entity_key = $2
         AND (entity_version <= $3::numeric OR next_attempt_at = 'infinity')`,
+
+    // Discarding one receipt (discard.ts): a dead letter by an operator's decision, from pending or
+    // waiting only (a claimed one is a worker's until its attempt ends). A claim that locked it
+    // first makes this wait for the claim and then find it processing, not pending.
+    discard: `UPDATE ${s}.webhook_receipts
+      SET state = 'dead', next_attempt_at = $4, processed_at = $4, last_error = $5, waiting_since = NULL
+      WHERE tenant_id = $3 AND source = $1 AND delivery_id = $2 AND state IN ('pending', 'waiting')
+      RETURNING entity_scope, entity_key`,
+    receiptState: `SELECT state FROM ${s}.webhook_receipts
+      WHERE tenant_id = $3 AND source = $1 AND delivery_id = $2 FOR UPDATE`,
+    // A parked entity with nothing left waiting behind its gap is parked on nothing: unpark it. A
+    // receipt that starts waiting later looks at its gap afresh (and parks it again past the timeout).
+    unparkIdle: `UPDATE ${s}.webhook_entity_versions
+      SET parked_at = NULL, parked_reason = NULL, missing_version = NULL
+      WHERE tenant_id = $3 AND scope = $1 AND entity_key = $2 AND parked_at IS NOT NULL
+        AND NOT EXISTS (
+          SELECT 1 FROM ${s}.webhook_receipts
+          WHERE tenant_id = $3 AND state = 'waiting' AND entity_scope = $1 AND entity_key = $2)`,
   };
   return { ...texts, names: prepareNames('wh', texts) };
 }

@@ -1,0 +1,77 @@
+/**
+ * Discarding one webhook receipt: an operator's tool for a delivery that must never be applied and
+ * that nothing else will end, such as a `sequence` event whose version is far ahead of any real one
+ * (it would wait, and keep its entity parked, for ever). The CLI (`idem webhooks discard`) uses it
+ * on the pool alone; `WebhookProcessor.discard()` calls it too.
+ */
+import { systemClock, type Clock } from '../core/clock.js';
+import { InvalidArgumentError } from '../core/errors.js';
+import type { Sql } from '../core/sql.js';
+import { defaultTenant, validateTenant } from '../core/tenant.js';
+import { defaultSchema } from '../core/schema-name.js';
+import { receiptStatements } from './statements.js';
+
+/** Which receipt to discard, and why. */
+export interface DiscardOptions {
+  /** The receipt's source (the receiver's `source`). */
+  source: string;
+  /** The delivery id it was stored under. */
+  deliveryId: string;
+  /** Why: stored as the dead letter's error (`discarded by an operator: …`) and logged. */
+  reason?: string;
+  /** The receipt's tenant. Default `''`, the default tenant. */
+  tenant?: string;
+}
+
+/** What a discard did. */
+export interface DiscardResult {
+  /** The state the receipt left: `pending` or `waiting`. It is `dead` now. */
+  from: 'pending' | 'waiting';
+  /** The entity it named, when it had been looked at as an entity event. */
+  entity: { scope: string; key: string } | null;
+  /** Whether its entity was parked with nothing else waiting, and is no longer parked. */
+  unparked: boolean;
+}
+
+/**
+ * Makes one pending or waiting receipt a dead letter (`discarded by an operator: <reason>`): it is
+ * never handled, and `redrive` brings it back like any dead letter. When it waited behind a gap of
+ * a parked entity and nothing else waits there, the entity is unparked. Refuses
+ * (`InvalidArgumentError`) an unknown receipt and one in any other state: a processing one is a
+ * worker's until its attempt ends, a handled one has had its effect.
+ */
+export async function discardReceipt(
+  sql: Sql,
+  options: DiscardOptions & { schema?: string; clock?: Clock },
+): Promise<DiscardResult> {
+  const tenant = options.tenant ?? defaultTenant;
+  validateTenant(tenant);
+  for (const field of ['source', 'deliveryId'] as const) {
+    if (typeof options[field] !== 'string' || options[field] === '') {
+      throw new InvalidArgumentError(`${field} must be a non-empty string`);
+    }
+  }
+  const statements = receiptStatements(options.schema ?? defaultSchema);
+  const now = new Date((options.clock ?? systemClock).now());
+  const error = `discarded by an operator: ${options.reason ?? 'no reason given'}`;
+  const receipt = [options.source, options.deliveryId, tenant];
+  return sql.transaction(async (tx) => {
+    const { rows: before } = await tx.query(statements.receiptState, receipt);
+    const from = before[0]?.state as string | undefined;
+    if (from !== 'pending' && from !== 'waiting') {
+      const which = `webhook receipt ${options.source}/${options.deliveryId}${tenant === defaultTenant ? '' : ` of tenant ${tenant}`}`;
+      throw new InvalidArgumentError(
+        from === undefined
+          ? `no ${which}`
+          : `${which} is ${from}: only a pending or waiting receipt can be discarded` +
+              (from === 'processing' ? ' (a worker holds it; try again when its attempt ends)' : ''),
+      );
+    }
+    const { rows } = await tx.query(statements.discard, [...receipt, now, error]);
+    const scope = rows[0]?.entity_scope as string | null | undefined;
+    const key = rows[0]?.entity_key as string | null | undefined;
+    if (!scope || key === null || key === undefined) return { from, entity: null, unparked: false };
+    const unparked = await tx.query(statements.unparkIdle, [scope, key, tenant]);
+    return { from, entity: { scope, key }, unparked: unparked.rowCount > 0 };
+  });
+}
