@@ -142,7 +142,18 @@ export class Idem<Client = unknown> {
    */
   async run<T>(spec: OperationSpec, handler: Handler<T, Client>): Promise<OperationResult<T>> {
     const prepared = this.prepare(spec);
-    return observe('idem.run', prepared.scope, this.observer, () => this.runPrepared(prepared, handler));
+    return observe('idem.run', prepared.scope, this.observer, () =>
+      this.classifying(() => this.runPrepared(prepared, handler)),
+    );
+  }
+
+  /** Runs `work`, turning whatever it throws into what the caller sees (an `IdemError`). */
+  private async classifying<R>(work: () => Promise<R>): Promise<R> {
+    try {
+      return await work();
+    } catch (error) {
+      throw this.classify(error);
+    }
   }
 
   private async runPrepared<T>(
@@ -152,7 +163,16 @@ export class Idem<Client = unknown> {
     const { scope } = prepared;
     const deadline = this.clock.now() + prepared.waitMs;
     // Fast path: a finished key is answered by one indexed read, with no transaction.
-    const front = await this.replayInFront<T>(this.sql, prepared, deadline);
+    let front: OperationResult<T> | 'row' | null;
+    try {
+      front = await this.replayInFront<T>(this.sql, prepared, deadline);
+    } catch (error) {
+      // The read only saves a transaction. One that met a connection that just went away (a
+      // failover, a restarted pooler, a terminated backend) is skipped: the transaction runs on
+      // another connection, and does the same work without it.
+      if (isIdemError(error) || !isRetryable(error)) throw error;
+      front = null;
+    }
     if (typeof front === 'object' && front !== null) return front;
     const byCommit = prepared.recording === 'commit';
     // The record may go out with COMMIT unless the key has a row to take over (its tombstone
@@ -320,7 +340,7 @@ export class Idem<Client = unknown> {
       heartbeatMs: this.heartbeatMs,
     };
     return observe('idem.steps', prepared.scope, this.observer, () =>
-      new MultiStepRun<T, Client>(environment, prepared, body).execute(),
+      this.classifying(() => new MultiStepRun<T, Client>(environment, prepared, body).execute()),
     );
   }
 

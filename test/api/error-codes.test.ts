@@ -3,6 +3,7 @@
  * This checks it two ways: every error class a public entry point exports is an `IdemError`, and
  * errors thrown through public calls carry their documented code and pass their brand guard.
  */
+import pg from 'pg';
 import { describe, expect, it } from 'vitest';
 import * as root from '../../src/index.js';
 import * as claimsApi from '../../src/claims/index.js';
@@ -94,5 +95,38 @@ describe('public errors', () => {
       .catch((error: unknown) => error);
     expect(httpApi.isBodyTooLarge(tooLarge)).toBe(true);
     expect((tooLarge as IdemError).code).toBe('IDEM_BODY_TOO_LARGE');
+  });
+});
+
+describe('keyed operations against a database that does not answer', () => {
+  // Nothing listens on port 1: every connection is refused, before or inside a transaction.
+  const down = () => new pg.Pool({ connectionString: 'postgres://postgres@127.0.0.1:1/none', max: 1 });
+  const spec = { tenant: 'acme', operation: 'pay', key: 'k-1', request: {} };
+
+  for (const readFirst of [true, false] as const) {
+    it(`idem.run (readFirst: ${readFirst}) throws a retryable OperationFailedError with the driver's error as cause`, async () => {
+      const pool = down();
+      try {
+        const idem = root.createIdem({ sql: fromPg(pool), transactionRetries: 0 });
+        const thrown = await idem.run({ ...spec, readFirst }, async () => 'never').catch((e: unknown) => e);
+        expect(root.isOperationFailed(thrown), String(thrown)).toBe(true);
+        expect(thrown).toMatchObject({ code: 'IDEM_OPERATION_FAILED', retryable: true });
+        expect((thrown as Error).cause).toMatchObject({ code: 'ECONNREFUSED' });
+      } finally {
+        await pool.end();
+      }
+    });
+  }
+
+  it('idem.steps throws the same, not the driver error', async () => {
+    const pool = down();
+    try {
+      const idem = root.createIdem({ sql: fromPg(pool) });
+      const thrown = await idem.steps(spec, async () => 'never').catch((e: unknown) => e);
+      expect(thrown).toMatchObject({ code: 'IDEM_OPERATION_FAILED', retryable: true });
+      expect((thrown as Error).cause).toMatchObject({ code: 'ECONNREFUSED' });
+    } finally {
+      await pool.end();
+    }
   });
 });

@@ -1,67 +1,51 @@
 /**
- * A node-postgres pool in pipeline mode: BEGIN goes out with the handler's first statement and
- * idem's record with COMMIT (src/adapters/pg-pipeline.ts). What must hold whatever the round trips:
- * the handler's writes and the record commit together or not at all, a failure at COMMIT stores
- * nothing and leaves the pool usable, and a lost connection is not handed out again.
+ * Adapters that send idem's record together with COMMIT (`queryAndCommit`): node-postgres on a
+ * pool in pipeline mode (BEGIN also goes out with the handler's first statement,
+ * src/adapters/pg-pipeline.ts) and postgres.js, which pipelines every connection
+ * (src/adapters/postgres.ts). What must hold whatever the round trips: the handler's writes and
+ * the record commit together or not at all, a failure at COMMIT stores nothing and leaves the
+ * pool usable, and a lost connection is not handed out again.
  */
 import { randomBytes } from 'node:crypto';
 import pg from 'pg';
+import postgres from 'postgres';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { fromPg } from '../../src/adapters/pg.js';
+import { fromPostgresJs } from '../../src/adapters/postgres.js';
 import { ManualClock } from '../../src/core/clock.js';
 import { isOperationFailed } from '../../src/core/errors.js';
-import { canCommitWith, type Queryable } from '../../src/core/sql.js';
+import { canCommitWith, type Queryable, type Sql } from '../../src/core/sql.js';
 import { migrate } from '../../src/migrate/migrate.js';
 import { createIdem, type Idem } from '../../src/operations/idem.js';
 import { databaseUrl } from '../support/database.js';
 
 const day = 86_400_000;
 
-describe('fromPg on a pool in pipeline mode', () => {
-  const schema = `idem_pipe_${randomBytes(4).toString('hex')}`;
-  let pool: pg.Pool;
-  let clock: ManualClock;
-  let idem: Idem;
+interface Driver {
+  name: string;
+  /** idem's `Sql` over a pool of 4 connections, and a way to close it. */
+  open(): { sql: Sql; close(): Promise<void> };
+}
 
-  beforeAll(async () => {
-    pool = new pg.Pool({ connectionString: databaseUrl(), max: 4, pipeline: true });
-    await migrate(fromPg(pool), { schema });
-    await pool.query(`
-      CREATE TABLE "${schema}".effects (id serial PRIMARY KEY, intent text NOT NULL);
-      CREATE TABLE "${schema}".deferred (
-        code text UNIQUE DEFERRABLE INITIALLY DEFERRED
-      );`);
-    clock = new ManualClock(Date.now());
-    idem = createIdem({
-      sql: fromPg(pool),
-      schema,
-      clock,
-      retention: { resultMs: day, tombstoneMs: 2 * day },
-    });
-  });
-  afterAll(async () => {
-    await pool.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
-    await pool.end();
-  });
+const drivers: Driver[] = [
+  {
+    name: 'node-postgres, pool in pipeline mode',
+    open() {
+      const pool = new pg.Pool({ connectionString: databaseUrl(), max: 4, pipeline: true });
+      return { sql: fromPg(pool), close: () => pool.end() };
+    },
+  },
+  {
+    name: 'postgres.js',
+    open() {
+      const client = postgres(databaseUrl(), { max: 4, onnotice: () => {} });
+      return { sql: fromPostgresJs(client), close: () => client.end() };
+    },
+  },
+];
 
-  const insertEffect = async (tx: Queryable, intent: string) => {
-    await tx.query(`INSERT INTO "${schema}".effects (intent) VALUES ($1)`, [intent]);
-  };
-  const effects = async (intent: string) =>
-    Number(
-      (
-        await pool.query<{ n: number }>(
-          `SELECT count(*)::int AS n FROM "${schema}".effects WHERE intent = $1`,
-          [intent],
-        )
-      ).rows[0]!.n,
-    );
-  const keyOf = () => `k-${randomBytes(6).toString('hex')}`;
-
-  it('offers the record-with-COMMIT capability inside its transactions', async () => {
-    await fromPg(pool).transaction(async (tx) => {
-      expect(canCommitWith(tx)).toBe(true);
-    });
+describe('fromPg without pipeline mode', () => {
+  it('does not offer the record-with-COMMIT capability', async () => {
     const sequential = new pg.Pool({ connectionString: databaseUrl(), max: 1 });
     try {
       await fromPg(sequential).transaction(async (tx) => {
@@ -70,6 +54,54 @@ describe('fromPg on a pool in pipeline mode', () => {
     } finally {
       await sequential.end();
     }
+  });
+});
+
+describe.each(drivers)('$name: the record goes out with COMMIT', (driver) => {
+  const schema = `idem_pipe_${randomBytes(4).toString('hex')}`;
+  let db: ReturnType<Driver['open']>;
+  let clock: ManualClock;
+  let idem: Idem;
+
+  beforeAll(async () => {
+    db = driver.open();
+    await migrate(db.sql, { schema });
+    await db.sql.query(`
+      CREATE TABLE "${schema}".effects (id serial PRIMARY KEY, intent text NOT NULL);
+      CREATE TABLE "${schema}".deferred (
+        code text UNIQUE DEFERRABLE INITIALLY DEFERRED
+      );`);
+    clock = new ManualClock(Date.now());
+    idem = createIdem({
+      sql: db.sql,
+      schema,
+      clock,
+      retention: { resultMs: day, tombstoneMs: 2 * day },
+    });
+  });
+  afterAll(async () => {
+    await db.sql.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
+    await db.close();
+  });
+
+  const insertEffect = async (tx: Queryable, intent: string) => {
+    await tx.query(`INSERT INTO "${schema}".effects (intent) VALUES ($1)`, [intent]);
+  };
+  const effects = async (intent: string) =>
+    Number(
+      (
+        await db.sql.query<{ n: number }>(
+          `SELECT count(*)::int AS n FROM "${schema}".effects WHERE intent = $1`,
+          [intent],
+        )
+      ).rows[0]!.n,
+    );
+  const keyOf = () => `k-${randomBytes(6).toString('hex')}`;
+
+  it('offers the record-with-COMMIT capability inside its transactions', async () => {
+    await db.sql.transaction(async (tx) => {
+      expect(canCommitWith(tx)).toBe(true);
+    });
   });
 
   it('keeps the handler inside the transaction: a throw after a write leaves no effect and no key', async () => {
@@ -87,7 +119,7 @@ describe('fromPg on a pool in pipeline mode', () => {
 
   it('a failure at COMMIT (a deferred constraint) stores nothing, keeps no effect, and the pool goes on', async () => {
     const code = `c-${randomBytes(4).toString('hex')}`;
-    await pool.query(`INSERT INTO "${schema}".deferred (code) VALUES ($1)`, [code]);
+    await db.sql.query(`INSERT INTO "${schema}".deferred (code) VALUES ($1)`, [code]);
     const key = keyOf();
     const error = await idem
       .run({ tenant: 'acme', operation: 'pay', key, request: {}, transactionRetries: 0 }, async (tx) => {
@@ -172,7 +204,7 @@ describe('fromPg on a pool in pipeline mode', () => {
       .run({ tenant: 'acme', operation: 'pay', key, request: {}, transactionRetries: 0 }, async (tx) => {
         await insertEffect(tx, key);
         const { rows } = await tx.query<{ pid: number }>('SELECT pg_backend_pid() AS pid');
-        await pool.query('SELECT pg_terminate_backend($1)', [rows[0]!.pid]);
+        await db.sql.query('SELECT pg_terminate_backend($1)', [rows[0]!.pid]);
         return 'unreachable';
       })
       .catch((e: unknown) => e);
