@@ -152,13 +152,14 @@ describe('calls hold no transaction or connection while they run', () => {
       // SELECT 1 is slow on an idle pool too, which says nothing about what the calls hold. So
       // each run first probes the idle pool for as long as the burst takes, and the burst's
       // SELECT 1 must wait less than 50 ms beyond the idle pool's worst (on a quiet machine that
-      // is 1–3 ms: the bound; the raw figures are in the message). Up to 3 runs, one must
-      // meet every bound. What a held connection looks like fails at once: a session idle in
+      // is 1–3 ms: the bound; the raw figures are in the message). Up to 5 runs, one must
+      // meet every bound (a loaded CI machine once gave 55, 66 and 178 ms beyond idle in 3 runs,
+      // while other work ran beside it; a held connection costs the 500 ms of a call every run). What a held connection looks like fails at once: a session idle in
       // transaction.
       const runs: { elapsedMs: number; longestSelect1Ms: number; idlePoolSelect1Ms: number }[] = [];
       const meets = (r: (typeof runs)[number]) =>
         r.elapsedMs < 1500 && r.longestSelect1Ms - r.idlePoolSelect1Ms < 50;
-      for (let attempt = 1; attempt <= 3; attempt++) {
+      for (let attempt = 1; attempt <= 5; attempt++) {
         const idle = probePool(pool);
         await new Promise((resolve) => setTimeout(resolve, 800));
         const idlePool = await idle.stop();
