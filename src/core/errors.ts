@@ -1,6 +1,10 @@
 /**
- * Every error idem throws is an `IdemError` with a stable string `code`. Guards check a brand
- * property rather than `instanceof`, so they hold when two copies of the package are installed.
+ * Every error idem raises itself is an `IdemError` with a stable string `code`; `idem.run`, `runIn`
+ * and `steps` also wrap whatever else fails (the database driver's errors, the handler's) in
+ * `OperationFailedError`. The other modules' calls (outbox, inbox, claims, sagas, webhooks) let the
+ * driver's own errors through unchanged, as a query of the application's would: `isRetryable`
+ * classifies those. Guards check a brand property rather than `instanceof`, so they hold when two
+ * copies of the package are installed.
  */
 const brand = Symbol.for('idem.error');
 

@@ -1,7 +1,9 @@
 /**
- * `core/errors.ts` promises that every error idem throws is an `IdemError` with a stable code.
- * This checks it two ways: every error class a public entry point exports is an `IdemError`, and
- * errors thrown through public calls carry their documented code and pass their brand guard.
+ * `core/errors.ts` promises that every error idem raises is an `IdemError` with a stable code, and
+ * that keyed operations wrap every other failure. This checks it: every error class a public entry
+ * point exports is an `IdemError`, errors thrown through public calls carry their documented code
+ * and pass their brand guard, and `run` / `steps` against a database that does not answer throw
+ * `OperationFailedError`, not the driver's error.
  */
 import pg from 'pg';
 import { describe, expect, it } from 'vitest';
