@@ -216,7 +216,7 @@ export class Idem<Client = unknown> {
           await this.clock.sleep(backoff(attempt + 1));
           continue;
         }
-        throw this.classify(error);
+        throw error; // classified by `run`
       }
     }
   }
@@ -243,14 +243,13 @@ export class Idem<Client = unknown> {
     handler: Handler<T, TxClient>,
   ): Promise<OperationResult<T>> {
     const prepared = this.prepare(spec);
-    return observe('idem.runIn', prepared.scope, this.observer, async () => {
-      try {
-        if (prepared.recording === 'claim') return await this.claimAndRun(tx, tx, prepared, handler);
-        return await this.recordIn(tx, prepared, handler);
-      } catch (error) {
-        throw this.classify(error);
-      }
-    });
+    return observe('idem.runIn', prepared.scope, this.observer, () =>
+      this.classifying(() =>
+        prepared.recording === 'claim'
+          ? this.claimAndRun(tx, tx, prepared, handler)
+          : this.recordIn(tx, prepared, handler),
+      ),
+    );
   }
 
   /**

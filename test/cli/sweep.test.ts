@@ -8,7 +8,7 @@
 import { execFile } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
-import { afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
+import { afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { fromPg } from '../../src/adapters/pg.js';
 import { createClaims } from '../../src/claims/claims.js';
 import { run } from '../../src/cli/commands/sweep.js';
@@ -29,6 +29,7 @@ import { createSagas, defineSaga, step } from '../../src/workflow/index.js';
 import { RecordingPublisher } from '../outbox/support.js';
 import { createTestSchema, databaseUrl, type TestSchema } from '../support/database.js';
 import { signStandard, standardSecret } from '../webhooks/support.js';
+import { printedBy } from '../support/console-output.js';
 
 /** Every table `idem sweep` covers, as its output names them. */
 const everyTable = ['requests', 'inbox', 'outbox', 'webhook-receipts', 'tasks', 'webhook-messages', 'sagas'];
@@ -225,23 +226,7 @@ async function fill(db: TestSchema, expired: number): Promise<void> {
   );
 }
 
-async function capture(argv: string[]): Promise<{ code: number; out: string; err: string }> {
-  const out: string[] = [];
-  const err: string[] = [];
-  const log = vi
-    .spyOn(console, 'log')
-    .mockImplementation((...args: unknown[]) => void out.push(args.join(' ')));
-  const error = vi
-    .spyOn(console, 'error')
-    .mockImplementation((...args: unknown[]) => void err.push(args.join(' ')));
-  try {
-    const code = await run(argv);
-    return { code, out: out.join('\n'), err: err.join('\n') };
-  } finally {
-    log.mockRestore();
-    error.mockRestore();
-  }
-}
+const capture = (argv: string[]) => printedBy(() => run(argv));
 
 /** The count printed on a table's line, e.g. `inbox: deleted 3 rows` → 3. */
 function printed(out: string, table: string, what = 'deleted'): number {

@@ -6,7 +6,7 @@
 import { execFile } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
-import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { fromPg } from '../../src/adapters/pg.js';
 import { run } from '../../src/cli/commands/webhooks.js';
 import { ManualClock } from '../../src/core/clock.js';
@@ -19,6 +19,7 @@ import {
 } from '../../src/webhooks/index.js';
 import { createTestSchema, databaseUrl, type TestSchema } from '../support/database.js';
 import { signStandard, standardSecret } from '../webhooks/support.js';
+import { printedBy } from '../support/console-output.js';
 
 let db: TestSchema;
 beforeAll(async () => {
@@ -27,23 +28,7 @@ beforeAll(async () => {
 });
 afterAll(() => db?.close());
 
-async function capture(argv: string[]): Promise<{ code: number; out: string; err: string }> {
-  const out: string[] = [];
-  const err: string[] = [];
-  const log = vi
-    .spyOn(console, 'log')
-    .mockImplementation((...args: unknown[]) => void out.push(args.join(' ')));
-  const error = vi
-    .spyOn(console, 'error')
-    .mockImplementation((...args: unknown[]) => void err.push(args.join(' ')));
-  try {
-    const code = await run(argv);
-    return { code, out: out.join('\n'), err: err.join('\n') };
-  } finally {
-    log.mockRestore();
-    error.mockRestore();
-  }
-}
+const capture = (argv: string[]) => printedBy(() => run(argv));
 
 describe('idem webhooks', () => {
   it('lists a parked entity, and a skip through the CLI resumes it', async () => {

@@ -1,13 +1,14 @@
 import { execFile } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
-import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { fromPg } from '../../src/adapters/pg.js';
 import { run } from '../../src/cli/commands/outbox.js';
 import { createDispatcher } from '../../src/outbox/dispatcher.js';
 import { createOutbox, type Outbox } from '../../src/outbox/outbox.js';
 import { createTestSchema, databaseUrl, type TestSchema } from '../support/database.js';
 import { RecordingPublisher } from './support.js';
+import { printedBy } from '../support/console-output.js';
 
 let db: TestSchema;
 let outbox: Outbox;
@@ -35,22 +36,11 @@ async function parkTwo(topic: string): Promise<[string, string]> {
   return [ids[0]!, ids[1]!];
 }
 
-async function capture(argv: string[]): Promise<{ code: number; out: string }> {
-  const lines: string[] = [];
-  const log = vi
-    .spyOn(console, 'log')
-    .mockImplementation((...args: unknown[]) => void lines.push(args.join(' ')));
-  const error = vi
-    .spyOn(console, 'error')
-    .mockImplementation((...args: unknown[]) => void lines.push(args.join(' ')));
-  try {
-    const code = await run(argv);
-    return { code, out: lines.join('\n') };
-  } finally {
-    log.mockRestore();
-    error.mockRestore();
-  }
-}
+/** Both streams as one, in the order printed. */
+const capture = async (argv: string[]) => {
+  const { code, all } = await printedBy(() => run(argv));
+  return { code, out: all };
+};
 
 describe('idem outbox', () => {
   it('stats and dead list what is parked', async () => {

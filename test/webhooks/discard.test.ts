@@ -5,7 +5,7 @@
  * unparked, and the next real version applies at once. Only pending and waiting receipts can be
  * discarded; a redrive brings a discarded one back.
  */
-import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { fromPg } from '../../src/adapters/pg.js';
 import { run } from '../../src/cli/commands/webhooks.js';
 import { ManualClock } from '../../src/core/clock.js';
@@ -18,6 +18,7 @@ import {
 } from '../../src/webhooks/index.js';
 import { createTestSchema, databaseUrl, type TestSchema } from '../support/database.js';
 import { signStandard, standardSecret } from './support.js';
+import { printedBy } from '../support/console-output.js';
 
 let db: TestSchema;
 beforeAll(async () => {
@@ -26,22 +27,10 @@ beforeAll(async () => {
 });
 afterAll(() => db?.close());
 
-async function cli(argv: string[]): Promise<{ code: number; out: string; err: string }> {
-  const out: string[] = [];
-  const err: string[] = [];
-  const log = vi
-    .spyOn(console, 'log')
-    .mockImplementation((...args: unknown[]) => void out.push(args.join(' ')));
-  const error = vi
-    .spyOn(console, 'error')
-    .mockImplementation((...args: unknown[]) => void err.push(args.join(' ')));
-  try {
-    return { code: await run([...argv, '--schema', db.schema]), out: out.join('\n'), err: err.join('\n') };
-  } finally {
-    log.mockRestore();
-    error.mockRestore();
-  }
-}
+const cli = async (argv: string[]) => {
+  const { code, out, err } = await printedBy(() => run([...argv, '--schema', db.schema]));
+  return { code, out, err };
+};
 
 function setUp(source: string, tenant?: string) {
   const clock = new ManualClock(Date.UTC(2030, 0, 1));
