@@ -6,6 +6,15 @@ export type { Queryable, QueryResult, Row, Sql, Transaction } from './core/sql.j
 export { systemClock, ManualClock, type Clock } from './core/clock.js';
 export * from './core/errors.js';
 export { isRetryable, retryableNetworkCodes } from './core/retryable.js';
+export {
+  classifyFailure,
+  databaseFailureRules,
+  driverFailureRules,
+  type DriverFailureRule,
+  type FailureClass,
+  type FailureKind,
+  type FailureRule,
+} from './core/failures.js';
 export { SqlState, sqlStateOf, isTransactionRetryable } from './core/sqlstate.js';
 export { fingerprint, type FingerprintOptions } from './core/fingerprint.js';
 export { deriveKey, validateKey, maxKeyLength } from './core/keys.js';

@@ -9,7 +9,9 @@
  */
 import { sql, type SQL, type SQLWrapper } from 'drizzle-orm';
 import type { QueryResult, Row, Sql, Transaction } from '../core/sql.js';
-import { sqlOf, transactionOf } from './wiring.js';
+import { sqlOf, transactionOf, type OrmAdapterOptions } from './wiring.js';
+
+export type { OrmAdapterOptions } from './wiring.js';
 
 /** The subset of a Drizzle database or transaction idem uses. */
 export interface DrizzleQueryableLike {
@@ -73,6 +75,9 @@ export function fromDrizzleTransaction<Tx extends DrizzleQueryableLike>(tx: Tx):
  * import { fromDrizzle } from 'idem/drizzle';
  * const idem = createIdem({ sql: fromDrizzle(drizzle(pool)) });
  */
-export function fromDrizzle<Tx extends DrizzleQueryableLike>(db: DrizzleLike<Tx>): Sql<Tx> {
-  return sqlOf(db, run, (fn) => db.transaction(fn));
+export function fromDrizzle<Tx extends DrizzleQueryableLike>(
+  db: DrizzleLike<Tx>,
+  options: OrmAdapterOptions = {},
+): Sql<Tx> {
+  return sqlOf(db, run, (fn) => db.transaction(fn), options);
 }

@@ -19,7 +19,9 @@
  */
 import type { QueryResult, Row, Sql, Transaction } from '../core/sql.js';
 import { toQuestionMarks } from './sql-text.js';
-import { sqlOf, transactionOf } from './wiring.js';
+import { sqlOf, transactionOf, type OrmAdapterOptions } from './wiring.js';
+
+export type { OrmAdapterOptions } from './wiring.js';
 
 /** The subset of a Knex instance or transaction idem uses. */
 export interface KnexQueryableLike {
@@ -69,6 +71,9 @@ export function fromKnexTransaction<Trx extends KnexQueryableLike>(trx: Trx): Tr
  * import { fromKnex } from 'idem/knex';
  * const idem = createIdem({ sql: fromKnex(knex) });
  */
-export function fromKnex<Trx extends KnexQueryableLike>(knex: KnexLike<Trx>): Sql<Trx> {
-  return sqlOf(knex, run, (fn) => knex.transaction(fn));
+export function fromKnex<Trx extends KnexQueryableLike>(
+  knex: KnexLike<Trx>,
+  options: OrmAdapterOptions = {},
+): Sql<Trx> {
+  return sqlOf(knex, run, (fn) => knex.transaction(fn), options);
 }

@@ -9,7 +9,9 @@
  */
 import { CompiledQuery } from 'kysely';
 import type { QueryResult, Row, Sql, Transaction } from '../core/sql.js';
-import { sqlOf, transactionOf } from './wiring.js';
+import { sqlOf, transactionOf, type OrmAdapterOptions } from './wiring.js';
+
+export type { OrmAdapterOptions } from './wiring.js';
 
 /** The subset of a Kysely instance or transaction idem uses. */
 export interface KyselyQueryableLike {
@@ -54,6 +56,9 @@ export function fromKyselyTransaction<Tx extends KyselyQueryableLike>(trx: Tx): 
  * import { fromKysely } from 'idem/kysely';
  * const idem = createIdem({ sql: fromKysely(db) });
  */
-export function fromKysely<Tx extends KyselyQueryableLike>(db: KyselyLike<Tx>): Sql<Tx> {
-  return sqlOf(db, run, (fn) => db.transaction().execute(fn));
+export function fromKysely<Tx extends KyselyQueryableLike>(
+  db: KyselyLike<Tx>,
+  options: OrmAdapterOptions = {},
+): Sql<Tx> {
+  return sqlOf(db, run, (fn) => db.transaction().execute(fn), options);
 }

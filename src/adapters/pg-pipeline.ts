@@ -8,6 +8,8 @@
  * commit is BEGIN; the handler's INSERT; the record; COMMIT: four round trips one after another,
  * two when pipelined (measured in bench/operations.bench.ts and bench/http.bench.ts, side by side).
  */
+import { CommitOutcomeUnknownError } from '../core/errors.js';
+import { classifyFailure } from '../core/failures.js';
 import { sqlStateOf } from '../core/sqlstate.js';
 import {
   queryAndCommit,
@@ -21,8 +23,12 @@ import { transactionOf, type RunStatement } from './wiring.js';
 /** One transaction on a checked-out client. */
 export interface TransactionSession<C> {
   readonly tx: Transaction<C>;
-  /** Sends BEGIN (pipelined: without waiting for its answer). */
-  begin(): Promise<void>;
+  /**
+   * Sends BEGIN (pipelined: without waiting for its answer), with `setLocal` (the transaction's
+   * `SET LOCAL` bounds, see core/transaction-timeouts.ts) in the same simple-protocol message, so
+   * the bounds cost no round trip of their own.
+   */
+  begin(setLocal?: string): Promise<void>;
   /** Sends COMMIT, unless the transaction already ended with `queryAndCommit`. */
   commit(): Promise<void>;
   /** True once nothing is left to roll back: COMMIT was sent. */
@@ -56,13 +62,31 @@ export function sequentialSession<C extends SimpleQueryClient>(
     tx: transactionOf(client, run),
     ended: false,
     lost: undefined,
-    async begin() {
-      await client.query('BEGIN');
+    async begin(setLocal) {
+      await client.query(beginText(setLocal));
     },
     async commit() {
-      await client.query('COMMIT');
+      try {
+        await client.query('COMMIT');
+      } catch (error) {
+        throw commitFailure(error);
+      }
     },
   };
+}
+
+function beginText(setLocal: string | undefined): string {
+  return setLocal ? `BEGIN; ${setLocal}` : 'BEGIN';
+}
+
+/**
+ * COMMIT's failure as the caller must read it: a server's answer (a SQLSTATE: a deferred
+ * constraint, a serialization failure) means it rolled back; a connection lost while COMMIT was
+ * in flight means nobody here knows (`CommitOutcomeUnknownError`).
+ */
+function commitFailure(error: unknown): unknown {
+  if (sqlStateOf(error) !== undefined) return error;
+  return classifyFailure(error).discardConnection ? new CommitOutcomeUnknownError(error) : error;
 }
 
 /**
@@ -91,7 +115,7 @@ export function pipelinedSession<C extends SimpleQueryClient>(
     } catch (error) {
       // A server's answer (with a SQLSTATE) leaves the connection usable; a cut socket does not.
       if (sqlStateOf(error) === undefined) lost = error as Error;
-      throw error;
+      throw commitFailure(error);
     }
   };
 
@@ -113,7 +137,10 @@ export function pipelinedSession<C extends SimpleQueryClient>(
     // Both are answered before either is reported, so no rejection is left unobserved.
     const [statement, commit] = await Promise.allSettled([last, ending(committed), begun]);
     // A failed statement aborted the transaction, and PostgreSQL answered COMMIT with a rollback.
-    if (statement.status === 'rejected') throw statement.reason;
+    // Unless the connection died with both in flight: then they may both have run.
+    if (statement.status === 'rejected') {
+      throw lost !== undefined ? commitFailure(statement.reason) : statement.reason;
+    }
     if (commit.status === 'rejected') throw commit.reason;
     return statement.value;
   };
@@ -126,9 +153,9 @@ export function pipelinedSession<C extends SimpleQueryClient>(
     get lost() {
       return lost;
     },
-    async begin() {
+    async begin(setLocal) {
       cork();
-      begun = client.query('BEGIN');
+      begun = client.query(beginText(setLocal));
       // Its failure (a lost connection) is reported by the statements behind it.
       begun.catch(() => undefined);
       // The handler's first statement usually comes within this turn of the event loop (after

@@ -11,8 +11,14 @@
  */
 import type { PoolClient } from 'pg';
 import { PreparedStatementsUnsupportedError } from '../core/errors.js';
+import { classifyFailure } from '../core/failures.js';
 import { isPreparedStatementMismatch } from '../core/prepared-statements.js';
 import type { QueryOptions, QueryResult, Row, Sql, Transaction } from '../core/sql.js';
+import {
+  resolveTransactionTimeouts,
+  setLocalTimeouts,
+  type TransactionTimeouts,
+} from '../core/transaction-timeouts.js';
 import { isPipelined, pipelinedSession, sequentialSession } from './pg-pipeline.js';
 import { transactionOf, type RunStatement } from './wiring.js';
 
@@ -58,6 +64,14 @@ export interface PgAdapterOptions {
    * error that showed it. Default: a `console.warn` that names the setting.
    */
   onPreparedStatementsOff?: (error: PreparedStatementsUnsupportedError) => void;
+  /**
+   * Bounds on every transaction `fromPg` opens for idem (keyed operations, steps, the outbox,
+   * claims, webhooks, sagas): a transaction-local `statement_timeout` and
+   * `idle_in_transaction_session_timeout`, sent in the same message as BEGIN (no round trip of
+   * their own). Default `{ statementMs: 30000, idleMs: 15000 }`; `false` sends none and leaves
+   * the pool's session settings in force. See `TransactionTimeouts` and docs/deployment.md.
+   */
+  timeouts?: TransactionTimeouts | false;
 }
 
 /** Whether to name statements; `fromPg` turns it off for good after a pooler refusal. */
@@ -144,6 +158,8 @@ export function fromPg<Client extends PgClientLike = PoolClient>(
     },
   };
   const run = runner(prepare);
+  const timeouts = resolveTransactionTimeouts(options.timeouts);
+  const setLocal = timeouts ? setLocalTimeouts(timeouts) : undefined;
   return {
     // A pool hands out any connection; prepared statements are per connection, so pg prepares on
     // first use on each one.
@@ -160,13 +176,20 @@ export function fromPg<Client extends PgClientLike = PoolClient>(
       const events = client as ClientEvents;
       const session = isPipelined(client) ? pipelinedSession(client, run) : sequentialSession(client, run);
       try {
-        await session.begin();
+        await session.begin(setLocal);
         const value = await fn(session.tx);
         await session.commit();
         return value;
       } catch (error) {
+        if (broken === undefined && classifyFailure(error).discardConnection) {
+          // Lost, timed out mid-statement (pg's query_timeout leaves the statement running on the
+          // connection), or on a read-only node after a failover: a ROLLBACK would wait behind the
+          // stuck statement or land on the same standby. Destroy the connection; the server rolls
+          // back when it sees it go (or when idle_in_transaction_session_timeout ends it).
+          broken = error instanceof Error ? error : new Error(String(error));
+        }
         try {
-          if (!session.ended) await client.query('ROLLBACK');
+          if (broken === undefined && !session.ended) await client.query('ROLLBACK');
           else broken ??= session.lost;
         } catch (rollbackError) {
           // The connection is unusable; destroy it rather than return it to the pool.
@@ -214,3 +237,4 @@ function checkOut<C extends PgClientLike>(
     });
   });
 }
+

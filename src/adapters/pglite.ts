@@ -58,5 +58,6 @@ export function fromPgliteTransaction<Tx extends PgliteQueryableLike>(tx: Tx): T
  * await migrate(sql);
  */
 export function fromPglite<Tx extends PgliteQueryableLike>(db: PgliteLike<Tx>): Sql<Tx> {
-  return sqlOf(db, run, (fn) => db.transaction(fn));
+  // In-process: no link that can fail, and a single-user backend without timers (no timeouts).
+  return sqlOf(db, run, (fn) => db.transaction(fn), { timeouts: false });
 }

@@ -6,7 +6,9 @@
  * const idem = createIdem({ sql: fromPostgresJs(sql) });
  * await sql.begin((tx) => idem.runIn(fromPostgresJsTransaction(tx), spec, async () => { ... }));
  */
-import { PreparedStatementsUnsupportedError } from '../core/errors.js';
+import { CommitOutcomeUnknownError, PreparedStatementsUnsupportedError } from '../core/errors.js';
+import { classifyFailure } from '../core/failures.js';
+import { sqlStateOf } from '../core/sqlstate.js';
 import { isPreparedStatementMismatch } from '../core/prepared-statements.js';
 import {
   queryAndCommit,
@@ -17,6 +19,11 @@ import {
   type Sql,
   type Transaction,
 } from '../core/sql.js';
+import {
+  resolveTransactionTimeouts,
+  setLocalTimeouts,
+  type TransactionTimeouts,
+} from '../core/transaction-timeouts.js';
 import { transactionOf, type RunStatement } from './wiring.js';
 
 /** The subset of a postgres.js `Sql` / `TransactionSql` idem uses. */
@@ -43,6 +50,14 @@ export interface PostgresJsAdapterOptions {
    * A pooler refusal of one of them throws `PreparedStatementsUnsupportedError` (retryable).
    */
   prepare?: boolean;
+  /**
+   * Bounds on every transaction `fromPostgresJs` opens for idem: a transaction-local
+   * `statement_timeout` and `idle_in_transaction_session_timeout`, sent right behind BEGIN without
+   * waiting (postgres.js pipelines them with the transaction's first statement). Default
+   * `{ statementMs: 30000, idleMs: 15000 }`; `false` sends none. Ignored by
+   * `fromPostgresJsTransaction` (that transaction is the caller's). See `TransactionTimeouts`.
+   */
+  timeouts?: TransactionTimeouts | false;
 }
 
 export interface PostgresJsRootLike<Tx extends PostgresJsLike = PostgresJsLike> extends PostgresJsLike {
@@ -109,9 +124,11 @@ export function fromPostgresJs<Tx extends PostgresJsLike>(
   options: PostgresJsAdapterOptions = {},
 ): Sql<Tx> {
   const run = runner(options.prepare ?? true);
+  const timeouts = resolveTransactionTimeouts(options.timeouts);
+  const setLocal = timeouts ? setLocalTimeouts(timeouts) : undefined;
   return {
     query: (text, params, queryOptions) => run(sql, text, params, queryOptions),
-    transaction: (fn) => beginCommittingWith(sql, run, fn),
+    transaction: (fn) => beginCommittingWith(sql, run, fn, setLocal),
   };
 }
 
@@ -127,14 +144,24 @@ async function beginCommittingWith<Tx extends PostgresJsLike, T>(
   sql: PostgresJsRootLike<Tx>,
   run: RunStatement<Tx>,
   fn: (tx: Transaction<Tx>) => Promise<T>,
+  setLocal: string | undefined,
 ): Promise<T> {
   let outcome: Promise<T> | undefined;
+  /** Set once `fn` finished and postgres.js sends COMMIT: a lost connection from then on leaves the outcome unknown. */
+  let committing = false;
   let last: Promise<QueryResult> | undefined;
   let committed!: { resolve(): void; reject(error: unknown): void };
   const commitAnswered = new Promise<void>((resolve, reject) => (committed = { resolve, reject }));
   commitAnswered.catch(() => undefined); // read only by `fn`, when it asked for it
   try {
     await sql.begin(async (client) => {
+      if (setLocal) {
+        // Not awaited: postgres.js writes it right behind BEGIN and queues fn's statements behind
+        // it on the same connection. It cannot fail on a live connection; on a dead one, so does
+        // every statement behind it.
+        const bounds = client.unsafe(setLocal).simple();
+        void Promise.resolve(bounds).catch(() => undefined);
+      }
       let askedToCommit!: () => void;
       const asked = new Promise<void>((resolve) => (askedToCommit = resolve));
       const tx: PipelinedTransaction<Tx> = {
@@ -149,14 +176,25 @@ async function beginCommittingWith<Tx extends PostgresJsLike, T>(
       };
       outcome = fn(tx);
       await Promise.race([outcome, asked]);
+      committing = true;
     });
   } catch (error) {
     // `fn` failed (postgres.js rolled back), or COMMIT did: `fn` learns the latter from its
     // statement when it sent one with COMMIT.
-    if (last === undefined || outcome === undefined) throw error;
-    committed.reject(error);
+    const failure = committing ? commitFailure(error) : error;
+    if (last === undefined || outcome === undefined) throw failure;
+    committed.reject(failure);
     return outcome;
   }
   committed.resolve();
   return outcome!;
+}
+
+/**
+ * COMMIT's failure as the caller must read it: the server's answer (a SQLSTATE) means it rolled
+ * back; a connection lost while COMMIT was in flight leaves the outcome unknown.
+ */
+function commitFailure(error: unknown): unknown {
+  if (sqlStateOf(error) !== undefined) return error;
+  return classifyFailure(error).discardConnection ? new CommitOutcomeUnknownError(error) : error;
 }

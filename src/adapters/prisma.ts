@@ -26,6 +26,7 @@
 import type { QueryResult, Row, Sql, Transaction } from '../core/sql.js';
 import { returnsRows } from './sql-text.js';
 import { sqlOf, transactionOf } from './wiring.js';
+import type { TransactionTimeouts } from '../core/transaction-timeouts.js';
 
 /** The subset of a `PrismaClient` or interactive-transaction client idem uses. */
 export interface PrismaQueryableLike {
@@ -57,6 +58,13 @@ export interface PrismaLike<Tx extends PrismaQueryableLike> extends PrismaQuerya
 export interface PrismaAdapterOptions {
   /** Options for the transactions idem opens. Default `{ timeout: 60_000 }`. */
   transaction?: PrismaTransactionOptions;
+  /**
+   * Bounds on every transaction the adapter opens for idem: a transaction-local
+   * `statement_timeout` and `idle_in_transaction_session_timeout`, sent as one
+   * `SELECT set_config(…)` at the start of the transaction (Prisma sends BEGIN itself: one round
+   * trip more). Default `{ statementMs: 30000, idleMs: 15000 }`; `false` sends none.
+   */
+  timeouts?: TransactionTimeouts | false;
 }
 
 const defaultTransaction: PrismaTransactionOptions = { timeout: 60_000 };
@@ -99,5 +107,7 @@ export function fromPrisma<Tx extends PrismaQueryableLike>(
   options: PrismaAdapterOptions = {},
 ): Sql<Tx> {
   const transactionOptions = { ...defaultTransaction, ...options.transaction };
-  return sqlOf(prisma, run, (fn) => prisma.$transaction(fn, transactionOptions));
+  return sqlOf(prisma, run, (fn) => prisma.$transaction(fn, transactionOptions), {
+    ...(options.timeouts !== undefined ? { timeouts: options.timeouts } : {}),
+  });
 }

@@ -17,6 +17,10 @@
  * which carries the SQLSTATE as `code`.
  */
 import { InvalidArgumentError } from '../core/errors.js';
+import { resolveTransactionTimeouts, setLocalTimeouts } from '../core/transaction-timeouts.js';
+import type { OrmAdapterOptions } from './wiring.js';
+
+export type { OrmAdapterOptions } from './wiring.js';
 import type { QueryResult, Row, Sql, Transaction } from '../core/sql.js';
 
 /** The subset of a TypeORM `QueryRunner` idem uses. */
@@ -85,7 +89,10 @@ export function fromTypeORMTransaction<Manager extends TypeORMEntityManagerLike>
  */
 export function fromTypeORM<Manager extends TypeORMEntityManagerLike>(
   dataSource: TypeORMDataSourceLike<Manager>,
+  options: OrmAdapterOptions = {},
 ): Sql<Manager> {
+  const timeouts = resolveTransactionTimeouts(options.timeouts);
+  const bounds = timeouts ? setLocalTimeouts(timeouts) : undefined;
   return {
     async query<R extends Row>(text: string, params?: readonly unknown[]) {
       const runner = dataSource.createQueryRunner();
@@ -95,6 +102,11 @@ export function fromTypeORM<Manager extends TypeORMEntityManagerLike>(
         await runner.release();
       }
     },
-    transaction: (fn) => dataSource.transaction((manager) => fn(fromTypeORMTransaction(manager))),
+    transaction: (fn) =>
+      dataSource.transaction(async (manager) => {
+        const tx = fromTypeORMTransaction(manager);
+        if (bounds) await tx.query(bounds);
+        return fn(tx);
+      }),
   };
 }

@@ -4,6 +4,23 @@
  * a transaction; the wiring is the same for all of them.
  */
 import type { QueryOptions, QueryResult, Row, Sql, Transaction } from '../core/sql.js';
+import {
+  resolveTransactionTimeouts,
+  setLocalTimeouts,
+  type TransactionTimeouts,
+} from '../core/transaction-timeouts.js';
+
+/** Options of the ORM adapters (`fromKysely`, `fromDrizzle`, `fromKnex`, `fromTypeORM`, `fromPrisma`). */
+export interface OrmAdapterOptions {
+  /**
+   * Bounds on every transaction the adapter opens for idem: a transaction-local
+   * `statement_timeout` and `idle_in_transaction_session_timeout`. The ORM sends BEGIN itself,
+   * so they go out as one `SELECT set_config(…)` at the start of the transaction: one round trip
+   * more per transaction. Default `{ statementMs: 30000, idleMs: 15000 }`; `false` sends none
+   * (set them on the database role or the pool's connections instead, see docs/deployment.md).
+   */
+  timeouts?: TransactionTimeouts | false;
+}
 
 /** Runs one statement on a driver's client: its pool or connection, or one of its transactions. */
 export type RunStatement<Client> = <R extends Row>(
@@ -26,9 +43,16 @@ export function sqlOf<Db, Tx>(
   db: Db,
   run: RunStatement<NoInfer<Db | Tx>>,
   begin: <T>(fn: (tx: Tx) => Promise<T>) => Promise<T>,
+  options: OrmAdapterOptions = {},
 ): Sql<Tx> {
+  const timeouts = resolveTransactionTimeouts(options.timeouts);
+  const bounds = timeouts ? setLocalTimeouts(timeouts) : undefined;
   return {
-    query: (text, params, options) => run(db, text, params, options),
-    transaction: (fn) => begin((tx) => fn(transactionOf(tx, run))),
+    query: (text, params, queryOptions) => run(db, text, params, queryOptions),
+    transaction: (fn) =>
+      begin(async (tx) => {
+        if (bounds) await run(tx, bounds);
+        return fn(transactionOf(tx, run));
+      }),
   };
 }

@@ -34,7 +34,8 @@ export type IdemErrorCode =
   | 'IDEM_CONCURRENT_CHANGE'
   | 'IDEM_BODY_TOO_LARGE'
   | 'IDEM_BODY_MALFORMED'
-  | 'IDEM_WEBHOOK_DESTINATION_REFUSED';
+  | 'IDEM_WEBHOOK_DESTINATION_REFUSED'
+  | 'IDEM_COMMIT_UNKNOWN';
 
 export class IdemError extends Error {
   readonly [brand] = true;
@@ -200,6 +201,23 @@ export class PreparedStatementsUnsupportedError extends IdemError {
 }
 
 /**
+ * The connection died while COMMIT was in flight: the transaction may or may not have committed,
+ * and nothing on this side can tell. Never guess: a retry with the same key reads the key and
+ * answers from it when the transaction did commit, or runs afresh when it did not (the key's
+ * unique constraint keeps the two from both taking effect). `retryable` is true; `cause` is the
+ * driver's error. `idem.run` resolves it itself by retrying; the other modules' callers retry.
+ */
+export class CommitOutcomeUnknownError extends IdemError {
+  constructor(cause: unknown) {
+    super(
+      'IDEM_COMMIT_UNKNOWN',
+      `the connection was lost while COMMIT was in flight; the transaction may have committed (${describe(cause)}): retry with the same key`,
+      { cause, retryable: true },
+    );
+  }
+}
+
+/**
  * A row idem had just written or read changed under it between two statements (another process
  * swept or finished it in between), more times than a bounded retry allows. Nothing was left half
  * done; the same call may be tried again.
@@ -305,6 +323,15 @@ export const isConcurrentChange = (e: unknown): e is ConcurrentChangeError =>
  */
 export const isPreparedStatementsUnsupported = (e: unknown): e is PreparedStatementsUnsupportedError =>
   hasCode(e, 'IDEM_PREPARED_STATEMENTS_UNSUPPORTED');
+
+/**
+ * True for a `CommitOutcomeUnknownError`: COMMIT's connection died; retry with the same key.
+ *
+ * @example
+ * if (isCommitOutcomeUnknown(error)) return res.status(503).set('Retry-After', '1').end(); // the retry reads the key
+ */
+export const isCommitOutcomeUnknown = (e: unknown): e is CommitOutcomeUnknownError =>
+  hasCode(e, 'IDEM_COMMIT_UNKNOWN');
 
 /** Names an operation: who, what, and which intent. */
 export interface OperationScope {

@@ -49,6 +49,12 @@ abstract class BaseContext<Client> implements IdempotencyContext<Client> {
   abstract readonly mode: 'transaction' | 'steps';
   resource: ResourcePointer | null = null;
   protected closed = false;
+  /**
+   * The last error a statement (transaction mode) or a step or call (steps mode) threw. When the
+   * handler then answers with a response that is not stored (a 5xx), this error, not the
+   * response, says whether the request failed for good or may succeed on a retry.
+   */
+  lastFailure: unknown = undefined;
 
   constructor(
     readonly scope: OperationScope,
@@ -83,6 +89,13 @@ abstract class BaseContext<Client> implements IdempotencyContext<Client> {
   close(): void {
     this.closed = true;
   }
+
+  protected noting<R>(running: Promise<R>): Promise<R> {
+    return running.catch((error: unknown) => {
+      this.lastFailure = error;
+      throw error;
+    });
+  }
 }
 
 /** The context of `mode: 'transaction'`, built by the engine (users see `IdempotencyContext`). */
@@ -102,7 +115,7 @@ export class TransactionContext<Client> extends BaseContext<Client> {
             new InvalidArgumentError('idem.tx used after the response was sent; write before responding'),
           );
         }
-        return tx.query<R>(text, params);
+        return this.noting(tx.query<R>(text, params));
       },
     };
   }
@@ -142,12 +155,6 @@ export class StepsContext<Client> extends BaseContext<Client> {
   get resumed(): boolean {
     return this.op.resumed;
   }
-  /**
-   * The last error a step or call threw. When the handler then answers with a response that is
-   * not stored (a 5xx), this error, not the response, says whether the request failed for good.
-   */
-  lastFailure: unknown = undefined;
-
   step<R>(name: string, fn: (tx: Transaction<Client>, step: { key: string }) => Promise<R>): Promise<R> {
     if (this.closed) {
       return Promise.reject(new InvalidArgumentError('idem.step() used after the response was sent'));
@@ -159,12 +166,6 @@ export class StepsContext<Client> extends BaseContext<Client> {
       return Promise.reject(new InvalidArgumentError('idem.call() used after the response was sent'));
     }
     return this.noting(this.op.call(name, fn));
-  }
-  private noting<R>(running: Promise<R>): Promise<R> {
-    return running.catch((error: unknown) => {
-      this.lastFailure = error;
-      throw error;
-    });
   }
   heartbeat(): Promise<void> {
     return this.op.heartbeat();

@@ -101,6 +101,8 @@ interface RunState {
   captured: CapturedResponse | undefined;
   /** Steps mode: the non-retryable step error behind a 5xx answer (see `runHandler`). */
   stepFailure?: unknown;
+  /** The transient database failure behind the handler's 500 (see `runHandler`). */
+  transientFailure?: unknown;
 }
 
 /**
@@ -298,10 +300,16 @@ export class HttpIdempotency<Req, Client = unknown> {
       // cannot change (a constraint, 22021, a downstream's 4xx) hands that error to the operation,
       // so the key is freed or stored as failed instead of left pending for retries that fail the
       // same way. Any other 5xx is rolled back and left for a retry to resume, as before.
-      const failure = context instanceof StepsContext ? context.lastFailure : undefined;
-      if (failure !== undefined && !isRetryableStepFailure(failure)) {
+      const failure = context.lastFailure;
+      if (context instanceof StepsContext && failure !== undefined && !isRetryableStepFailure(failure)) {
         state.stepFailure = failure;
         throw failure;
+      }
+      // A generic 500 written by the framework for an error idem classifies as transient (a lost
+      // connection, a full server, a read-only node after a failover): the client is told to
+      // retry (503, Retry-After) rather than that the server failed.
+      if (captured.status === 500 && failure !== undefined && isRetryable(failure)) {
+        state.transientFailure = failure;
       }
       throw new DiscardResponse(captured.status);
     }
@@ -321,15 +329,21 @@ export class HttpIdempotency<Req, Client = unknown> {
       state.stepFailure !== undefined &&
       !isFenced(error) &&
       (error === state.stepFailure || cause === state.stepFailure);
-    if ((isDiscard(cause) || stepFailed) && state.captured) {
-      // Nothing was stored (or the key was freed): the handler's own answer goes out as it is.
-      return { kind: 'handler', response: state.captured, stored: false };
-    }
     const answer = (kind: ProblemKind, detail: string, extras?: ProblemExtras): Answer => ({
       kind: 'problem',
       response: this.problem(kind, detail, extras),
       afterHandler: state.invoked,
     });
+    if (isDiscard(cause) && state.transientFailure !== undefined && !isFenced(error)) {
+      this.onError(state.transientFailure);
+      return answer('unavailable', 'the database is unavailable; nothing was lost: retry with the same key', {
+        retryAfterSeconds: 1,
+      });
+    }
+    if ((isDiscard(cause) || stepFailed) && state.captured) {
+      // Nothing was stored (or the key was freed): the handler's own answer goes out as it is.
+      return { kind: 'handler', response: state.captured, stored: false };
+    }
     if (isKeyReused(error)) {
       return answer('key-reused', 'this idempotency key was first used with a different request');
     }
@@ -368,7 +382,9 @@ export class HttpIdempotency<Req, Client = unknown> {
         { retryAfterSeconds: 1 },
       );
     }
-    if (!state.invoked && isRetryable(error)) {
+    // Transient (a lost connection, a timeout, a full or read-only server) or an unknown COMMIT
+    // outcome: whatever committed is recorded under the key, so the retry resumes or replays.
+    if (isRetryable(error)) {
       return answer('unavailable', 'the idempotency store is unavailable; retry with the same key', {
         retryAfterSeconds: 1,
       });

@@ -1,6 +1,7 @@
 import { systemClock, type Clock } from '../core/clock.js';
 import {
   InvalidArgumentError,
+  isCommitOutcomeUnknown,
   isIdemError,
   isPreparedStatementsUnsupported,
   OperationFailedError,
@@ -9,6 +10,7 @@ import {
 import { fingerprint as computeFingerprint } from '../core/fingerprint.js';
 import { deriveKey, validateKey, validateName } from '../core/keys.js';
 import { createBackoff } from '../core/resilience/backoff.js';
+import { classifyFailure } from '../core/failures.js';
 import { isRetryable } from '../core/retryable.js';
 import { canCommitWith, queryAndCommit, type Queryable, type Sql, type Transaction } from '../core/sql.js';
 import { isTransactionRetryable, SqlState, sqlStateOf } from '../core/sqlstate.js';
@@ -209,16 +211,34 @@ export class Idem<Client = unknown> {
             }
           }
         }
-        // A pooler's prepared-statement refusal rolled everything back, and `fromPg` now sends
-        // statements unnamed: the same attempt again succeeds.
-        const again = isTransactionRetryable(error) || isPreparedStatementsUnsupported(error);
-        if (attempt < prepared.transactionRetries && again) {
+        if (attempt < prepared.transactionRetries && this.worthAnotherAttempt(error, attempt)) {
           await this.clock.sleep(backoff(attempt + 1));
           continue;
         }
         throw error; // classified by `run`
       }
     }
+  }
+
+  /**
+   * Whether `run` tries its transaction again itself, rather than hand the failure to the caller:
+   * - a serialization failure or deadlock (rolled back: the same attempt again succeeds);
+   * - a pooler's prepared-statement refusal (rolled back, and `fromPg` now sends statements
+   *   unnamed);
+   * - COMMIT's outcome unknown (the connection died with COMMIT in flight): the next attempt
+   *   reads the key, or its record meets the committed row, and answers from it; when nothing
+   *   committed it runs afresh. The key's unique constraint makes both safe;
+   * - once, a connection lost before COMMIT (a pooled connection a failover or a restarted pooler
+   *   had cut): nothing committed, and the pool's next connection is a new one.
+   * Timeouts, a full server (53300) or a read-only node (25006) are not retried here: each attempt
+   * would wait as long again. The caller gets a retryable error (HTTP: 503 with Retry-After).
+   */
+  private worthAnotherAttempt(error: unknown, attempt: number): boolean {
+    if (isTransactionRetryable(error) || isPreparedStatementsUnsupported(error)) return true;
+    if (isCommitOutcomeUnknown(error)) return true;
+    if (attempt > 0 || sqlStateOf(error) !== undefined) return false;
+    const failure = classifyFailure(error);
+    return failure.kind === 'transient' && failure.discardConnection && !failure.timedOut;
   }
 
   /**

@@ -13,7 +13,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { fromPg } from '../../src/adapters/pg.js';
 import { fromPostgresJs } from '../../src/adapters/postgres.js';
 import { ManualClock } from '../../src/core/clock.js';
-import { isOperationFailed } from '../../src/core/errors.js';
+import { isCommitOutcomeUnknown, isOperationFailed } from '../../src/core/errors.js';
+import { isRetryable } from '../../src/core/retryable.js';
 import { canCommitWith, type Queryable, type Sql } from '../../src/core/sql.js';
 import { migrate } from '../../src/migrate/migrate.js';
 import { createIdem, type Idem } from '../../src/operations/idem.js';
@@ -208,7 +209,10 @@ describe.each(drivers)('$name: the record goes out with COMMIT', (driver) => {
         return 'unreachable';
       })
       .catch((e: unknown) => e);
-    expect(isOperationFailed(error)).toBe(true);
+    // The record and COMMIT went out on a connection that died: failed for sure, or an unknown
+    // outcome when they were already written (`CommitOutcomeUnknownError`); retryable either way.
+    expect(isOperationFailed(error) || isCommitOutcomeUnknown(error)).toBe(true);
+    expect(isRetryable(error)).toBe(true);
     expect(await effects(key)).toBe(0);
     const after = await Promise.all(
       Array.from({ length: 8 }, (_, i) =>

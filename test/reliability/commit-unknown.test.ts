@@ -11,7 +11,9 @@ import type { AddressInfo } from 'node:net';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { fromPg } from '../../src/adapters/pg.js';
-import { isOperationFailed } from '../../src/core/errors.js';
+import { isCommitOutcomeUnknown, isOperationFailed } from '../../src/core/errors.js';
+import { classifyFailure } from '../../src/core/failures.js';
+import type { Queryable } from '../../src/core/sql.js';
 import { isRetryable } from '../../src/core/retryable.js';
 import { withIdempotency } from '../../src/http/node-http.js';
 import { createIdem, type Idem } from '../../src/operations/idem.js';
@@ -41,11 +43,17 @@ afterAll(async () => {
   await db.close();
 });
 
+const charge = async (tx: Queryable, key: string, amount: number) => {
+  await tx.query(`INSERT INTO "${db.schema}".effects (key, amount) VALUES ($1, $2)`, [key, amount]);
+  return { charged: amount, key };
+};
 const pay = (key: string, amount: number) =>
-  idem.run({ tenant: 'acme', operation: 'charge', key, request: { amount } }, async (tx) => {
-    await tx.query(`INSERT INTO "${db.schema}".effects (key, amount) VALUES ($1, $2)`, [key, amount]);
-    return { charged: amount, key };
-  });
+  idem.run({ tenant: 'acme', operation: 'charge', key, request: { amount } }, (tx) => charge(tx, key, amount));
+/** The same intent with no retry of its own: the unknown outcome reaches the caller. */
+const payOnce = (key: string, amount: number) =>
+  idem.run({ tenant: 'acme', operation: 'charge', key, request: { amount }, transactionRetries: 0 }, (tx) =>
+    charge(tx, key, amount),
+  );
 
 describe('an unknown COMMIT outcome is resolved by the retry with the same key', () => {
   const cases: { mode: CutMode; reset: boolean; committed: boolean }[] = [
@@ -55,17 +63,29 @@ describe('an unknown COMMIT outcome is resolved by the retry with the same key',
     { mode: 'drop-commit', reset: true, committed: false },
   ];
   for (const { mode, reset, committed } of cases) {
-    it(`${mode} (${reset ? 'RST' : 'FIN'}): a typed, retryable error, then ${committed ? 'the stored result' : 'one fresh run'}`, async () => {
+    it(`${mode} (${reset ? 'RST' : 'FIN'}): run resolves it itself by reading the key: ${committed ? 'the stored result' : 'one fresh run'}`, async () => {
       const key = `k-${randomUUID()}`;
       const cut = proxy.cutNextCommit(mode, { reset });
-      const error = await pay(key, 700).then(
+      const result = await pay(key, 700);
+      await cut;
+      // Its own attempt committed: the next one found the record and answered from it.
+      expect(result.replayed).toBe(committed);
+      expect(result.value).toEqual({ charged: 700, key });
+      expect((await effectsOf(db.pool, db.schema, [key])).get(key)).toBe(1);
+    });
+
+    it(`${mode} (${reset ? 'RST' : 'FIN'}), no retries left: a typed, retryable error, then ${committed ? 'the stored result' : 'one fresh run'}`, async () => {
+      const key = `k-${randomUUID()}`;
+      const cut = proxy.cutNextCommit(mode, { reset });
+      const error = await payOnce(key, 700).then(
         () => undefined,
         (e: unknown) => e,
       );
       await cut;
-      expect(isOperationFailed(error)).toBe(true);
       // The client cannot tell whether it committed: it must be told to retry with the same key.
+      expect(isCommitOutcomeUnknown(error)).toBe(true);
       expect(isRetryable(error)).toBe(true);
+      expect(classifyFailure(error).kind).toBe('unknown-outcome');
       expect((await effectsOf(db.pool, db.schema, [key])).get(key)).toBe(committed ? 1 : 0);
 
       const retry = await pay(key, 700);
@@ -157,10 +177,21 @@ describe('over HTTP (node:http integration)', () => {
       body: JSON.stringify({ key, amount: 42 }),
     });
 
-  for (const { mode, committed } of [
-    { mode: 'lose-answer' as const, committed: true },
-    { mode: 'drop-commit' as const, committed: false },
-  ]) {
+  it('lose-answer: the request reads its own committed record and answers it (201, replayed), one effect', async () => {
+    const key = `h-${randomUUID()}`;
+    const cut = proxy.cutNextCommit('lose-answer');
+    const first = await post(key);
+    await cut;
+    expect(first.status).toBe(201);
+    expect(first.headers.get('idempotent-replayed')).toBe('true');
+    expect(await first.json()).toEqual({ key, amount: 42 });
+    const retry = await post(key);
+    expect(retry.status).toBe(201);
+    expect(await retry.json()).toEqual({ key, amount: 42 });
+    expect((await effectsOf(db.pool, db.schema, [key])).get(key)).toBe(1);
+  });
+
+  for (const { mode, committed } of [{ mode: 'drop-commit' as const, committed: false }]) {
     it(`${mode}: 503 with Retry-After and nothing sent from the handler; the retry answers 201, one effect`, async () => {
       const key = `h-${randomUUID()}`;
       const cut = proxy.cutNextCommit(mode);
