@@ -10,7 +10,7 @@ import { randomBytes } from 'node:crypto';
 import type { AddressInfo } from 'node:net';
 import Fastify, { type FastifyError, type FastifyInstance, type FastifyReply } from 'fastify';
 import pg from 'pg';
-import { fromPg } from '../src/adapters/pg.js';
+import { fromPg, pgConnectionDefaults } from '../src/adapters/pg.js';
 import { createClaims } from '../src/claims/claims.js';
 import { createClient } from '../src/client/client.js';
 import { isRetryable } from '../src/core/retryable.js';
@@ -79,10 +79,15 @@ export async function startDemo(overrides: DemoOverrides = {}): Promise<DemoHand
       cleanups.push(() => embedded.stop());
       databaseUrl = embedded.url;
     }
+    // Connect and checkout timeout, keepalive, client and server statement bounds, an
+    // idle-in-transaction bound and a connection lifetime (see pgConnectionDefaults): without
+    // them a failover left connections "connecting" for ever and the demo wedged until restarted.
     const pool = new pg.Pool({
+      ...pgConnectionDefaults,
       connectionString: databaseUrl,
       max: config.poolSize,
       pipeline: config.pipeline,
+      application_name: 'idem-demo',
     });
     pool.on('error', (error) => console.error(`database connection lost: ${error.message}`));
     cleanups.push(() => pool.end());
@@ -182,7 +187,13 @@ export async function startDemo(overrides: DemoOverrides = {}): Promise<DemoHand
     app.get('/metrics', async (_request, reply) =>
       reply.type(metrics.contentType).send(await metrics.render()),
     );
+    // Liveness: the process answers. Readiness: the database answers, writable (not a standby or
+    // a primary being demoted), within a second; a load balancer sends traffic elsewhere meanwhile.
     app.get('/healthz', async () => ({ ok: true, transport: transport.name }));
+    app.get('/readyz', async (_request, reply) => {
+      const ready = await databaseReadiness(pool);
+      return reply.code(ready.ready ? 200 : 503).send({ ...ready, transport: transport.name });
+    });
     await app.register(fastifyWebhooks(receiver, { routes: { '/webhooks/provider': 'provider' } }));
     for (const plugin of overrides.plugins ?? [])
       await plugin(app, { pool, databaseUrl, schema, demoSchema, config });
@@ -264,6 +275,36 @@ export async function startDemo(overrides: DemoOverrides = {}): Promise<DemoHand
   } catch (error) {
     await close();
     throw error;
+  }
+}
+
+/**
+ * Whether the database can take a payment now: a `SELECT` answered within `withinMs` on a
+ * writable session. Never throws.
+ */
+export async function databaseReadiness(
+  pool: pg.Pool,
+  withinMs = 1000,
+): Promise<{ ready: boolean; database: string }> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`no answer within ${withinMs} ms`)), withinMs);
+  });
+  try {
+    const { rows } = await Promise.race([
+      pool.query<{ writable: boolean }>({
+        text: `SELECT NOT pg_is_in_recovery() AND current_setting('transaction_read_only') = 'off' AS writable`,
+        query_timeout: withinMs,
+      } as pg.QueryConfig),
+      late,
+    ]);
+    return rows[0]?.writable
+      ? { ready: true, database: 'ok' }
+      : { ready: false, database: 'read-only (a standby, or a primary being demoted)' };
+  } catch (error) {
+    return { ready: false, database: (error as Error).message };
+  } finally {
+    clearTimeout(timer);
   }
 }
 

@@ -22,6 +22,8 @@ import {
 import { isPipelined, pipelinedSession, sequentialSession } from './pg-pipeline.js';
 import { transactionOf, type RunStatement } from './wiring.js';
 
+export { pgConnectionDefaults } from '../core/connection-defaults.js';
+
 /** The subset of `pg.Pool` idem uses (types only: the core never loads `pg`). */
 export interface PgPoolLike<C extends PgClientLike = PoolClient> extends PgClientLike {
   connect(): Promise<C & { release(error?: Error | boolean): void }>;

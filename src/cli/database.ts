@@ -1,6 +1,6 @@
 /** Connects the CLI to DATABASE_URL, or to an embedded PostgreSQL when it is unset and allowed. */
 import pg from 'pg';
-import { fromPg } from '../adapters/pg.js';
+import { fromPg, pgConnectionDefaults } from '../adapters/pg.js';
 import type { Sql } from '../core/sql.js';
 import { booleanSetting } from './settings.js';
 import { startEmbeddedPostgres } from '../embedded/embedded-postgres.js';
@@ -17,7 +17,12 @@ export interface CliDatabase {
 }
 
 export async function openDatabase(
-  options: { allowEmbedded?: boolean; poolSize?: number } = {},
+  options: {
+    allowEmbedded?: boolean;
+    poolSize?: number;
+    /** No statement bound: `migrate` runs DDL that may take long (an index on a large table). */
+    longStatements?: boolean;
+  } = {},
 ): Promise<CliDatabase> {
   // IDEM_PREPARE=false behind a pooler that does not keep prepared statements (docs/deployment.md).
   const prepare = booleanSetting('IDEM_PREPARE', process.env.IDEM_PREPARE, true);
@@ -36,8 +41,10 @@ export async function openDatabase(
     url = embedded.url;
     stopEmbedded = () => embedded.stop();
   }
-  // Without a timeout, a host that drops packets would leave the command hanging for minutes.
+  // Without timeouts, a host that drops packets would leave the command hanging for minutes.
   const pool = new pg.Pool({
+    ...pgConnectionDefaults,
+    ...(options.longStatements ? { statement_timeout: 0, query_timeout: 0 } : {}),
     connectionString: url,
     max: options.poolSize ?? 10,
     connectionTimeoutMillis: 10_000,

@@ -343,6 +343,20 @@ export function classifyFailure(error: unknown): FailureClass {
   return permanent(describe(error));
 }
 
+/**
+ * Whether the failure says the database is unreachable or refusing work (a lost or refused
+ * connection, a timeout, too many clients, a read-only node, a shutdown) rather than anything about
+ * the work itself. Consumers redeliver such messages without counting the attempt, so an outage
+ * of any length never dead-letters a message that was never really tried.
+ */
+export function isDatabaseOutage(error: unknown): boolean {
+  const failure = classifyFailure(error);
+  if (failure.kind === 'permanent') return false;
+  if (failure.discardConnection || failure.timedOut) return true;
+  const state = sqlStateOf(error);
+  return state !== undefined && (state.startsWith('53') || state.startsWith('57'));
+}
+
 function classifyOne(error: object): FailureClass | undefined {
   if (isIdemError(error)) {
     if (error.code === 'IDEM_COMMIT_UNKNOWN') {

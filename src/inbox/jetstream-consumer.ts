@@ -4,6 +4,7 @@
  * `term` with the reason, the message recorded in the inbox as dead.
  */
 import type { ConsumerMessages, JsMsg } from '@nats-io/jetstream';
+import { isDatabaseOutage } from '../core/failures.js';
 import type { NatsConnection } from '@nats-io/transport-node';
 import type { JetStreamMessage, NatsConnectionLike } from '../brokers/nats-types.js';
 import type { Transaction } from '../core/sql.js';
@@ -164,6 +165,13 @@ export class JetStreamConsumer<Client = unknown> {
       duplicate = await this.inbox.handle(id, tenant, message);
     } catch (error) {
       clearInterval(heartbeat);
+      // The database, not the message, failed: redeliver whatever the count (the consumer has
+      // no max_deliver), so an outage never dead-letters a message that was never really tried.
+      if (isDatabaseOutage(error)) {
+        raw.nak(this.retry.delayFor(attempt));
+        this.counters.retried++;
+        return;
+      }
       if (this.retry.retryable(error) && attempt < this.retry.maxAttempts) {
         raw.nak(this.retry.delayFor(attempt));
         this.counters.retried++;

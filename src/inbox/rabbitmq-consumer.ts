@@ -5,6 +5,7 @@
  * reason after N attempts.
  */
 import type { ChannelModel, ConfirmChannel, ConsumeMessage, Options } from 'amqplib';
+import { isDatabaseOutage } from '../core/failures.js';
 import type { Transaction } from '../core/sql.js';
 import { describeError } from '../core/describe-error.js';
 import { connectAmqp } from '../brokers/amqp-connect.js';
@@ -67,6 +68,8 @@ export type { ConsumerCounters } from './consumer-inbox.js';
 
 /** Header carrying the number of failed deliveries so far. */
 export const attemptsHeader = 'x-idem-attempts';
+/** Deliveries that met a database outage: they spend no attempt, and space the redeliveries out. */
+export const outagesHeader = 'x-idem-outages';
 
 /**
  * @example
@@ -237,7 +240,12 @@ export class RabbitMqConsumer<Client = unknown> {
     try {
       duplicate = await this.inbox.handle(id, tenant, message);
     } catch (error) {
-      if (this.retry.retryable(error) && attempt < this.retry.maxAttempts) {
+      if (isDatabaseOutage(error)) {
+        // The database, not the message, failed: redeliver without spending an attempt, waiting
+        // longer each time the same message meets the outage.
+        const outages = (Number(headers[outagesHeader] ?? 0) || 0) + 1;
+        await this.redeliverLater(channel, raw, failedBefore, error, outages, { [outagesHeader]: outages });
+      } else if (this.retry.retryable(error) && attempt < this.retry.maxAttempts) {
         await this.redeliverLater(channel, raw, attempt, error);
       } else {
         await this.deadLetter(channel, raw, attempt, error, id, tenant);
@@ -248,14 +256,21 @@ export class RabbitMqConsumer<Client = unknown> {
     if (this.ack(channel, raw)) this.inbox.acked(duplicate);
   }
 
+  /**
+   * Sends the message to the retry queue of the delay for `delayAttempt`, recording `attempt`
+   * failed deliveries in its header.
+   */
   private async redeliverLater(
     channel: ConfirmChannel,
     raw: ConsumeMessage,
     attempt: number,
     error: unknown,
+    delayAttempt = attempt,
+    extraHeaders: Record<string, unknown> = {},
   ) {
-    const delay = this.retry.delayFor(attempt);
+    const delay = this.retry.delayFor(delayAttempt);
     await publishConfirmed(channel, this.retryQueue(delay), raw, {
+      ...extraHeaders,
       [attemptsHeader]: attempt,
       'x-idem-last-error': describeError(error, 500),
     });

@@ -61,8 +61,11 @@ export interface DispatcherOptions {
    */
   backoff?: BackoffOptions;
   /**
-   * A connection for LISTEN: a PostgreSQL connection string (loads `pg`) or a factory returning a
-   * `pg.Client`-shaped client. Producers NOTIFY at commit, so dispatch starts within milliseconds.
+   * A connection for LISTEN: a PostgreSQL connection string or node-postgres `Client` options
+   * (idem loads `pg` and puts `pgConnectionDefaults` under them: a 5 s connect timeout, TCP
+   * keepalive), or a factory returning a `pg.Client`-shaped client. Producers NOTIFY at commit, so
+   * dispatch starts within milliseconds. A lost connection is replaced with backoff; one that went
+   * silent (a partition) is found by the self-test below and replaced.
    * It must be a direct connection (or a session-mode pooler): through a transaction-mode pooler
    * such as PgBouncer LISTEN succeeds and then receives nothing. When `sql` goes through such a
    * pooler, give the direct URL here (e.g. `DATABASE_DIRECT_URL`). Default none: the dispatcher

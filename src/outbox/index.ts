@@ -39,7 +39,7 @@ export {
   type Jitter,
 } from '../core/resilience/backoff.js';
 export { PublishError, isPublishError, describeError } from './errors.js';
-export type { ListenClient, ListenSource } from './listener.js';
+export type { ListenClient, ListenConnectionConfig, ListenSource } from './listener.js';
 export { ListenerDeafError } from './listener.js';
 export { outboxChannel } from './statements.js';
 export {

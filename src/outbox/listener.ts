@@ -11,6 +11,7 @@
  * connections, `sendSelfTest`) and reports when it does not arrive in time.
  */
 import { randomUUID } from 'node:crypto';
+import { pgConnectionDefaults } from '../core/connection-defaults.js';
 import { IdemError } from '../core/errors.js';
 
 /** The subset of `pg.Client` a listener uses. */
@@ -23,8 +24,22 @@ export interface ListenClient {
   end(): Promise<void>;
 }
 
-/** A PostgreSQL connection string, or a factory returning a new, not yet connected client. */
-export type ListenSource = string | (() => ListenClient | Promise<ListenClient>);
+/**
+ * node-postgres `Client` options for the LISTEN connection (`connectionString`, `host`, `ssl`,
+ * `connectionTimeoutMillis`, `keepAlive`, …), over idem's defaults (`pgConnectionDefaults`:
+ * a 5 s connect timeout, TCP keepalive, statement and idle-in-transaction bounds).
+ */
+export interface ListenConnectionConfig {
+  connectionString?: string;
+  [option: string]: unknown;
+}
+
+/**
+ * Where the LISTEN connection goes: a PostgreSQL connection string, node-postgres `Client`
+ * options, or a factory returning a new, not yet connected client (any driver with `pg.Client`'s
+ * shape). idem loads `pg` itself for the first two, with `pgConnectionDefaults` under your options.
+ */
+export type ListenSource = string | ListenConnectionConfig | (() => ListenClient | Promise<ListenClient>);
 
 export interface NotificationListenerOptions {
   source: ListenSource;
@@ -239,7 +254,8 @@ export class NotificationListener {
 
 async function createClient(source: ListenSource): Promise<ListenClient> {
   if (typeof source === 'function') return source();
-  // Loaded only when a connection string is given, so the outbox itself depends on no driver.
+  // Loaded only when a connection string or options are given, so the outbox depends on no driver.
   const { default: pg } = await import('pg');
-  return new pg.Client({ connectionString: source });
+  const config = typeof source === 'string' ? { connectionString: source } : source;
+  return new pg.Client({ ...pgConnectionDefaults, ...config });
 }

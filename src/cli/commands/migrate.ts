@@ -14,7 +14,7 @@ export async function run(argv: string[]): Promise<number> {
   const args = parseCommand('migrate', usage, argv, { schema: { type: 'string', default: 'idem' } });
   if (args.exitCode !== undefined) return args.exitCode;
   const { schema } = args.values;
-  const db = await openDatabase();
+  const db = await openDatabase({ longStatements: true });
   try {
     const result = await migrate(db.sql, { schema });
     console.log(
