@@ -50,8 +50,13 @@ export interface DemoConfig {
   schema: string;
   /** `CONSOLE_TOKEN`: required by the console when bound beyond loopback. */
   consoleToken: string | undefined;
-  /** `LEASE_MS`, default 5000: how soon a crashed payment is resumed by the client's retry. */
+  /**
+   * `LEASE_MS`, default 5000: how soon a crashed payment is resumed, by the client's retry or by
+   * the completer.
+   */
   leaseMs: number;
+  /** `COMPLETER_POLL_MS`, default 1000: how often the completer looks for abandoned payments. */
+  completerPollMs: number;
   /** `DATABASE_POOL_SIZE`, default 20: connections in the demo's `pg` pool. */
   poolSize: number;
   /**
@@ -84,6 +89,7 @@ export function readConfig(env: NodeJS.ProcessEnv = process.env): DemoConfig {
     schema: env.IDEM_SCHEMA || 'idem',
     consoleToken: env.CONSOLE_TOKEN || undefined,
     leaseMs: Number(env.LEASE_MS ?? 5000),
+    completerPollMs: Number(env.COMPLETER_POLL_MS ?? 1000),
     poolSize: Number(env.DATABASE_POOL_SIZE ?? 20),
     providerLatencyMs: Number(env.PROVIDER_LATENCY_MS ?? 0),
   };

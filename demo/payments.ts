@@ -1,12 +1,18 @@
 /**
- * `POST /v1/payments` and the reads. A payment is a multi-step operation under the client's
- * Idempotency-Key: record the payment (a local step); charge the provider with a derived key (a
- * call: no transaction open while it runs); record the charge, the `payment.created` event
- * (outbox) and a receipt task (claims) in one transaction.
+ * `POST /v1/payments` and the reads. A payment is a defined multi-step operation (`idem.define`)
+ * under the client's Idempotency-Key: record the payment (a local step); charge the provider with
+ * a derived key (a call: no transaction open while it runs); record the charge, the
+ * `payment.created` event (outbox) and a receipt task (claims) in one transaction. Defined, so
+ * that the demo's completer finishes a payment whose process died or whose client gave up.
  */
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { Claims } from '../src/claims/claims.js';
 import type { ResilientClient } from '../src/client/client.js';
+import { httpAnswer } from '../src/http/answer.js';
+import { headerMap } from '../src/http/response-headers.js';
+import type { StoredResponseMeta } from '../src/http/stored-response.js';
+import type { OperationDefinition } from '../src/operations/definitions.js';
+import type { Idem } from '../src/operations/idem.js';
 import type { Outbox } from '../src/outbox/outbox.js';
 import { text } from './validation.js';
 
@@ -28,12 +34,95 @@ export interface PaymentsDeps {
   claims: Claims;
   provider: ResilientClient;
   providerUrl: string;
+  /** The payment operation (`definePayments`). */
+  createPayment: OperationDefinition<PaymentInput, StoredResponseMeta>;
 }
 
 interface NewPayment {
   amount: number;
   currency: string;
   customer: string;
+}
+
+/** What the payment operation runs on: the validated body and the authenticated tenant. */
+export interface PaymentInput extends NewPayment {
+  tenant: string;
+}
+
+/** The route's operation name, which is also the definition's: a completer finds its code by it. */
+export const createPaymentOperation = 'POST /v1/payments';
+
+/**
+ * The payment, defined by name on `idem`. Its answer is the HTTP response (`httpAnswer`), so a
+ * payment the completer finishes is replayed to the client byte for byte, like one that finished
+ * in the request.
+ */
+export function definePayments(
+  idem: Idem,
+  deps: Omit<PaymentsDeps, 'createPayment'>,
+): OperationDefinition<PaymentInput, StoredResponseMeta> {
+  const { demoSchema, outbox, claims, provider, providerUrl } = deps;
+  return idem.define<PaymentInput, StoredResponseMeta>(createPaymentOperation, async (op, input) => {
+    const { tenant, ...body } = input;
+    const payment = await op.step('record-payment', async (tx, { key }) => {
+      const id = `pay_${key.slice(5, 29)}`;
+      await tx.query(
+        `INSERT INTO ${demoSchema}.payments (id, tenant, customer, amount, currency, status) VALUES ($1, $2, $3, $4, $5, 'pending')`,
+        [id, tenant, body.customer, body.amount, body.currency],
+      );
+      return { id };
+    });
+
+    // A call, not a step: no transaction or pooled connection is held while the provider answers.
+    const charge = await op.call('charge', async ({ key, signal }) => {
+      const response = await provider.fetch(`${providerUrl}/charges`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ amount: body.amount, currency: body.currency, customer: body.customer }),
+        idempotencyKey: key,
+        signal,
+      });
+      if (response.status !== 201 && response.status !== 402) {
+        throw Object.assign(new Error(`provider answered ${response.status}`), { retryable: true });
+      }
+      const answer = (await response.json()) as { id?: string; charge?: { id: string } };
+      return { declined: response.status === 402, chargeId: answer.id ?? answer.charge?.id ?? null };
+    });
+
+    const row = await op.step('record-charge', async (tx) => {
+      const status = charge.declined ? 'declined' : 'succeeded';
+      const { rows } = await tx.query<PaymentRow>(
+        `UPDATE ${demoSchema}.payments SET status = $2, charge_id = $3 WHERE id = $1 RETURNING *`,
+        [payment.id, status, charge.chargeId],
+      );
+      const updated = rows[0]!;
+      if (!charge.declined) {
+        await outbox.add(tx, {
+          topic: 'payments',
+          key: payment.id,
+          type: 'payment.created',
+          payload: { tenant, ...publicPayment(updated) },
+        });
+        await claims.enqueueIn(tx, {
+          tenant,
+          queue: 'receipts',
+          key: `receipt:${payment.id}`,
+          payload: { paymentId: payment.id },
+        });
+      }
+      return publicPayment(updated);
+    });
+
+    const resource = { type: 'payment', id: row.id };
+    if (charge.declined) {
+      return httpAnswer(
+        402,
+        { type: 'urn:idem-demo:card-declined', title: 'Card declined', status: 402, payment: row },
+        { headers: { 'content-type': 'application/problem+json' }, resource },
+      );
+    }
+    return httpAnswer(201, row, { headers: { location: `/v1/payments/${row.id}` }, resource });
+  });
 }
 
 /**
@@ -81,73 +170,17 @@ export function publicPayment(row: PaymentRow) {
 }
 
 export function registerPayments(app: FastifyInstance, deps: PaymentsDeps): void {
-  const { demoSchema, outbox, claims, provider, providerUrl } = deps;
+  const { demoSchema, createPayment } = deps;
 
   app.post<{ Body: NewPayment }>(
     '/v1/payments',
     { schema: { body: paymentBody }, config: { idempotency: { mode: 'steps' } } },
     async (request, reply) => {
-      const idem = request.idem!;
-      const tenant = request.tenant!;
-      const body = request.body;
-
-      const payment = await idem.step('record-payment', async (tx, { key }) => {
-        const id = `pay_${key.slice(5, 29)}`;
-        await tx.query(
-          `INSERT INTO ${demoSchema}.payments (id, tenant, customer, amount, currency, status) VALUES ($1, $2, $3, $4, $5, 'pending')`,
-          [id, tenant, body.customer, body.amount, body.currency],
-        );
-        return { id };
-      });
-
-      // A call, not a step: no transaction or pooled connection is held while the provider answers.
-      const charge = await idem.call('charge', async ({ key, signal }) => {
-        const response = await provider.fetch(`${providerUrl}/charges`, {
-          method: 'POST',
-          headers: { 'content-type': 'application/json' },
-          body: JSON.stringify({ amount: body.amount, currency: body.currency, customer: body.customer }),
-          idempotencyKey: key,
-          signal,
-        });
-        if (response.status !== 201 && response.status !== 402) {
-          throw Object.assign(new Error(`provider answered ${response.status}`), { retryable: true });
-        }
-        const answer = (await response.json()) as { id?: string; charge?: { id: string } };
-        return { declined: response.status === 402, chargeId: answer.id ?? answer.charge?.id ?? null };
-      });
-
-      const row = await idem.step('record-charge', async (tx) => {
-        const status = charge.declined ? 'declined' : 'succeeded';
-        const { rows } = await tx.query<PaymentRow>(
-          `UPDATE ${demoSchema}.payments SET status = $2, charge_id = $3 WHERE id = $1 RETURNING *`,
-          [payment.id, status, charge.chargeId],
-        );
-        const updated = rows[0]!;
-        if (!charge.declined) {
-          await outbox.add(tx, {
-            topic: 'payments',
-            key: payment.id,
-            type: 'payment.created',
-            payload: { tenant, ...publicPayment(updated) },
-          });
-          await claims.enqueueIn(tx, {
-            tenant,
-            queue: 'receipts',
-            key: `receipt:${payment.id}`,
-            payload: { paymentId: payment.id },
-          });
-        }
-        return publicPayment(updated);
-      });
-
-      idem.setResource({ type: 'payment', id: row.id });
-      if (charge.declined) {
-        return reply
-          .code(402)
-          .type('application/problem+json')
-          .send({ type: 'urn:idem-demo:card-declined', title: 'Card declined', status: 402, payment: row });
-      }
-      return reply.code(201).header('location', `/v1/payments/${row.id}`).send(row);
+      const answer = await request.idem!.run(createPayment, { tenant: request.tenant!, ...request.body });
+      return reply
+        .code(answer.status)
+        .headers(headerMap(answer.headers))
+        .send(Buffer.from(answer.body.buffer, answer.body.byteOffset, answer.body.byteLength));
     },
   );
 

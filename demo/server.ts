@@ -27,7 +27,8 @@ import { fastifyWebhooks } from '../src/webhooks/fastify.js';
 import { standardWebhooksVerifier } from '../src/webhooks/verify/standard-webhooks.js';
 import { authorize } from './auth.js';
 import { checkWebhookSecret, demoWebhookSecret, readConfig, type DemoConfig } from './config.js';
-import { registerPayments } from './payments.js';
+import { definePayments, registerPayments } from './payments.js';
+import { createCompleter } from '../src/operations/completer.js';
 import { startProvider, type FakeCardProvider } from './provider.js';
 import { countingWebhookLogger } from './metrics.js';
 import { createInbox } from '../src/inbox/inbox.js';
@@ -175,6 +176,24 @@ export async function startDemo(overrides: DemoOverrides = {}): Promise<DemoHand
     const receipts = startReceiptWorker(claims, demoSchema);
     cleanups.push(() => receipts.stop());
 
+    // Payments are a defined operation: the completer finishes one whose process died after the
+    // provider charged, or whose client gave up, without waiting for a retry of its key.
+    const createPayment = definePayments(idem, {
+      demoSchema,
+      outbox,
+      claims,
+      provider: providerClient,
+      providerUrl,
+    });
+    const completer = createCompleter({
+      idem,
+      pollIntervalMs: config.completerPollMs,
+      onCompletion: (completion) => metrics.completion(completion),
+      onError: (error) => console.error('completer:', (error as Error).message),
+    });
+    await completer.start();
+    cleanups.push(() => completer.stop());
+
     const app = Fastify({
       logger: overrides.quiet === false,
       bodyLimit: 64 * 1024,
@@ -256,7 +275,8 @@ export async function startDemo(overrides: DemoOverrides = {}): Promise<DemoHand
         outbox,
         claims,
         provider: providerClient,
-        providerUrl: providerUrl,
+        providerUrl,
+        createPayment,
       });
     });
 

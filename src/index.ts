@@ -28,6 +28,23 @@ export {
 export { quoteSchema, defaultSchema } from './core/schema-name.js';
 export { Idem, createIdem, type OperationContext, type PreparedSpec } from './operations/idem.js';
 export type { CallContext, MultiStepOperation } from './operations/multi-step.js';
+export type {
+  DefineOptions,
+  DefinedBody,
+  DefinedSpec,
+  GiveUpAction,
+  OperationDefinition,
+} from './operations/definitions.js';
+export {
+  Completer,
+  createCompleter,
+  decideIntent,
+  type CompleterOptions,
+  type Completion,
+  type CompletionKind,
+  type PendingIntent,
+} from './operations/completer.js';
+export { defaultTransactionTimeouts, type TransactionTimeouts } from './core/transaction-timeouts.js';
 export {
   defaultRetention,
   type IdemOptions,

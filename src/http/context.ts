@@ -1,7 +1,13 @@
 import { InvalidArgumentError, type OperationScope, type ResourcePointer } from '../core/errors.js';
 import type { QueryResult, Row, Transaction } from '../core/sql.js';
 import type { OperationContext } from '../operations/idem.js';
-import type { CallContext, MultiStepOperation } from '../operations/multi-step.js';
+import type { CallContext, KeptInput, MultiStepOperation } from '../operations/multi-step.js';
+import type { OperationDefinition } from '../operations/definitions.js';
+import { toOutcome } from '../operations/outcome.js';
+import { encodeResult } from '../steps/result-codec.js';
+import { answerResponse } from './answer.js';
+import type { CapturedResponse } from './captured-response.js';
+import type { StoredResponseMeta } from './stored-response.js';
 
 /**
  * What a handler behind the idempotency integration gets, as `req.idem` (Express, node:http),
@@ -36,6 +42,20 @@ export interface IdempotencyContext<Client = unknown> {
   call<R>(name: string, fn: (call: CallContext) => Promise<R>): Promise<R>;
   /** Steps mode: renews the lease by hand (calls renew it on their own). */
   heartbeat(): Promise<void>;
+  /**
+   * Steps mode: runs the defined operation `definition` (`idem.define`, named as this route's
+   * operation) as this request, with `input`, and resolves with the response its body answered
+   * (`httpAnswer(…)`): send it. Its input is kept while it is pending, so a completer finishes it
+   * if this process dies or the client gives up; the client's retry then gets the response the
+   * completer stored.
+   *
+   * @example
+   * app.post('/v1/payments', { config: { idempotency: { mode: 'steps', operation: 'create-payment' } } }, async (request, reply) => {
+   *   const answer = await request.idem!.run(createPayment, { tenant: request.idem!.tenant, ...request.body });
+   *   return reply.code(answer.status).headers(Object.fromEntries(answer.headers)).send(Buffer.from(answer.body));
+   * });
+   */
+  run<I>(definition: OperationDefinition<I, StoredResponseMeta, Client>, input: I): Promise<CapturedResponse>;
   /** Steps mode: true when this request took over an execution that crashed or failed. */
   readonly resumed: boolean;
   /** A key for a downstream call, derived from this intent and `name`; stable across retries. */
@@ -77,6 +97,10 @@ abstract class BaseContext<Client> implements IdempotencyContext<Client> {
   ): Promise<R>;
   abstract call<R>(name: string, fn: (call: CallContext) => Promise<R>): Promise<R>;
   abstract heartbeat(): Promise<void>;
+  abstract run<I>(
+    definition: OperationDefinition<I, StoredResponseMeta, Client>,
+    input: I,
+  ): Promise<CapturedResponse>;
   abstract get resumed(): boolean;
 
   deriveKey(name: string): string {
@@ -138,6 +162,9 @@ export class TransactionContext<Client> extends BaseContext<Client> {
   heartbeat(): never {
     throw new InvalidArgumentError("idem.heartbeat() needs mode: 'steps'");
   }
+  run(): never {
+    throw new InvalidArgumentError("idem.run() of a defined operation needs mode: 'steps'");
+  }
 }
 
 /** The context of `mode: 'steps'`, built by the engine (users see `IdempotencyContext`). */
@@ -169,5 +196,23 @@ export class StepsContext<Client> extends BaseContext<Client> {
   }
   heartbeat(): Promise<void> {
     return this.op.heartbeat();
+  }
+  async run<I>(
+    definition: OperationDefinition<I, StoredResponseMeta, Client>,
+    input: I,
+  ): Promise<CapturedResponse> {
+    if (this.closed) throw new InvalidArgumentError('idem.run() used after the response was sent');
+    if (definition.name !== this.operation) {
+      throw new InvalidArgumentError(
+        `this route's operation is "${this.operation}" but the definition is "${definition.name}": ` +
+          `give the route config \`operation: '${definition.name}'\`, so that a completer finds its code`,
+      );
+    }
+    const op = this.op as MultiStepOperation<Client> & { adopt?(input: KeptInput): Promise<void> };
+    if (!op.adopt) throw new InvalidArgumentError('idem.run() needs the steps engine of idem.steps');
+    await this.noting(op.adopt(encodeResult(input, `the input of operation "${definition.name}"`)));
+    const outcome = toOutcome(await this.noting(definition.body(this.op, input)));
+    if (outcome.resource) this.setResource(outcome.resource);
+    return answerResponse(outcome);
   }
 }

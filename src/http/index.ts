@@ -43,3 +43,4 @@ export {
   readWebBody,
 } from './request-body.js';
 export { restoreResponse, type StoredResponseMeta } from './stored-response.js';
+export { httpAnswer, type HttpAnswerOptions } from './answer.js';

@@ -15,6 +15,7 @@ import { quoteSchema } from '../core/schema-name.js';
 export const distributedTables = [
   'requests',
   'steps',
+  'intents',
   'inbox',
   'outbox',
   'webhook_receipts',

@@ -33,6 +33,8 @@ export interface IdemMetrics {
   webhookRejected(reason: string): void;
   /** Count a duplicate message acknowledged by an inbox without running its handler. */
   inboxDuplicate(consumer: string): void;
+  /** Pass as `createCompleter({ onCompletion })`: counts what the completer did, by operation. */
+  completion(completion: { scope: { operation: string }; kind: string }): void;
   render(): Promise<string>;
 }
 
@@ -74,6 +76,13 @@ export function createIdemMetrics(options: IdemMetricsOptions = {}): IdemMetrics
     registers: [registry],
   });
 
+  const completions = new Counter({
+    name: `${prefix}completions_total`,
+    help: 'Abandoned defined operations the completer took: completed, compensated, failed, retrying, skipped',
+    labelNames: ['operation', 'outcome'],
+    registers: [registry],
+  });
+
   if (options.sql) {
     const sql = options.sql;
     // One round trip per scrape for every gauge; each count uses a partial index of its table.
@@ -89,7 +98,9 @@ export function createIdemMetrics(options: IdemMetricsOptions = {}): IdemMetrics
         (SELECT count(*) FROM ${schema}.webhook_receipts WHERE state = 'waiting') AS receipts_waiting,
         (SELECT count(*) FROM ${schema}.webhook_entity_versions WHERE parked_at IS NOT NULL) AS entities_parked,
         (SELECT count(*) FROM ${schema}.tasks WHERE state = 'dead') AS tasks_dead,
-        (SELECT count(*) FROM ${schema}.requests WHERE state = 'pending' AND locked_until < now()) AS requests_stuck`);
+        (SELECT count(*) FROM ${schema}.requests WHERE state = 'pending' AND locked_until < now()) AS requests_stuck,
+        (SELECT count(*) FROM ${schema}.intents) AS intents_waiting,
+        (SELECT count(*) FROM ${schema}.intents WHERE attempts > 0) AS intents_retrying`);
       return rows[0] ?? {};
     };
     let pending: Promise<Record<string, string | number | null>> | undefined;
@@ -131,6 +142,16 @@ export function createIdemMetrics(options: IdemMetricsOptions = {}): IdemMetrics
     );
     gauge('tasks_dead', 'Claimed tasks dead-lettered', 'tasks_dead');
     gauge('requests_stuck', 'Pending multi-step operations whose lease has lapsed', 'requests_stuck');
+    gauge(
+      'intents_waiting',
+      'Pending defined operations (idem.define): running, or waiting for the completer',
+      'intents_waiting',
+    );
+    gauge(
+      'intents_retrying',
+      'Pending defined operations the completer has already tried at least once (see `idem intents`)',
+      'intents_retrying',
+    );
   }
 
   return {
@@ -142,6 +163,7 @@ export function createIdemMetrics(options: IdemMetricsOptions = {}): IdemMetrics
     },
     webhookRejected: (reason) => webhookRejections.inc({ reason }),
     inboxDuplicate: (consumer) => inboxDuplicates.inc({ consumer }),
+    completion: (c) => completions.inc({ operation: c.scope.operation, outcome: c.kind }),
     render: () => registry.metrics(),
   };
 }

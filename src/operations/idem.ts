@@ -6,6 +6,7 @@ import {
   isPreparedStatementsUnsupported,
   OperationFailedError,
   type OperationScope,
+  type StepFailedError,
 } from '../core/errors.js';
 import { fingerprint as computeFingerprint } from '../core/fingerprint.js';
 import { deriveKey, validateKey, validateName } from '../core/keys.js';
@@ -17,7 +18,17 @@ import { isTransactionRetryable, SqlState, sqlStateOf } from '../core/sqlstate.j
 import { defaultSchema } from '../core/schema-name.js';
 import { nonNegative, positive } from '../core/validate.js';
 import { observe, type OperationObserver } from '../observability/events.js';
-import { MultiStepRun, type MultiStepOperation } from './multi-step.js';
+import { MultiStepRun, type MultiStepEnvironment, type MultiStepOperation } from './multi-step.js';
+import {
+  makeDefinition,
+  type OperationDefinition,
+  type DefineOptions,
+  type DefinedBody,
+  type DefinedSpec,
+  type DefinitionHost,
+} from './definitions.js';
+import { renderIntentStatements, type IntentStatements } from './intent-statements.js';
+import { decodeResult, encodeResult } from '../steps/result-codec.js';
 import {
   defaultRetention,
   type IdemOptions,
@@ -89,12 +100,13 @@ const recordSavepoint = 'idem_record';
  *   },
  * );
  */
-export class Idem<Client = unknown> {
+export class Idem<Client = unknown> implements DefinitionHost<Client> {
   readonly sql: Sql<Client>;
   readonly schema: string;
   readonly clock: Clock;
   private readonly store: RequestStore;
-  private readonly leaseMs: number;
+  /** The lease of a multi-step operation's holder (`IdemOptions.leaseMs`). */
+  readonly leaseMs: number;
   private readonly heartbeatMs: number;
   private readonly waitMs: number;
   private readonly minKeyLength: number;
@@ -104,6 +116,9 @@ export class Idem<Client = unknown> {
   private readonly readFirst: ReadFirst;
   private readonly replayRead = new ReplayReadPolicy();
   private readonly observer: OperationObserver | undefined;
+  /** The statements of defined operations' kept inputs (`intents`). */
+  readonly intentStatements: IntentStatements;
+  private readonly definitions = new Map<string, OperationDefinition<never, unknown, never>>();
 
   constructor(options: IdemOptions<Client>) {
     this.sql = options.sql;
@@ -118,6 +133,7 @@ export class Idem<Client = unknown> {
     this.recording = recordingOf(options.recording ?? 'commit');
     this.readFirst = readFirstOf(options.readFirst ?? 'auto');
     this.observer = options.onEvent;
+    this.intentStatements = renderIntentStatements(this.schema);
   }
 
   /**
@@ -352,15 +368,122 @@ export class Idem<Client = unknown> {
     body: (op: MultiStepOperation<Client>) => Promise<T | Outcome<T>>,
   ): Promise<OperationResult<T>> {
     const prepared = this.prepare(spec);
-    const environment = {
+    return observe('idem.steps', prepared.scope, this.observer, () =>
+      this.classifying(() => new MultiStepRun<T, Client>(this.stepsEnvironment(), prepared, body).execute()),
+    );
+  }
+
+  /**
+   * Registers a multi-step operation by name, with its code, and returns its handle: `run` it
+   * like `idem.steps` with an input. Its input is kept while it is pending, so a completer
+   * (`createCompleter({ idem })`) can drive an intent whose holder died to its end (resumed after
+   * its last recorded step, with the same derived keys, so a provider that honours keys charges
+   * once), without a client's retry. Define each name once per `Idem`, at start-up, in every
+   * process that runs a completer. Over HTTP, a steps-mode handler runs it with
+   * `req.idem.run(definition, input)`; the body then returns `httpAnswer(…)`.
+   *
+   * @example
+   * const createPayment = idem.define('create-payment', async (op, input: { amount: number }) => {
+   *   const charge = await op.call('charge', ({ key }) => provider.charge(input.amount, { idempotencyKey: key }));
+   *   await op.step('record', (tx) => tx.query('INSERT INTO payments (charge_id) VALUES ($1)', [charge.id]));
+   *   return { chargeId: charge.id };
+   * });
+   * await createPayment.run({ tenant: 'acme', key: 'order-1001', input: { amount: 1250 } });
+   */
+  define<I, T>(
+    name: string,
+    body: DefinedBody<I, T, Client>,
+    options: DefineOptions<I, T, Client> = {},
+  ): OperationDefinition<I, T, Client> {
+    validateName('operation', name);
+    if (this.definitions.has(name)) {
+      throw new InvalidArgumentError(`operation "${name}" is already defined on this Idem`);
+    }
+    const giveUp = options.giveUp;
+    if (giveUp !== undefined) {
+      positive('giveUp.afterAttempts', giveUp.afterAttempts);
+      if (giveUp.action !== 'compensate' && giveUp.action !== 'fail') {
+        throw new InvalidArgumentError("giveUp.action must be 'compensate' or 'fail'");
+      }
+      if (giveUp.action === 'compensate' && !options.compensate) {
+        throw new InvalidArgumentError("giveUp.action 'compensate' needs a compensate function");
+      }
+    }
+    const definition = makeDefinition(name, body, options, this);
+    this.definitions.set(name, definition);
+    return definition;
+  }
+
+  /** The operations defined on this `Idem`, by name: what a completer can finish. */
+  get defined(): ReadonlyMap<string, OperationDefinition<never, unknown, never>> {
+    return this.definitions;
+  }
+
+  /** Runs a defined operation (its handle's `run`). */
+  runDefined<I, T>(
+    definition: OperationDefinition<I, T, Client>,
+    spec: DefinedSpec<I>,
+  ): Promise<OperationResult<T>> {
+    const input = encodeResult(spec.input, `the input of operation "${definition.name}"`);
+    const prepared = this.prepare({
+      tenant: spec.tenant,
+      operation: definition.name,
+      key: spec.key,
+      // The plain-JSON part: a Date and its ISO string are one request.
+      request: JSON.parse(input.json) as unknown,
+      ...((spec.waitMs ?? definition.waitMs) !== undefined
+        ? { waitMs: spec.waitMs ?? definition.waitMs }
+        : {}),
+      retention: { ...definition.retention, ...spec.retention },
+    });
+    const body = (op: MultiStepOperation<Client>) => definition.body(op, spec.input);
+    return observe('idem.steps', prepared.scope, this.observer, () =>
+      this.classifying(() =>
+        new MultiStepRun<T, Client>(this.stepsEnvironment(), prepared, body, { intent: input }).execute(),
+      ),
+    );
+  }
+
+  /**
+   * For a completer: takes over the abandoned defined operation `scope` and drives it to its end
+   * (`resume`: the body, after its recorded steps; `compensate`: its compensation) or ends it
+   * failed (`fail`, with `failure` as the stored error). Resolves with the stored outcome, or null
+   * when it is not abandoned any more (it finished, or its holder renewed its lease). Throws as
+   * `idem.steps` does (`StepFailedError` when it failed for good; a retryable `IdemError` when the
+   * attempt failed and the intent stays pending). Not for applications: run `createCompleter`.
+   */
+  async resumeIntent(
+    definition: OperationDefinition<never, unknown, never>,
+    scope: OperationScope,
+    input: { json: string; meta: string | null },
+    action: 'resume' | 'compensate' | 'fail',
+    failure: string | null,
+  ): Promise<OperationResult<unknown> | StepFailedError | null> {
+    const prepared = this.prepare({
+      ...scope,
+      fingerprint: 'resumed',
+      ...(definition.retention ? { retention: definition.retention } : {}),
+    });
+    const value = decodeResult(input.json, input.meta) as never;
+    const erased = definition as unknown as OperationDefinition<never, unknown, Client>;
+    const body = (op: MultiStepOperation<Client>) =>
+      action === 'compensate' ? erased.compensate(op, value, failure) : erased.body(op, value);
+    const run = new MultiStepRun<unknown, Client>(this.stepsEnvironment(), prepared, body, { intent: input });
+    if (action === 'fail') {
+      return this.classifying(() => run.failAbandoned(failure ?? 'ended failed by an operator'));
+    }
+    // Not observed as a client's call: the completer reports its own events.
+    return this.classifying(() => run.resumeAbandoned());
+  }
+
+  private stepsEnvironment(): MultiStepEnvironment<Client> {
+    return {
       sql: this.sql,
       store: this.store,
       leaseMs: this.leaseMs,
       heartbeatMs: this.heartbeatMs,
+      intents: this.intentStatements,
     };
-    return observe('idem.steps', prepared.scope, this.observer, () =>
-      this.classifying(() => new MultiStepRun<T, Client>(environment, prepared, body).execute()),
-    );
   }
 
   /** Reads a key's row, or null. For tools and tests. */

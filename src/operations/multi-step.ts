@@ -11,7 +11,9 @@ import {
   type StepRunner,
 } from '../steps/engine.js';
 import type { FencedLease } from '../steps/lease.js';
+import { decodeResult, type EncodedResult } from '../steps/result-codec.js';
 import { freshResult, toOutcome, type OperationResult, type Outcome } from './outcome.js';
+import type { IntentStatements } from './intent-statements.js';
 import type { PreparedSpec, RequestStore } from './request-store.js';
 import { decide, inProgress } from './resolve-existing.js';
 
@@ -26,10 +28,13 @@ export interface MultiStepOperation<Client = unknown> {
   readonly resumed: boolean;
   /**
    * A local step: runs `fn` once per intent in one short transaction that first checks the fence
-   * and renews the lease, then runs `fn`, then records its JSON result with the step name as the
+   * and renews the lease, then runs `fn`, then records its result with the step name as the
    * recovery point; all commit together. A recorded step is not run again: its stored result is
-   * returned. Keep `fn` to database work: a call to the outside world belongs in `call`, because
-   * this transaction (and its pooled connection and row lock) stays open while `fn` runs.
+   * returned, with the types `fn` returned (`Date`, `bigint`, bytes, `Map`, `Set`, `undefined`, …);
+   * a result that would not come back as itself (a function, a class instance, an `Error`) throws
+   * `InvalidArgumentError` naming the step, and the transaction rolls back. Keep `fn` to database
+   * work: a call to the outside world belongs in `call`, because this transaction (and its pooled
+   * connection and row lock) stays open while `fn` runs.
    */
   step<R>(name: string, fn: (tx: Transaction<Client>, step: { key: string }) => Promise<R>): Promise<R>;
   /**
@@ -38,8 +43,9 @@ export interface MultiStepOperation<Client = unknown> {
    * the lease and records that the call started (recovery point `call:<name>`); then `fn` runs
    * with the step's derived `key` (also the current key for `idem/client`) while a heartbeat
    * renews the lease every `heartbeatMs`; then a second short transaction checks the fence and
-   * records the JSON result. If the process dies during the call, or the lease is lost (`signal`
-   * aborts, and this execution gets `FencedError`), the retry that takes over calls again with
+   * records the result (its types kept, as for `step`). If the process dies during the call, or
+   * the lease is lost (`signal` aborts, and this execution gets `FencedError`), the retry that
+   * takes over calls again with
    * the same key: the downstream's own idempotency makes it one effect. A recorded call is not
    * run again. Local writes that depend on the answer go in the next `step`.
    */
@@ -61,6 +67,14 @@ export interface MultiStepEnvironment<Client> {
   leaseMs: number;
   /** See `IdemOptions.heartbeatMs`. */
   heartbeatMs: number;
+  /** The statements of defined operations' intents (`idem.define`). */
+  intents: IntentStatements;
+}
+
+/** A defined operation's input as stored in `intents`, kept while the operation is pending. */
+export interface KeptInput {
+  json: string;
+  meta: string | null;
 }
 
 /** One execution of a multi-step operation: claim or take over, run the body, complete. */
@@ -68,17 +82,26 @@ export class MultiStepRun<T, Client> implements MultiStepOperation<Client> {
   readonly scope: OperationScope;
   fence = 0;
   resumed = false;
-  private recorded = new Map<string, string>();
+  /** Recorded steps by name, as stored: decoded on each use, so every use gets its own copy. */
+  private recorded = new Map<string, EncodedResult>();
   /** The first step or call that threw, for the stored failure. */
   private failedAt: string | null = null;
   private readonly runner: StepRunner<Client>;
   private readonly lease: FencedLease;
 
+  /**
+   * Set for a defined operation (`idem.define`): its input is kept in `intents` from the claim
+   * (or from `adopt`) until the operation ends, so a completer can finish it.
+   */
+  private intent: KeptInput | undefined;
+
   constructor(
     private readonly env: MultiStepEnvironment<Client>,
     private readonly prepared: PreparedSpec,
     private readonly body: (op: MultiStepOperation<Client>) => Promise<T | Outcome<T>>,
+    options: { intent?: KeptInput } = {},
   ) {
+    this.intent = options.intent;
     this.scope = prepared.scope;
     this.runner = { sql: env.sql, clock: env.store.clock, heartbeatMs: env.heartbeatMs };
     this.lease = {
@@ -105,18 +128,84 @@ export class MultiStepRun<T, Client> implements MultiStepOperation<Client> {
   async execute(): Promise<OperationResult<T>> {
     const replay = await this.acquire();
     if (replay) return replay;
+    return this.runBody(this.body);
+  }
+
+  /**
+   * A completer's resume of an abandoned defined operation, by its key: takes it over whatever
+   * its fence (a holder that was only slow is fenced from its next write), then runs `body`
+   * (the definition's, or its compensation) after the recorded steps, as a client's retry would.
+   * Null when it is not abandoned any more (it finished, or its holder renewed the lease).
+   */
+  async resumeAbandoned(
+    body: (op: MultiStepOperation<Client>) => Promise<T | Outcome<T>> = this.body,
+  ): Promise<OperationResult<T> | null> {
+    const now = this.env.store.clock.now();
+    const { rows } = await this.env.sql.query<{ fence: number }>(this.env.intents.takeOver, [
+      ...this.scopeParams(),
+      new Date(now + this.env.leaseMs),
+      new Date(now),
+    ]);
+    if (!rows[0]) return null;
+    this.fence = Number(rows[0].fence);
+    this.resumed = true;
+    await this.loadRecordedSteps();
+    return this.runBody(body);
+  }
+
+  /**
+   * Ends an abandoned defined operation as failed, without running it: an operator's decision,
+   * or its give-up policy. Null when it is not abandoned any more.
+   */
+  async failAbandoned(failure: string): Promise<StepFailedError | null> {
+    const now = this.env.store.clock.now();
+    const { rows } = await this.env.sql.query<{ fence: number }>(this.env.intents.takeOver, [
+      ...this.scopeParams(),
+      new Date(now + this.env.leaseMs),
+      new Date(now),
+    ]);
+    if (!rows[0]) return null;
+    this.fence = Number(rows[0].fence);
+    const stored = await this.storeFailure(failure, null);
+    return stored ? new StepFailedError(this.scope, null, failure, undefined, false) : null;
+  }
+
+  /**
+   * Keeps `input` as this operation's intent (HTTP steps mode: the key was claimed before the
+   * handler named its definition), so a completer can finish it. Throws `FencedError` when the
+   * operation was taken over.
+   */
+  async adopt(input: KeptInput): Promise<void> {
+    if (this.intent) return;
+    const { rowCount } = await this.env.sql.query(this.env.intents.adopt, [
+      ...this.scopeParams(),
+      this.fence,
+      input.json,
+      input.meta,
+      new Date(this.env.store.clock.now()),
+    ]);
+    this.intent = input;
+    if (rowCount === 0) {
+      // Kept by an earlier execution of the key, or fenced: the fence decides.
+      if (!(await this.lease.renew())) throw this.lease.lost();
+    }
+  }
+
+  private async runBody(
+    body: (op: MultiStepOperation<Client>) => Promise<T | Outcome<T>>,
+  ): Promise<OperationResult<T>> {
     let outcome: Outcome<T>;
     try {
-      outcome = toOutcome(await this.body(this));
+      outcome = toOutcome(await body(this));
     } catch (error) {
       throw await this.settleFailure(error);
     }
-    const { rowCount } = await this.env.sql.query(
-      this.env.store.statements.completeLate,
-      this.env.store.completeParams(this.prepared, this.fence, outcome, true),
-      this.env.store.statements.names.completeLate,
-    );
-    if (rowCount !== 1) throw new FencedError(this.scope, this.fence);
+    const params = this.env.store.completeParams(this.prepared, this.fence, outcome, true);
+    const { statements } = this.env.store;
+    const done = this.intent
+      ? Number((await this.env.sql.query<{ done: number }>(this.env.intents.complete, params)).rows[0]?.done)
+      : (await this.env.sql.query(statements.completeLate, params, statements.names.completeLate)).rowCount;
+    if (done !== 1) throw new FencedError(this.scope, this.fence);
     return freshResult(outcome);
   }
 
@@ -129,33 +218,34 @@ export class MultiStepRun<T, Client> implements MultiStepOperation<Client> {
     fn: (tx: Transaction<Client>, step: { key: string }) => Promise<R>,
   ): Promise<R> {
     const stored = this.recorded.get(name);
-    if (stored !== undefined) return JSON.parse(stored) as R;
+    if (stored !== undefined) return decodeResult(stored.json, stored.meta) as R;
     const key = this.deriveKey(name);
     const { statements, clock } = this.env.store;
-    const { value, json } = await this.failingAt(name, () =>
+    const { value, json, meta } = await this.failingAt(name, () =>
       runLocalStep(this.runner, this.lease, {
         point: name,
         key,
         run: (tx) => fn(tx, { key }),
-        record: async (tx, text) => {
+        record: async (tx, text, types) => {
           await tx.query(
             statements.recordStep,
-            [...this.scopeParams(), name, text, this.fence, new Date(clock.now())],
+            [...this.scopeParams(), name, text, this.fence, new Date(clock.now()), types],
             statements.names.recordStep,
           );
         },
       }),
     );
-    this.recorded.set(name, json);
+    this.recorded.set(name, { json, meta });
     return value;
   }
 
   async call<R>(name: string, fn: (call: CallContext) => Promise<R>): Promise<R> {
     const stored = this.recorded.get(name);
-    if (stored !== undefined) return JSON.parse(stored) as R;
+    if (stored !== undefined) return decodeResult(stored.json, stored.meta) as R;
     const { statements, clock } = this.env.store;
-    const { value, json } = await this.failingAt(name, () =>
+    const { value, json, meta } = await this.failingAt(name, () =>
       runCallStep(this.runner, this.lease, {
+        name,
         key: this.deriveKey(name),
         begin: async (sql) => {
           const { rows } = await sql.query<{ held: number }>(
@@ -166,17 +256,17 @@ export class MultiStepRun<T, Client> implements MultiStepOperation<Client> {
           return Number(rows[0]?.held) === 1;
         },
         call: fn,
-        record: async (sql, _value, text) => {
+        record: async (sql, _value, text, types) => {
           const { rows } = await sql.query<{ held: number }>(
             statements.recordCall,
-            [...this.renewParams(name), text, new Date(clock.now())],
+            [...this.renewParams(name), text, new Date(clock.now()), types],
             statements.names.recordCall,
           );
           if (Number(rows[0]?.held) !== 1) throw this.lease.lost();
         },
       }),
     );
-    this.recorded.set(name, json);
+    this.recorded.set(name, { json, meta });
     return value;
   }
 
@@ -209,29 +299,40 @@ export class MultiStepRun<T, Client> implements MultiStepOperation<Client> {
       return isIdemError(error) ? error : new OperationFailedError(error, true);
     }
     const { sql } = this.env;
-    const { statements, clock } = this.env.store;
+    const { statements } = this.env.store;
     try {
       const freed = await sql.query(statements.releaseKey, [...this.scopeParams(), this.fence]);
       if (freed.rowCount === 1) return isIdemError(error) ? error : new OperationFailedError(error, false);
       const text = describeFailure(error);
-      const now = clock.now();
-      const { retention } = this.prepared;
-      const stored = await sql.query(statements.failLate, [
-        ...this.scopeParams(),
-        this.fence,
-        text,
-        this.failedAt,
-        new Date(now),
-        new Date(now + retention.resultMs),
-        new Date(now + retention.tombstoneMs),
-      ]);
-      if (stored.rowCount !== 1) return new FencedError(this.scope, this.fence);
+      if (!(await this.storeFailure(text, this.failedAt))) return new FencedError(this.scope, this.fence);
       return new StepFailedError(this.scope, this.failedAt, text, error, false);
     } catch {
-      // The failure could not be written (the database went away): leave the operation pending;
-      // its lease lapses and a retry decides again.
-      return isIdemError(error) ? error : new OperationFailedError(error, false);
+      // The failure could not be written (the database went away): the operation stays pending,
+      // its lease lapses, and a retry (or a completer) decides again, so the caller is told to
+      // retry: nothing is settled yet.
+      return isIdemError(error) ? error : new OperationFailedError(error, true);
     }
+  }
+
+  /** Ends the operation `failed` with `text` (and forgets its intent); false when fenced. */
+  private async storeFailure(text: string, step: string | null): Promise<boolean> {
+    const { sql } = this.env;
+    const now = this.env.store.clock.now();
+    const { retention } = this.prepared;
+    const params = [
+      ...this.scopeParams(),
+      this.fence,
+      text,
+      step,
+      new Date(now),
+      new Date(now + retention.resultMs),
+      new Date(now + retention.tombstoneMs),
+    ];
+    if (this.intent) {
+      const { rows } = await sql.query<{ done: number }>(this.env.intents.fail, params);
+      return Number(rows[0]?.done) === 1;
+    }
+    return (await sql.query(this.env.store.statements.failLate, params)).rowCount === 1;
   }
 
   /** Claims the key, takes it over from a lapsed holder, or returns the stored result. */
@@ -242,12 +343,19 @@ export class MultiStepRun<T, Client> implements MultiStepOperation<Client> {
     const deadline = clock.now() + prepared.waitMs;
     for (;;) {
       const lease = clock.now() + env.leaseMs;
-      // Named (prepared once per connection): every multi-step operation starts with it.
-      const claimed = await sql.query<{ fence: number }>(
-        statements.claimCommitted,
-        env.store.claimParams(prepared, lease),
-        statements.names.claimCommitted,
-      );
+      // Named (prepared once per connection): every multi-step operation starts with it. A
+      // defined operation keeps its input in the same statement.
+      const claimed = this.intent
+        ? await sql.query<{ fence: number }>(
+            env.intents.claim,
+            [...env.store.claimParams(prepared, lease), this.intent.json, this.intent.meta],
+            env.intents.names.claim,
+          )
+        : await sql.query<{ fence: number }>(
+            statements.claimCommitted,
+            env.store.claimParams(prepared, lease),
+            statements.names.claimCommitted,
+          );
       if (claimed.rows[0]) {
         this.fence = Number(claimed.rows[0].fence);
         return null;
@@ -293,18 +401,29 @@ export class MultiStepRun<T, Client> implements MultiStepOperation<Client> {
   }
 
   private async loadRecordedSteps(): Promise<void> {
-    const { rows } = await this.env.sql.query<{ step: string; result: string }>(
+    const { rows } = await this.env.sql.query<{ step: string; result: string; result_meta: string | null }>(
       this.env.store.statements.readSteps,
       this.scopeParams(),
     );
-    this.recorded = new Map(rows.map((r) => [r.step, r.result]));
+    this.recorded = new Map(rows.map((r) => [r.step, { json: r.result, meta: r.result_meta }]));
   }
 
   private async release(): Promise<void> {
+    const now = this.env.store.clock.now();
+    if (this.intent) {
+      // A client's retry may resume it at once; a completer, after one more lease.
+      await this.env.sql.query(this.env.intents.release, [
+        ...this.scopeParams(),
+        this.fence,
+        new Date(now),
+        new Date(now + this.env.leaseMs),
+      ]);
+      return;
+    }
     await this.env.sql.query(this.env.store.statements.releaseLease, [
       ...this.scopeParams(),
       this.fence,
-      new Date(this.env.store.clock.now()),
+      new Date(now),
     ]);
   }
 

@@ -117,12 +117,16 @@ export function renderStatements(schema: string) {
         completed_at = $10, expires_at = $11, tombstone_until = $12, locked_until = NULL
       WHERE ${pk} AND state = 'pending' AND fence = $4`,
 
-    /** The recorded steps; a call that started and has no result yet is not one. */
-    readSteps: `SELECT step, result FROM ${s}.steps WHERE ${pk} AND result IS NOT NULL`,
+    /**
+     * The recorded steps; a call that started and has no result yet is not one. `result_meta`:
+     * the result's type annotations (migration 0009), NULL for plain JSON and older rows.
+     */
+    readSteps: `SELECT step, result, result_meta FROM ${s}.steps WHERE ${pk} AND result IS NOT NULL`,
 
-    /** Records a local step's result, in the step's transaction. */
-    recordStep: `INSERT INTO ${s}.steps (tenant_id, operation, idempotency_key, step, result, fence, completed_at)
-      VALUES ($1, $2, $3, $4, $5, $6, $7)`,
+    /** Records a local step's result ($5 its plain JSON, $8 its type annotations), in the step's transaction. */
+    recordStep: `INSERT INTO ${s}.steps
+        (tenant_id, operation, idempotency_key, step, result, fence, completed_at, result_meta)
+      VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
 
     /**
      * Before a call, in one statement on its own: checks the fence, renews the lease, moves the
@@ -145,7 +149,8 @@ export function renderStatements(schema: string) {
 
     /**
      * After a call, in one statement: checks the fence, renews the lease, moves the recovery
-     * point to the step ($6) and records the call's result ($7). `held` 0: fenced, nothing written.
+     * point to the step ($6) and records the call's result ($7, with its type annotations $9).
+     * `held` 0: fenced, nothing written.
      */
     recordCall: `WITH held AS (
         UPDATE ${s}.requests SET locked_until = $5, recovery_point = $6
@@ -153,10 +158,11 @@ export function renderStatements(schema: string) {
         RETURNING 1
       ), recorded AS (
         INSERT INTO ${s}.steps
-          (tenant_id, operation, idempotency_key, step, kind, result, fence, started_at, completed_at)
-        SELECT $1, $2, $3, $6, 'call', $7, $4, $8, $8 FROM held
+          (tenant_id, operation, idempotency_key, step, kind, result, result_meta, fence, started_at, completed_at)
+        SELECT $1, $2, $3, $6, 'call', $7, $9, $4, $8, $8 FROM held
         ON CONFLICT (tenant_id, operation, idempotency_key, step)
-        DO UPDATE SET result = EXCLUDED.result, fence = EXCLUDED.fence, completed_at = EXCLUDED.completed_at
+        DO UPDATE SET result = EXCLUDED.result, result_meta = EXCLUDED.result_meta, fence = EXCLUDED.fence,
+          completed_at = EXCLUDED.completed_at
       )
       SELECT count(*)::int AS held FROM held`,
 

@@ -22,6 +22,7 @@ import { withIdempotencyKey } from '../core/key-context.js';
 import type { Sql, Transaction } from '../core/sql.js';
 import { startHeartbeat } from './heartbeat.js';
 import type { FencedLease } from './lease.js';
+import { encodeResult } from './result-codec.js';
 
 /** What the engine runs steps with. */
 export interface StepRunner<Client> {
@@ -46,13 +47,16 @@ export interface CallContext {
 
 /** A local step: one short transaction. */
 export interface LocalStep<R, Client> {
-  /** The recovery point stored with the result. */
+  /** The step's name: the recovery point stored with the result, and the name its errors give. */
   point: string;
   /** The step's derived key, made current for the outgoing client while `run` runs. */
   key: string;
   run(tx: Transaction<Client>): Promise<R>;
-  /** Records the result (JSON text) in the same transaction. */
-  record(tx: Transaction<Client>, json: string): Promise<void>;
+  /**
+   * Records the result in the same transaction: its plain-JSON text and its type annotations
+   * (null for plain JSON; see result-codec.ts).
+   */
+  record(tx: Transaction<Client>, json: string, meta: string | null): Promise<void>;
 }
 
 /**
@@ -60,6 +64,8 @@ export interface LocalStep<R, Client> {
  * transaction open while it runs.
  */
 export interface CallStep<R, Client> {
+  /** The step's name, for the error when its result cannot be stored. */
+  name: string;
   key: string;
   /**
    * Before the call, committed: checks the fence, renews the lease and records that the call
@@ -73,13 +79,17 @@ export interface CallStep<R, Client> {
    * After the call, committed: checks the fence and records the result (with any local writes
    * that go with it, see `inHeldTransaction`). Throws `FencedError` when the fence was raised.
    */
-  record(sql: Sql<Client>, value: R, json: string): Promise<void>;
+  record(sql: Sql<Client>, value: R, json: string, meta: string | null): Promise<void>;
 }
 
-/** A step's value and its recorded JSON text. */
+/**
+ * A step's value and how it was recorded: the plain-JSON text and the type annotations (null for
+ * plain JSON), which `decodeResult` turns back into a value equal to `value`, with the same types.
+ */
 export interface StepResult<R> {
   value: R;
   json: string;
+  meta: string | null;
 }
 
 /** Runs a local step: fence, the step's writes and its result commit together. */
@@ -92,9 +102,10 @@ export function runLocalStep<R, Client>(
     await lease.hold(tx, step.point);
     // Outgoing calls made inside (`idem/client`) carry the step's key without being told.
     const value = await withIdempotencyKey(step.key, () => step.run(tx));
-    const json = toJson(value);
-    await step.record(tx, json);
-    return { value, json };
+    // A value that would not resume as itself throws here: the transaction rolls back, nothing is stored.
+    const { json, meta } = encodeResult(value, `step "${step.point}"`);
+    await step.record(tx, json, meta);
+    return { value, json, meta };
   });
 }
 
@@ -122,9 +133,9 @@ export async function runCallStep<R, Client>(
     await heartbeat.stop();
   }
   if (lost.signal.aborted) throw lease.lost();
-  const json = toJson(value);
-  await step.record(runner.sql, value, json);
-  return { value, json };
+  const { json, meta } = encodeResult(value, `call "${step.name}"`);
+  await step.record(runner.sql, value, json, meta);
+  return { value, json, meta };
 }
 
 /**
@@ -150,8 +161,4 @@ export function describeFailure(error: unknown): string {
   const text = error instanceof Error ? `${error.name}: ${error.message}` : String(error);
   // A NUL cannot be stored in a text column (22021): the failure being stored may well be that one.
   return text.replaceAll('\u0000', '\\u0000').slice(0, 2000);
-}
-
-function toJson(value: unknown): string {
-  return JSON.stringify(value ?? null);
 }

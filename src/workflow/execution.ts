@@ -15,6 +15,7 @@ import {
   type StepRunner,
 } from '../steps/engine.js';
 import type { FencedLease } from '../steps/lease.js';
+import { decodeResult, encodeResult } from '../steps/result-codec.js';
 import type { AnyStep, SagaDefinition, SagaPoint, SagaRef, SagaStep } from './definition.js';
 import { SagaFailedError, SagaStuckError } from './errors.js';
 import type { SagaStatus, SagaStepRecord } from './saga-record.js';
@@ -200,13 +201,15 @@ export class SagaExecution<I, O, Client> {
     const result = this.definition.result
       ? this.definition.result(this.results, this.input)
       : (this.results as unknown as O);
-    const json = JSON.stringify(result ?? null);
+    // Stored with its types (the steps' results it is made of keep theirs), and returned as stored,
+    // so a replay of the completed saga returns what this run returns.
+    const { json, meta } = encodeResult(result, `the result of saga "${this.ref.saga}"`);
     await this.engine.sql.transaction(async (tx) => {
-      await this.write(tx, 'finish', [this.fence, 'completed', json, this.now(), 'running']);
+      await this.write(tx, 'finish', [this.fence, 'completed', json, this.now(), 'running', meta]);
       await this.point({ at: 'saga:finishing', status: 'completed' });
     });
     await this.point({ at: 'saga:finished', status: 'completed' });
-    return { result: JSON.parse(json) as O };
+    return { result: decodeResult(json, meta) as O };
   }
 
   /** Persists the step and its compensation's key, committed before the action may run. */
@@ -251,7 +254,7 @@ export class SagaExecution<I, O, Client> {
     const jitter = new DecorrelatedJitter(this.engine.backoff);
     for (let attempt = 1; ; attempt++) {
       try {
-        const { json } = await this.runBody(
+        const { json, meta } = await this.runBody(
           'action',
           position,
           step.name,
@@ -260,7 +263,8 @@ export class SagaExecution<I, O, Client> {
           this.context(record.actionKey, attempt),
         );
         record.state = 'done';
-        record.result = JSON.parse(json) as unknown;
+        // As stored (the same types), so later steps see what they would see after a resume.
+        record.result = decodeResult(json, meta);
         record.doneAt = this.engine.clock.now();
         this.results[step.name] = record.result;
         this.cursor = position + 1;
@@ -296,8 +300,8 @@ export class SagaExecution<I, O, Client> {
   ): Promise<StepResult<unknown>> {
     const points = { before: `${direction}:before`, after: `${direction}:after` } as const;
     const statement = direction === 'action' ? 'stepDone' : 'stepCompensated';
-    const write = async (tx: Transaction<Client>, json: string) => {
-      await this.write(tx, statement, [this.fence, position, json, this.now()]);
+    const write = async (tx: Transaction<Client>, json: string, meta: string | null) => {
+      await this.write(tx, statement, [this.fence, position, json, this.now(), meta]);
     };
     const runner = this.engine.runner;
     if (body === null || 'local' in body) {
@@ -314,6 +318,7 @@ export class SagaExecution<I, O, Client> {
       });
     }
     return runCallStep(runner, this.lease, {
+      name: step,
       key,
       call: async ({ signal }) => {
         await this.point({ at: points.before, position, step });
@@ -321,10 +326,10 @@ export class SagaExecution<I, O, Client> {
         await this.point({ at: points.after, position, step });
         return value;
       },
-      record: (_sql, response, json) =>
+      record: (_sql, response, json, meta) =>
         inHeldTransaction(runner, this.lease, step, async (tx) => {
           await body.record?.({ ...context, tx, response });
-          await write(tx, json);
+          await write(tx, json, meta);
         }),
     });
   }
@@ -348,7 +353,7 @@ export class SagaExecution<I, O, Client> {
       await this.compensate(position, record);
     }
     await this.engine.sql.transaction(async (tx) => {
-      await this.write(tx, 'finish', [this.fence, 'compensated', null, this.now(), 'compensating']);
+      await this.write(tx, 'finish', [this.fence, 'compensated', null, this.now(), 'compensating', null]);
       await this.point({ at: 'saga:finishing', status: 'compensated' });
     });
     await this.point({ at: 'saga:finished', status: 'compensated' });

@@ -1,5 +1,6 @@
 import { parseJsonColumn } from '../core/json-column.js';
 import { toMillis } from '../core/clock.js';
+import { decodeResult } from '../steps/result-codec.js';
 import type { SagaRef } from './definition.js';
 
 /** Where a saga instance is. */
@@ -15,8 +16,9 @@ export interface SagaStepRecord {
   actionKey: string;
   compensationKey: string | null;
   state: SagaStepState;
-  /** The action's result (JSON), when recorded. */
+  /** The action's result, when recorded: what the action returned, with the same types. */
   result: unknown;
+  /** The compensation's result, when recorded. */
   compensationResult: unknown;
   /** Failed compensation attempts so far, across processes. */
   compensationAttempts: number;
@@ -56,7 +58,7 @@ export function decodeSaga(row: Record<string, unknown>): SagaRecord {
     cursor: Number(row.cursor),
     fence: Number(row.fence),
     lockedUntil: toMillis(row.locked_until),
-    result: parseJsonColumn(row.result),
+    result: decodeResult(row.result, row.result_meta),
     error: (row.error as string | null) ?? null,
     stuckError: (row.stuck_error as string | null) ?? null,
     createdAt: toMillis(row.created_at)!,
@@ -72,8 +74,8 @@ export function decodeStep(row: Record<string, unknown>): SagaStepRecord {
     actionKey: row.action_key as string,
     compensationKey: (row.compensation_key as string | null) ?? null,
     state: row.state as SagaStepState,
-    result: parseJsonColumn(row.result),
-    compensationResult: parseJsonColumn(row.compensation_result),
+    result: decodeResult(row.result, row.result_meta),
+    compensationResult: decodeResult(row.compensation_result, row.compensation_result_meta),
     compensationAttempts: Number(row.compensation_attempts),
     registeredAt: toMillis(row.registered_at)!,
     doneAt: toMillis(row.done_at),

@@ -1,9 +1,11 @@
 import { quoteSchema } from '../core/schema-name.js';
 
+// *_meta: a result's type annotations beside its plain JSON (migration 0009; NULL for plain JSON).
 const sagaColumns = `tenant_id, saga, saga_key, fingerprint, status, input, cursor, fence, locked_until,
-  result, error, stuck_error, created_at, updated_at, finished_at`;
-const stepColumns = `position, name, action_key, compensation_key, state, result, compensation_result,
-  compensation_attempts, fence, registered_at, done_at, compensated_at`;
+  result, result_meta, error, stuck_error, created_at, updated_at, finished_at`;
+const stepColumns = `position, name, action_key, compensation_key, state, result, result_meta,
+  compensation_result, compensation_result_meta, compensation_attempts, fence, registered_at, done_at,
+  compensated_at`;
 
 /**
  * Every statement of the saga engine, rendered once per schema. $1..$3 are always the saga's
@@ -45,9 +47,12 @@ export function renderSagaStatements(schema: string) {
       VALUES ($1, $2, $3, $5, $6, $7, $8, 'registered', $4, $9)
       ON CONFLICT DO NOTHING`,
 
-    /** Records the action's result and moves the forward cursor past it, in one statement. */
+    /**
+     * Records the action's result ($6, with its type annotations $8) and moves the forward cursor
+     * past it, in one statement.
+     */
     stepDone: `WITH done AS (
-        UPDATE ${s}.saga_steps SET state = 'done', result = $6, done_at = $7
+        UPDATE ${s}.saga_steps SET state = 'done', result = $6, result_meta = $8, done_at = $7
         WHERE ${pk} AND position = $5 AND state = 'registered'
         RETURNING position
       )
@@ -58,9 +63,13 @@ export function renderSagaStatements(schema: string) {
     startCompensating: `UPDATE ${s}.sagas SET status = 'compensating', cursor = $5, error = $6, updated_at = $7
       WHERE ${pk} AND fence = $4 AND status = 'running'`,
 
-    /** Records a compensation and moves the backward cursor below it, in one statement. */
+    /**
+     * Records a compensation ($6, with its type annotations $8) and moves the backward cursor below
+     * it, in one statement.
+     */
     stepCompensated: `WITH compensated AS (
-        UPDATE ${s}.saga_steps SET state = 'compensated', compensation_result = $6, compensated_at = $7
+        UPDATE ${s}.saga_steps SET state = 'compensated', compensation_result = $6,
+          compensation_result_meta = $8, compensated_at = $7
         WHERE ${pk} AND position = $5 AND state <> 'compensated'
         RETURNING position
       )
@@ -75,7 +84,9 @@ export function renderSagaStatements(schema: string) {
       WHERE ${pk} AND position = $5 AND EXISTS (SELECT 1 FROM fenced)
       RETURNING compensation_attempts`,
 
-    finish: `UPDATE ${s}.sagas SET status = $5, result = $6, finished_at = $7, updated_at = $7, locked_until = NULL
+    /** Ends the saga: $5 the final status, $6 its result and $9 the result's type annotations. */
+    finish: `UPDATE ${s}.sagas SET status = $5, result = $6, result_meta = $9, finished_at = $7, updated_at = $7,
+        locked_until = NULL
       WHERE ${pk} AND fence = $4 AND status = $8`,
 
     /** Parks the saga for an operator; the lease is released. */
