@@ -16,9 +16,12 @@ export const SqlState = {
   connectionExceptionClass: '08',
 } as const;
 
-/** Five digits or upper-case letters, as PostgreSQL's error codes are. */
+/**
+ * Five digits or upper-case letters, as PostgreSQL's error codes are, in one of its classes: they
+ * start with a digit, or are F0, HV, P0 or XX. Node's `EPIPE` is five capitals too, and is not one.
+ */
 function isSqlState(code: unknown): code is string {
-  return typeof code === 'string' && /^[0-9A-Z]{5}$/.test(code);
+  return typeof code === 'string' && /^(?:[0-9][0-9A-Z]|F0|HV|P0|XX)[0-9A-Z]{3}$/.test(code);
 }
 
 /**
