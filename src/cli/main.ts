@@ -20,6 +20,10 @@ const commands: Record<string, { summary: string; load: () => Promise<CommandMod
   inspect: { summary: 'show one key: idem inspect <tenant> <operation> <key>', load: () => load('inspect') },
   example: { summary: 'run a small keyed-operation example end to end', load: () => load('example') },
   outbox: { summary: 'outbox tools: idem outbox redrive [--topic T] [--id ID]', load: () => load('outbox') },
+  intents: {
+    summary: 'abandoned defined operations: idem intents list | give-up --compensate|--fail',
+    load: () => load('intents'),
+  },
   webhooks: {
     summary: 'webhook tools: idem webhooks parked | skip --scope S --key K',
     load: () => load('webhooks'),

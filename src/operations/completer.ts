@@ -157,32 +157,8 @@ export class Completer<Client = unknown> extends PollingWorker {
    * Pending intents of defined operations, oldest first, with their attempts and last error:
    * what is waiting for its holder, or for this completer.
    */
-  async list(options: { limit?: number; operation?: string } = {}): Promise<PendingIntent[]> {
-    const { rows } = await this.idem.sql.query<{
-      tenant_id: string;
-      operation: string;
-      idempotency_key: string;
-      attempts: number;
-      last_error: string | null;
-      next_attempt_at: Date;
-      give_up: GiveUpAction | null;
-      created_at: Date;
-      recovery_point: string | null;
-      locked_until: Date | null;
-    }>(this.idem.intentStatements.list, [
-      positiveInteger('limit', options.limit ?? 100),
-      options.operation ?? null,
-    ]);
-    return rows.map((r) => ({
-      scope: { tenant: r.tenant_id, operation: r.operation, key: r.idempotency_key },
-      attempts: r.attempts,
-      lastError: r.last_error,
-      nextAttemptAt: new Date(r.next_attempt_at),
-      giveUp: r.give_up,
-      createdAt: new Date(r.created_at),
-      recoveryPoint: r.recovery_point,
-      lockedUntil: r.locked_until === null ? null : new Date(r.locked_until),
-    }));
+  list(options: { limit?: number; operation?: string } = {}): Promise<PendingIntent[]> {
+    return listIntents(this.idem, options);
   }
 
   /**
@@ -248,6 +224,38 @@ export class Completer<Client = unknown> extends PollingWorker {
       return report({ scope, kind: 'retrying', attempts, retryInMs, error: text });
     }
   }
+}
+
+/**
+ * Pending intents of defined operations, oldest first (`limit`, default 100; `operation` to keep
+ * one): for operators, the CLI (`idem intents list`) and the console.
+ */
+export async function listIntents<Client>(
+  idem: Idem<Client>,
+  options: { limit?: number; operation?: string } = {},
+): Promise<PendingIntent[]> {
+  const { rows } = await idem.sql.query<{
+    tenant_id: string;
+    operation: string;
+    idempotency_key: string;
+    attempts: number;
+    last_error: string | null;
+    next_attempt_at: Date;
+    give_up: GiveUpAction | null;
+    created_at: Date;
+    recovery_point: string | null;
+    locked_until: Date | null;
+  }>(idem.intentStatements.list, [positiveInteger('limit', options.limit ?? 100), options.operation ?? null]);
+  return rows.map((r) => ({
+    scope: { tenant: r.tenant_id, operation: r.operation, key: r.idempotency_key },
+    attempts: r.attempts,
+    lastError: r.last_error,
+    nextAttemptAt: new Date(r.next_attempt_at),
+    giveUp: r.give_up,
+    createdAt: new Date(r.created_at),
+    recoveryPoint: r.recovery_point,
+    lockedUntil: r.locked_until === null ? null : new Date(r.locked_until),
+  }));
 }
 
 /** Records an operator's decision for one pending intent (see `Completer.giveUp`). */
