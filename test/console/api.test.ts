@@ -192,6 +192,30 @@ describe('console API', () => {
     ]);
   });
 
+  it('shows what the completer did with a pending defined operation, and null for others', async () => {
+    expect((await get<RequestDetail>('requests/detail', data.crashed)).body.completion).toBeNull();
+    const { fromPg } = await import('../../src/adapters/pg.js');
+    const { createIdem } = await import('../../src/operations/idem.js');
+    const { createCompleter } = await import('../../src/operations/completer.js');
+    const { ManualClock } = await import('../../src/core/clock.js');
+    const clock = new ManualClock(Date.now());
+    const idem = createIdem({ sql: fromPg(db.pool), schema: db.schema, clock, leaseMs: 1000 });
+    const ship = idem.define('ship-order', async (op) =>
+      op.call('carrier', async () => {
+        throw Object.assign(new Error('carrier down'), { retryable: true });
+      }),
+    );
+    const scope = { tenant: 'acme', operation: 'ship-order', key: 'ship-1' };
+    await ship.run({ tenant: 'acme', key: 'ship-1', input: { order: 1 } }).catch(() => undefined);
+    clock.advance(1000);
+    await createCompleter({ idem, backoff: { baseMs: 60_000, jitter: 'none' } }).runOnce();
+    const { body } = await get<RequestDetail>('requests/detail', scope);
+    expect(body.completion).toMatchObject({ attempts: 1, giveUp: null });
+    expect(body.completion!.lastError).toContain('carrier down');
+    // The other tests count the populated rows.
+    await db.pool.query(`DELETE FROM "${db.schema}".requests WHERE operation = 'ship-order'`);
+  });
+
   it('returns a stored body as text when UTF-8 and as a hex dump when binary', async () => {
     const note = (
       await get<RequestDetail>('requests/detail', {

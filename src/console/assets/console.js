@@ -544,7 +544,24 @@
               { class: 'callout callout-danger', id: 'stuck-callout' },
               `Stuck: pending with ${r.lease === 'none' ? 'no lease' : `a lease that lapsed ${duration(-r.leaseRemainingMs)} ago`}. Its process died or gave up${
                 r.recoveryPoint ? ` after step “${r.recoveryPoint}”` : ' before recording a step'
-              }. A retry with the same key takes it over (fence ${r.fence} → ${r.fence + 1}) and resumes from there.`,
+              }. ${
+                r.completion
+                  ? `The completer takes it over (fence ${r.fence} → ${r.fence + 1}) and resumes from there, as would a retry with the same key.`
+                  : `A retry with the same key takes it over (fence ${r.fence} → ${r.fence + 1}) and resumes from there.`
+              }`,
+            )
+          : null,
+        r.completion && (r.completion.attempts > 0 || r.completion.giveUp)
+          ? h(
+              'p',
+              { class: 'callout', id: 'completer-callout' },
+              `The completer has tried ${r.completion.attempts} time${r.completion.attempts === 1 ? '' : 's'}${
+                r.completion.lastError ? `; last error: ${r.completion.lastError}` : ''
+              }. ${
+                r.completion.giveUp
+                  ? `An operator asked it to ${r.completion.giveUp === 'compensate' ? 'run its compensation' : 'end it failed'}.`
+                  : `Next attempt ${r.completion.nextAttemptAt ?? 'soon'}; \`idem intents give-up\` decides for one that cannot complete.`
+              }`,
             )
           : null,
         r.error

@@ -145,6 +145,17 @@ export interface RequestDetail extends RequestSummary {
   error: string | null;
   /** The step it failed at. */
   errorStep: string | null;
+  /**
+   * A pending defined operation (`idem.define`): what the completer has done with it. Null for
+   * other operations, and once it ended.
+   */
+  completion: {
+    attempts: number;
+    lastError: string | null;
+    nextAttemptAt: string | null;
+    /** An operator's decision waiting for the completer: `compensate` or `fail`. */
+    giveUp: string | null;
+  } | null;
 }
 
 export async function readRequest(db: ConsoleDatabase, query: Query): Promise<RequestDetail | null> {
@@ -164,6 +175,12 @@ export async function readRequest(db: ConsoleDatabase, query: Query): Promise<Re
         ORDER BY completed_at, step`,
       key,
     );
+    const intents = await tx.query(
+      `SELECT attempts, last_error, next_attempt_at, give_up FROM ${db.s}.intents
+        WHERE tenant_id = $1 AND operation = $2 AND idempotency_key = $3`,
+      key,
+    );
+    const intent = intents.rows[0];
     const lockedUntil = iso(r.locked_until);
     const leaseEnd = lockedUntil === null ? null : Date.parse(lockedUntil);
     const state = r.state as RequestSummary['state'];
@@ -197,6 +214,14 @@ export async function readRequest(db: ConsoleDatabase, query: Query): Promise<Re
       body: previewBytes(r.body as Uint8Array | null),
       error: str(r.error),
       errorStep: str(r.error_step),
+      completion: intent
+        ? {
+            attempts: num(intent.attempts),
+            lastError: str(intent.last_error),
+            nextAttemptAt: iso(intent.next_attempt_at),
+            giveUp: str(intent.give_up),
+          }
+        : null,
       steps: steps.rows.map((s) => ({
         step: text(s.step),
         fence: num(s.fence),
