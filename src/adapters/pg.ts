@@ -113,17 +113,25 @@ const runner =
 /**
  * A transaction on a client the caller already began. idem will not BEGIN or COMMIT it.
  *
+ * Listen for `error` on the checked-out client while you hold it: node-postgres emits it when the
+ * connection is lost (a failover, a restart: `57P01`), and with no listener that event ends the
+ * process. Release a client whose connection failed with the error, so the pool destroys it.
+ *
  * @example
  * const client = await pool.connect();
+ * let lost: Error | undefined;
+ * const onError = (error: Error) => (lost = error);
+ * client.on('error', onError);
  * try {
  *   await client.query('BEGIN');
  *   await idem.runIn(fromPgClient(client), spec, async (tx) => createOrder(tx));
  *   await client.query('COMMIT');
  * } catch (error) {
- *   await client.query('ROLLBACK');
+ *   await client.query('ROLLBACK').catch((rollbackError: Error) => (lost ??= rollbackError));
  *   throw error;
  * } finally {
- *   client.release();
+ *   client.off('error', onError);
+ *   client.release(lost);
  * }
  */
 export function fromPgClient<C extends PgClientLike>(
