@@ -248,3 +248,4 @@ function checkOut<C extends PgClientLike>(
   });
 }
 
+export * from './pg-primary.js';
