@@ -1,0 +1,171 @@
+/**
+ * The bounds every transaction idem opens carries (core/transaction-timeouts.ts): a transaction-
+ * local statement_timeout and idle_in_transaction_session_timeout, never looser than the
+ * session's, on node-postgres (sequential and pipelined), postgres.js and an ORM adapter. A client
+ * that goes silent inside idem's transaction (a partition, a frozen process) has its session ended
+ * by the server, its key's lock freed and nothing stored; the retry runs once.
+ */
+import { randomBytes } from 'node:crypto';
+import { Kysely, PostgresDialect } from 'kysely';
+import pg from 'pg';
+import postgres from 'postgres';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { fromKysely } from '../../src/adapters/kysely.js';
+import { fromPg } from '../../src/adapters/pg.js';
+import { fromPostgresJs } from '../../src/adapters/postgres.js';
+import { isRetryable } from '../../src/core/retryable.js';
+import type { Sql } from '../../src/core/sql.js';
+import { createIdem } from '../../src/operations/idem.js';
+import { createTestSchema, databaseUrl, type TestSchema } from '../support/database.js';
+
+let db: TestSchema;
+const closers: (() => Promise<unknown>)[] = [];
+
+beforeAll(async () => {
+  db = await createTestSchema();
+  await db.pool.query(`CREATE TABLE "${db.schema}".effects (key text NOT NULL)`);
+});
+afterAll(async () => {
+  for (const close of closers) await close();
+  await db.close();
+});
+
+const settings = `SELECT current_setting('statement_timeout') AS statement, current_setting('idle_in_transaction_session_timeout') AS idle`;
+
+/**
+ * node-postgres emits `error` on a client whose session the server ends (25P03 here) while the
+ * client is checked out; an ORM's own checkout (Kysely's) listens for nothing, and the event would
+ * end the process. A listener on every client the pool opens is the pool hygiene docs/deployment.md
+ * asks for; `fromPg` listens on its own checkouts.
+ */
+function guarded(pool: pg.Pool): pg.Pool {
+  pool.on('error', () => undefined);
+  pool.on('connect', (client) => client.on('error', () => undefined));
+  return pool;
+}
+
+function drivers(): {
+  name: string;
+  /** Whether the silent-client case runs: see postgres.js below. */
+  endsSilentSessions: boolean;
+  sql: (timeouts?: { statementMs?: number; idleMs?: number } | false) => Sql;
+}[] {
+  return [
+    {
+      name: 'node-postgres',
+      endsSilentSessions: true,
+      sql: (timeouts) => {
+        const pool = new pg.Pool({ connectionString: databaseUrl(), max: 4 });
+        pool.on('error', () => undefined);
+        closers.push(() => pool.end());
+        return fromPg(pool, timeouts === undefined ? {} : { timeouts });
+      },
+    },
+    {
+      name: 'node-postgres, pipeline mode',
+      endsSilentSessions: true,
+      sql: (timeouts) => {
+        const pool = new pg.Pool({
+          connectionString: databaseUrl(),
+          max: 4,
+          pipeline: true,
+        } as pg.PoolConfig);
+        pool.on('error', () => undefined);
+        closers.push(() => pool.end());
+        return fromPg(pool, timeouts === undefined ? {} : { timeouts });
+      },
+    },
+    {
+      name: 'postgres.js',
+      // postgres.js 3.4.9 throws an uncaught TypeError (connection.js nextWrite) when the server
+      // ends a session inside `sql.begin`: porsager/postgres#1208, documented in
+      // docs/deployment.md, "High availability". The bounds are set (the case above); the case
+      // where the server uses them would test the driver's crash, not idem.
+      endsSilentSessions: false,
+      sql: (timeouts) => {
+        const sql = postgres(databaseUrl(), { max: 4, onnotice: () => undefined });
+        closers.push(() => sql.end());
+        return fromPostgresJs(sql, timeouts === undefined ? {} : { timeouts });
+      },
+    },
+    {
+      name: 'Kysely',
+      endsSilentSessions: true,
+      sql: (timeouts) => {
+        const pool = guarded(new pg.Pool({ connectionString: databaseUrl(), max: 4 }));
+        const kysely = new Kysely<unknown>({ dialect: new PostgresDialect({ pool }) });
+        closers.push(() => kysely.destroy());
+        return fromKysely(kysely, timeouts === undefined ? {} : { timeouts });
+      },
+    },
+  ];
+}
+
+describe.each(drivers())('$name', ({ sql: makeSql, endsSilentSessions }) => {
+  it('sets both bounds in idem transactions only, never looser than the session', async () => {
+    const sql = makeSql();
+    const inside = await sql.transaction(
+      async (tx) => (await tx.query<{ statement: string; idle: string }>(settings)).rows[0],
+    );
+    expect(inside).toEqual({ statement: '30s', idle: '15s' });
+    // Outside idem's transaction the session is untouched (transaction-local).
+    const outside = await sql.query<{ statement: string; idle: string }>(settings);
+    expect(outside.rows[0]).toEqual({ statement: '0', idle: '0' });
+    // A stricter session value stays; a looser one is tightened.
+    const stricter = await sql.transaction(async (tx) => {
+      await tx.query(`SET LOCAL statement_timeout = 2000`); // as a role's setting would be, in effect
+      return (
+        await tx.query<{ statement: string }>(`SELECT current_setting('statement_timeout') AS statement`)
+      ).rows[0];
+    });
+    expect(stricter).toEqual({ statement: '2s' });
+    const custom = makeSql({ statementMs: 1234, idleMs: 0 });
+    expect(await custom.transaction(async (tx) => (await tx.query(settings)).rows[0])).toEqual({
+      statement: '1234ms',
+      idle: '0',
+    });
+    const none = makeSql(false);
+    expect(await none.transaction(async (tx) => (await tx.query(settings)).rows[0])).toEqual({
+      statement: '0',
+      idle: '0',
+    });
+  });
+
+  it.runIf(endsSilentSessions)(
+    'a handler that goes silent inside the transaction: the server ends it, nothing is stored, the retry runs once',
+    async () => {
+      const idem = createIdem({ sql: makeSql({ idleMs: 300 }), schema: db.schema, waitMs: 200 });
+      const key = `silent-${randomBytes(4).toString('hex')}`;
+      let runs = 0;
+      const run = (silentMs: number) =>
+        idem.run({ tenant: 'acme', operation: 'silent', key, request: {} }, async (tx) => {
+          runs++;
+          await tx.query(`INSERT INTO "${db.schema}".effects (key) VALUES ($1)`, [key]);
+          // The client stops sending, as under a partition or a long GC pause.
+          await new Promise((r) => setTimeout(r, silentMs));
+          await tx.query('SELECT 1');
+          return runs;
+        });
+      const error = await run(1200).catch((e: unknown) => e);
+      expect(isRetryable(error)).toBe(true);
+      // Nothing of it was kept, and the key is free at once: no lock outlives the session.
+      const count = async () =>
+        Number(
+          (
+            await db.pool.query<{ n: string }>(
+              `SELECT count(*) AS n FROM "${db.schema}".effects WHERE key = $1`,
+              [key],
+            )
+          ).rows[0]!.n,
+        );
+      expect(await count()).toBe(0);
+      const retry = await run(0);
+      expect(retry.replayed).toBe(false);
+      expect(await count()).toBe(1);
+      const { rows } = await db.pool.query(
+        `SELECT count(*)::int AS n FROM pg_stat_activity WHERE state = 'idle in transaction' AND query LIKE '%${db.schema}%'`,
+      );
+      expect(rows[0]).toEqual({ n: 0 });
+    },
+  );
+});
