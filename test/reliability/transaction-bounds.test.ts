@@ -69,7 +69,7 @@ function drivers(): {
           connectionString: databaseUrl(),
           max: 4,
           pipeline: true,
-        } as pg.PoolConfig);
+        });
         pool.on('error', () => undefined);
         closers.push(() => pool.end());
         return fromPg(pool, timeouts === undefined ? {} : { timeouts });
