@@ -12,6 +12,9 @@ import { decodeEvent, defaultPublishedRetentionMs, Outbox } from './outbox.js';
 import { renderOutboxStatements, type OutboxStatements } from './statements.js';
 import type { OutboxEvent, PublishFailure, Publisher, PublishResult } from './types.js';
 
+/** How long a batch's transaction may idle beyond `publishTimeoutMs` (its mark's own time). */
+const idleMarginMs = 5_000;
+
 /** The dispatcher's default `backoff`: 1 s doubling to 5 minutes, equal jitter. */
 export const dispatcherBackoff: BackoffOptions = {
   strategy: 'exponential',
@@ -383,7 +386,10 @@ export class OutboxDispatcher {
           new Date(now),
           this.batchSize,
           this.topicsJson,
-          String(Math.ceil(this.publishTimeoutMs + 30_000)),
+          // The transaction idles while the broker confirms, at most publishTimeoutMs; 5 s more is
+          // the mark's own time. (It was 30 s more: behind a partition that never healed, a
+          // batch's head locks stayed a minute; now publishTimeoutMs + 5 s, 35 s by default.)
+          String(Math.ceil(this.publishTimeoutMs + idleMarginMs)),
           ...(tenant === null ? [] : [tenant]),
         ],
         this.statements.names[claim],

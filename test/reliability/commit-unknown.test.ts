@@ -48,7 +48,9 @@ const charge = async (tx: Queryable, key: string, amount: number) => {
   return { charged: amount, key };
 };
 const pay = (key: string, amount: number) =>
-  idem.run({ tenant: 'acme', operation: 'charge', key, request: { amount } }, (tx) => charge(tx, key, amount));
+  idem.run({ tenant: 'acme', operation: 'charge', key, request: { amount } }, (tx) =>
+    charge(tx, key, amount),
+  );
 /** The same intent with no retry of its own: the unknown outcome reaches the caller. */
 const payOnce = (key: string, amount: number) =>
   idem.run({ tenant: 'acme', operation: 'charge', key, request: { amount }, transactionRetries: 0 }, (tx) =>
