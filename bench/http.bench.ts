@@ -135,7 +135,7 @@ if (process.env.IDEM_HTTP_BENCH_LOADGEN) {
 export default async function httpBench(ctx: BenchContext): Promise<BenchSection> {
   const schema = `idem_bench_http_${randomBytes(3).toString('hex')}`;
   const application = `idem-bench-http-${randomBytes(3).toString('hex')}`;
-  // The pool as docs/deployment.md recommends it, in node-postgres's pipeline mode (BEGIN goes out
+  // The pool as docs/operations/deployment.md recommends it, in node-postgres's pipeline mode (BEGIN goes out
   // with the first statement, idem's record with COMMIT); and the same pool without it, for the
   // figures of a pool created the default way.
   const poolOptions = {

@@ -17,10 +17,10 @@ import {
 import { fromPg } from '../src/adapters/pg.js';
 import { createInbox } from '../src/inbox/inbox.js';
 import { migrate } from '../src/migrate/migrate.js';
-import { createDispatcher, type DispatcherOptions } from '../src/outbox/dispatcher.js';
+import { createOutboxDispatcher, type DispatcherOptions } from '../src/outbox/dispatcher.js';
 import { createOutbox } from '../src/outbox/outbox.js';
-import { natsPublisher } from '../src/outbox/publishers/nats.js';
-import { rabbitMqPublisher } from '../src/outbox/publishers/rabbitmq.js';
+import { createNatsPublisher } from '../src/outbox/publishers/nats.js';
+import { createRabbitMqPublisher } from '../src/outbox/publishers/rabbitmq.js';
 import type { OutboxEvent, Publisher, PublishResult } from '../src/outbox/types.js';
 import { percentiles, round, sideBySide } from './lib/measure.js';
 import type { BenchContext, BenchFigure, BenchSection } from './lib/types.js';
@@ -73,7 +73,7 @@ export default async function messagingBench(ctx: BenchContext): Promise<BenchSe
     await pool.query(`TRUNCATE "${schema}".outbox`);
     const topic = 'bench';
     await fill(count, topic);
-    const dispatcher = createDispatcher({
+    const dispatcher = createOutboxDispatcher({
       sql,
       publisher,
       schema,
@@ -302,7 +302,7 @@ export default async function messagingBench(ctx: BenchContext): Promise<BenchSe
     const admin = await amqp.connect(ctx.amqpUrl);
     const channel = await admin.createChannel();
     await channel.assertQueue(queue, { durable: true });
-    const publisher = rabbitMqPublisher({
+    const publisher = createRabbitMqPublisher({
       connection: ctx.amqpUrl,
       route: () => ({ exchange: '', routingKey: queue }),
     });
@@ -328,7 +328,7 @@ export default async function messagingBench(ctx: BenchContext): Promise<BenchSe
     const jsm = await jetstreamManager(nc);
     const stream = `idem-bench-${tag}`;
     await jsm.streams.add({ name: stream, subjects: [`${stream}.>`] });
-    const publisher = natsPublisher({ connection: nc, subject: () => `${stream}.orders` });
+    const publisher = createNatsPublisher({ connection: nc, subject: () => `${stream}.orders` });
     try {
       ctx.log(`messaging: dispatch of ${brokerEvents} events to NATS JetStream (PubAck)`);
       const ceiling = await publishCeiling(brokerEvents, publisher);
@@ -361,7 +361,7 @@ export default async function messagingBench(ctx: BenchContext): Promise<BenchSe
   // The dispatcher gets its own connections: on the producers' pool its batches would queue
   // behind hundreds of producer transactions (measured: p99 4–12 s on a shared pool of 10).
   const dispatcherPool = new pg.Pool({ connectionString: ctx.databaseUrl, max: 2 });
-  const dispatcher = createDispatcher({
+  const dispatcher = createOutboxDispatcher({
     sql: fromPg(dispatcherPool),
     publisher: recorder,
     schema,

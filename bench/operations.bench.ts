@@ -20,7 +20,7 @@ import type { BenchContext, BenchFigure, BenchSection } from './lib/types.js';
 export default async function operationsBench(ctx: BenchContext): Promise<BenchSection> {
   const schema = `idem_bench_ops_${randomBytes(3).toString('hex')}`;
   // Pools of 32 for 32 workers (a worker holds one connection at a time), three of them within
-  // max_connections 100: node-postgres in pipeline mode, as docs/deployment.md recommends it (BEGIN
+  // max_connections 100: node-postgres in pipeline mode, as docs/operations/deployment.md recommends it (BEGIN
   // goes out with the first statement, idem's record with COMMIT), the same without pipeline mode,
   // and postgres.js.
   const pool = new pg.Pool({ connectionString: ctx.databaseUrl, max: 32, pipeline: true });
@@ -344,7 +344,7 @@ export default async function operationsBench(ctx: BenchContext): Promise<BenchS
     name: 'Keyed operations',
     figures,
     notes: [
-      `Each figure is the median of ${rounds} alternating run(s) of ${seconds} s; pools of 32 connections for 32 workers: node-postgres in pipeline mode (\`new pg.Pool({ pipeline: true })\`, what docs/deployment.md recommends, for every figure that does not say otherwise), node-postgres without it, and postgres.js; PostgreSQL settings: ${settings.rows.map((r) => `${r.name}=${r.setting}`).join(', ')}.`,
+      `Each figure is the median of ${rounds} alternating run(s) of ${seconds} s; pools of 32 connections for 32 workers: node-postgres in pipeline mode (\`new pg.Pool({ pipeline: true })\`, what docs/operations/deployment.md recommends, for every figure that does not say otherwise), node-postgres without it, and postgres.js; PostgreSQL settings: ${settings.rows.map((r) => `${r.name}=${r.setting}`).join(', ')}.`,
       'Designs, with the statements a first execution sends: claim-first (the previous default, `recording: claim`): the replay read, BEGIN, the claim (INSERT … ON CONFLICT DO NOTHING with a statement-scoped lock_timeout), the handler’s INSERT, the completing UPDATE, COMMIT — 6 round trips against the plain transaction’s 3. Commit-time recording (`recording: commit`, the default): [the replay read,] BEGIN, the handler’s INSERT, one INSERT of the completed record, COMMIT — 4 or 5 statements. On a pool in pipeline mode BEGIN goes out with the handler’s first statement and the record with COMMIT, so the 4 statements take 2 round trips, and the plain transaction’s 3 take 2 as well (BEGIN with its INSERT). The default reads in front only while retries are common (`readFirst: auto`); in this all-first-execution load it learns to skip the read after about 70 calls.',
       'The SQL floor of a design is its statements sent raw (same texts, same prepared-statement names, same pool, bench/lib/floor.ts) with no idem code around them: the physical limit of that design on this machine, driver and database. Its ratio to the plain transaction is printed as “physical limit”; the distance between idem and its floor is idem’s own JavaScript.',
       'Why the floors sit where they do: on this machine PostgreSQL and Node share 2 cores, and each statement costs about as much as the one-row INSERT itself, so a design’s limit is close to 3 ÷ (its statement count): about 0.5× for claim-first, about 0.6× for commit-time recording with the read, about 0.75× without it (pgbench, C client, measured 0.44–0.52×, 0.48–0.52× and 0.61–0.62× of a plain transaction for the same scripts, issue 20).',

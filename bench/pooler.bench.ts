@@ -14,7 +14,7 @@ import { fromPostgresJs } from '../src/adapters/postgres.js';
 import type { Sql } from '../src/core/sql.js';
 import { migrate } from '../src/migrate/migrate.js';
 import { createIdem, type Idem } from '../src/operations/idem.js';
-import { createDispatcher } from '../src/outbox/dispatcher.js';
+import { createOutboxDispatcher } from '../src/outbox/dispatcher.js';
 import { createOutbox } from '../src/outbox/outbox.js';
 import type { OutboxEvent, Publisher, PublishResult } from '../src/outbox/types.js';
 import { findPgBouncer, startPgBouncer, type PgBouncer } from '../test/support/pgbouncer.js';
@@ -233,7 +233,7 @@ async function commitToPublish(
   };
   const outbox = createOutbox({ sql, schema });
   const dispatcherPool = new pg.Pool({ connectionString: dispatcherUrl, max: 2 });
-  const dispatcher = createDispatcher({
+  const dispatcher = createOutboxDispatcher({
     sql: fromPg(dispatcherPool, { prepare: false }),
     publisher: recorder,
     schema,

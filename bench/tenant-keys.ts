@@ -121,7 +121,7 @@ const paths: Record<string, Path> = {
       );
     }
     await pool.query(`ANALYZE "${side.schema}".outbox`);
-    const dispatcher = side.api.createDispatcher({
+    const dispatcher = side.api.createOutboxDispatcher({
       sql,
       publisher: noop,
       schema: side.schema,
@@ -185,7 +185,7 @@ const paths: Record<string, Path> = {
       logger: side.api.silentLogger,
       sources: {
         billing: {
-          verifier: side.api.standardWebhooksVerifier({ secrets: [secret] }),
+          verifier: side.api.createStandardWebhooksVerifier({ secrets: [secret] }),
           ...(side.tenant ? { tenant: side.tenant } : {}),
         },
       },

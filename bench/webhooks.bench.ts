@@ -21,13 +21,13 @@ import { migrate } from '../src/migrate/migrate.js';
 import {
   createWebhookProcessor,
   createWebhookReceiver,
-  fastifyWebhooks,
   recordHeaders,
   silentLogger,
-  standardWebhooksVerifier,
+  createStandardWebhooksVerifier,
 } from '../src/webhooks/index.js';
 import { round } from './lib/measure.js';
 import type { BenchContext, BenchFigure, BenchSection } from './lib/types.js';
+import { webhooks as fastifyWebhooks } from '../src/webhooks/fastify.js';
 
 const secret = `whsec_${Buffer.from('idem-webhooks-benchmark-secret-32b').toString('base64')}`;
 /** A typical event of about 600 bytes. */
@@ -153,10 +153,10 @@ export default async function webhooksBench(ctx: BenchContext): Promise<BenchSec
     sql,
     schema,
     logger: silentLogger,
-    sources: { billing: standardWebhooksVerifier({ secrets: [secret] }) },
+    sources: { billing: createStandardWebhooksVerifier({ secrets: [secret] }) },
   });
   const app = Fastify({ logger: false });
-  await app.register(fastifyWebhooks(receiver, { routes: { '/hooks/billing': 'billing' } }));
+  await app.register(fastifyWebhooks({ routes: { '/hooks/billing': 'billing' }, receiver: receiver }));
   // The baseline: verification alone with the standardwebhooks package, same raw-body parsing.
   const reference = new Webhook(secret);
   await app.register(async (instance) => {
@@ -254,7 +254,7 @@ export default async function webhooksBench(ctx: BenchContext): Promise<BenchSec
 
   // The two verifiers alone, in this process: what node:crypto buys over the package's JS SHA-256.
   ctx.log('webhooks: verifiers in-process');
-  const ours = standardWebhooksVerifier({ secrets: [secret] });
+  const ours = createStandardWebhooksVerifier({ secrets: [secret] });
   const bytes = Buffer.from(body);
   const signedNow = () => {
     const ts = Math.floor(Date.now() / 1000);

@@ -1,7 +1,7 @@
 /**
  * The demo's command line, for `npm start` (main.ts) and for `idem demo` run from this repository:
  * the payments demo on DATABASE_URL or an embedded PostgreSQL. Settings come from the environment;
- * see config.ts and the README.
+ * see config.ts and docs/guide/demo.md.
  */
 import { integerOption, parseCommand, usageError } from '../src/cli/args.js';
 import { checkDatabaseUrl } from '../src/cli/database.js';

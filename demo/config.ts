@@ -14,7 +14,7 @@ export interface DemoConfig {
   providerUrl: string | undefined;
   /**
    * `PROVIDER_WEBHOOK_SECRET`: the Standard Webhooks secret shared with the provider. Default: the
-   * demo secret printed in the README, accepted on a loopback `HOST` only (see `checkWebhookSecret`).
+   * demo secret printed in docs/guide/demo.md, accepted on a loopback `HOST` only (see `checkWebhookSecret`).
    */
   webhookSecret: string;
   /** `DATABASE_URL`: unset starts an embedded PostgreSQL under .idem/postgres. May be a pooler's URL. */
@@ -22,19 +22,19 @@ export interface DemoConfig {
   /**
    * `DATABASE_DIRECT_URL`: a direct connection to PostgreSQL (not through a transaction-mode
    * pooler) for the outbox dispatcher's LISTEN. Default: `DATABASE_URL`. Behind PgBouncer in
-   * transaction mode LISTEN receives nothing; see docs/deployment.md.
+   * transaction mode LISTEN receives nothing; see docs/operations/deployment.md.
    */
   directUrl: string | undefined;
   /**
    * `IDEM_PREPARE` (true/false), default true: idem's statements as named prepared statements.
    * Set false when `DATABASE_URL` is a pooler that does not keep them (PgBouncer in transaction
-   * mode before 1.21); see docs/deployment.md.
+   * mode before 1.21); see docs/operations/deployment.md.
    */
   prepare: boolean;
   /**
    * `IDEM_PIPELINE` (true/false), default true: the `pg` pool in node-postgres's pipeline mode,
    * so a payment's BEGIN goes out with its first statement and idem's record with COMMIT (two round
-   * trips of four; docs/deployment.md, "Pipelining").
+   * trips of four; docs/operations/deployment.md, "Pipelining").
    */
   pipeline: boolean;
   /** `AMQP_URL` switches the event transport to RabbitMQ. */
@@ -96,15 +96,15 @@ export function readConfig(env: NodeJS.ProcessEnv = process.env): DemoConfig {
 }
 
 /**
- * Refuses to start on a non-loopback `HOST` with the README's webhook secret: anyone who read the
- * README could then sign refunds the demo would apply. On loopback it is kept (only this machine
+ * Refuses to start on a non-loopback `HOST` with the documented webhook secret: anyone who read the
+ * documentation could then sign refunds the demo would apply. On loopback it is kept (only this machine
  * can reach the receiver), and the demo says which secret it uses.
  */
 export function checkWebhookSecret(config: Pick<DemoConfig, 'host' | 'webhookSecret'>): void {
   if (config.webhookSecret === demoWebhookSecret && !isLoopback(config.host)) {
     throw new InvalidArgumentError(
       `HOST=${config.host} is not a loopback address and PROVIDER_WEBHOOK_SECRET is unset: the demo ` +
-        `will not accept webhooks signed with the secret printed in the README from other machines. ` +
+        `will not accept webhooks signed with the secret printed in the documentation from other machines. ` +
         `Set PROVIDER_WEBHOOK_SECRET (e.g. whsec_ followed by 32 random bytes in base64), or bind HOST=127.0.0.1.`,
     );
   }

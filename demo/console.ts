@@ -22,7 +22,7 @@ export function demoConsole(): NonNullable<DemoOverrides['plugins']>[number] {
     });
     pool.on('error', (error) => console.error(`console: database connection lost: ${error.message}`));
     app.addHook('onClose', async () => pool.end());
-    // The demo's IDEM_PREPARE holds for the console's reads too (docs/deployment.md).
+    // The demo's IDEM_PREPARE holds for the console's reads too (docs/operations/deployment.md).
     const sql = fromPg(pool, { prepare: config.prepare });
     await app.register(consolePlugin, { sql, schema, host: config.host, token: config.consoleToken });
   };

@@ -5,30 +5,23 @@
  * can never notify twice.
  */
 import type { Claims } from '../src/claims/claims.js';
-import { work } from '../src/claims/worker.js';
+import { createClaimsWorker, type ClaimsWorker } from '../src/claims/worker.js';
 
-export function startReceiptWorker(claims: Claims, demoSchema: string): { stop(): Promise<void> } {
-  const controller = new AbortController();
-  const loop = work<{ paymentId: string }, void, unknown>(
+export function createReceiptWorker(
+  claims: Claims,
+  demoSchema: string,
+): ClaimsWorker<{ paymentId: string }, void, unknown> {
+  return createClaimsWorker<{ paymentId: string }, void, unknown>({
     claims,
-    'receipts',
-    async (tx, task) => {
+    queue: 'receipts',
+    handler: async (tx, task) => {
       await tx.query(
         `INSERT INTO ${demoSchema}.notifications (tenant, payment_id, channel) VALUES ($1, $2, 'email')`,
         [task.tenant, task.payload.paymentId],
       );
     },
-    {
-      batchSize: 10,
-      pollMs: 250,
-      signal: controller.signal,
-      onError: (e) => console.error('receipt worker:', e),
-    },
-  );
-  return {
-    async stop() {
-      controller.abort();
-      await loop;
-    },
-  };
+    batchSize: 10,
+    pollIntervalMs: 250,
+    onError: (e) => console.error('receipt worker:', e),
+  });
 }

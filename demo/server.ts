@@ -12,19 +12,18 @@ import Fastify, { type FastifyError, type FastifyInstance, type FastifyReply } f
 import pg from 'pg';
 import { fromPg, pgConnectionDefaults } from '../src/adapters/pg.js';
 import { createClaims } from '../src/claims/claims.js';
-import { createClient } from '../src/client/client.js';
+import { createResilientClient } from '../src/client/client.js';
 import { isRetryable } from '../src/core/retryable.js';
 import { startEmbeddedPostgres } from '../src/embedded/embedded-postgres.js';
 import { idempotency } from '../src/http/fastify.js';
 import { migrate } from '../src/migrate/migrate.js';
 import { createIdemMetrics } from '../src/observability/prometheus.js';
 import { createIdem } from '../src/operations/idem.js';
-import { createDispatcher } from '../src/outbox/dispatcher.js';
+import { createOutboxDispatcher } from '../src/outbox/dispatcher.js';
 import { createOutbox } from '../src/outbox/outbox.js';
 import { createWebhookProcessor } from '../src/webhooks/processor.js';
 import { createWebhookReceiver } from '../src/webhooks/receiver.js';
-import { fastifyWebhooks } from '../src/webhooks/fastify.js';
-import { standardWebhooksVerifier } from '../src/webhooks/verify/standard-webhooks.js';
+import { createStandardWebhooksVerifier } from '../src/webhooks/verify/standard-webhooks.js';
 import { authorize } from './auth.js';
 import { checkWebhookSecret, demoWebhookSecret, readConfig, type DemoConfig } from './config.js';
 import { definePayments, registerPayments } from './payments.js';
@@ -32,11 +31,12 @@ import { createCompleter } from '../src/operations/completer.js';
 import { startProvider, type FakeCardProvider } from './provider.js';
 import { countingWebhookLogger } from './metrics.js';
 import { createInbox } from '../src/inbox/inbox.js';
-import { startReceiptWorker } from './receipts.js';
+import { createReceiptWorker } from './receipts.js';
 import { refundHandlers } from './refunds.js';
 import { demoSchemaSql } from './schema.js';
 import { createTransport } from './transport.js';
 import { invalidRequest, strictAjv, validationParams } from './validation.js';
+import { webhooks as fastifyWebhooks } from '../src/webhooks/fastify.js';
 
 export interface DemoHandle {
   url: string;
@@ -65,7 +65,7 @@ export async function startDemo(overrides: DemoOverrides = {}): Promise<DemoHand
   const config: DemoConfig = { ...readConfig(), ...overrides };
   checkWebhookSecret(config);
   if (config.webhookSecret === demoWebhookSecret) {
-    console.log('PROVIDER_WEBHOOK_SECRET is not set: webhooks use the README’s demo secret (loopback only)');
+    console.log('PROVIDER_WEBHOOK_SECRET is not set: webhooks use the documented secret (loopback only)');
   }
   const cleanups: (() => Promise<unknown>)[] = [];
   const close = async () => {
@@ -127,7 +127,7 @@ export async function startDemo(overrides: DemoOverrides = {}): Promise<DemoHand
       cleanups.push(() => provider!.close());
       providerUrl = provider.url;
     }
-    const providerClient = createClient({ keyFormat: 'bare', maxAttempts: 4, timeoutMs: 5000 });
+    const providerClient = createResilientClient({ keyFormat: 'bare', maxAttempts: 4, timeoutMs: 5000 });
 
     const namespace = `idem-demo-${schema}`;
     const transport = await createTransport({
@@ -140,7 +140,7 @@ export async function startDemo(overrides: DemoOverrides = {}): Promise<DemoHand
     });
     await transport.start();
     cleanups.push(() => transport.close());
-    const dispatcher = createDispatcher({
+    const dispatcher = createOutboxDispatcher({
       sql,
       schema,
       publisher: transport.publisher,
@@ -157,7 +157,7 @@ export async function startDemo(overrides: DemoOverrides = {}): Promise<DemoHand
     const receiver = createWebhookReceiver({
       sql,
       schema,
-      sources: { provider: standardWebhooksVerifier({ secrets: [config.webhookSecret] }) },
+      sources: { provider: createStandardWebhooksVerifier({ secrets: [config.webhookSecret] }) },
       // The app's own 64 KiB, not the receiver's 1 MiB default: refund events are a few hundred bytes.
       maxBodyBytes: 64 * 1024,
       // Every refusal is logged with its code and reason: counted by reason, then logged as before.
@@ -173,7 +173,8 @@ export async function startDemo(overrides: DemoOverrides = {}): Promise<DemoHand
     });
     await processor.start();
     cleanups.push(() => processor.stop());
-    const receipts = startReceiptWorker(claims, demoSchema);
+    const receipts = createReceiptWorker(claims, demoSchema);
+    await receipts.start();
     cleanups.push(() => receipts.stop());
 
     // Payments are a defined operation: the completer finishes one whose process died after the
@@ -213,7 +214,7 @@ export async function startDemo(overrides: DemoOverrides = {}): Promise<DemoHand
       const ready = await databaseReadiness(pool);
       return reply.code(ready.ready ? 200 : 503).send({ ...ready, transport: transport.name });
     });
-    await app.register(fastifyWebhooks(receiver, { routes: { '/webhooks/provider': 'provider' } }));
+    await app.register(fastifyWebhooks({ routes: { '/webhooks/provider': 'provider' }, receiver: receiver }));
     for (const plugin of overrides.plugins ?? [])
       await plugin(app, { pool, databaseUrl, schema, demoSchema, config });
 

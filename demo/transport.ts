@@ -5,7 +5,7 @@
  */
 import type { Inbox } from '../src/inbox/inbox.js';
 import type { Publisher } from '../src/outbox/types.js';
-import { inDatabasePublisher } from '../src/outbox/publishers/in-database.js';
+import { createInDatabasePublisher } from '../src/outbox/publishers/in-database.js';
 import { untilBrokerAnswers, type BrokerWaitOptions } from './broker-wait.js';
 import { applyToLedger, ledgerConsumer } from './ledger.js';
 
@@ -36,7 +36,7 @@ export async function createTransport(options: TransportOptions): Promise<Transp
   if (options.natsUrl) return natsTransport(options, options.natsUrl);
   return {
     name: 'in-database',
-    publisher: inDatabasePublisher({
+    publisher: createInDatabasePublisher({
       inbox,
       subscribers: [
         {
@@ -53,7 +53,7 @@ export async function createTransport(options: TransportOptions): Promise<Transp
 
 async function rabbitMqTransport(options: TransportOptions, url: string): Promise<Transport> {
   const amqp = await import('amqplib');
-  const { rabbitMqPublisher } = await import('../src/outbox/publishers/rabbitmq.js');
+  const { createRabbitMqPublisher } = await import('../src/outbox/publishers/rabbitmq.js');
   const { RabbitMqConsumer } = await import('../src/inbox/rabbitmq-consumer.js');
   const exchange = `${options.namespace}.payments`;
   const queue = `${options.namespace}.ledger`;
@@ -74,7 +74,7 @@ async function rabbitMqTransport(options: TransportOptions, url: string): Promis
     options.brokerWait,
   );
 
-  const publisher = rabbitMqPublisher({
+  const publisher = createRabbitMqPublisher({
     connection: url,
     route: (event) => ({ exchange, routingKey: event.type }),
   });
@@ -119,7 +119,7 @@ async function rabbitMqTransport(options: TransportOptions, url: string): Promis
 async function natsTransport(options: TransportOptions, url: string): Promise<Transport> {
   const { connect } = await import('@nats-io/transport-node');
   const { jetstreamManager } = await import('@nats-io/jetstream');
-  const { natsPublisher } = await import('../src/outbox/publishers/nats.js');
+  const { createNatsPublisher } = await import('../src/outbox/publishers/nats.js');
   const { JetStreamConsumer } = await import('../src/inbox/jetstream-consumer.js');
   const subject = `${options.namespace}.payments`;
   const stream = `${options.namespace.replace(/[^A-Za-z0-9_-]/g, '_')}_payments`;
@@ -131,7 +131,7 @@ async function natsTransport(options: TransportOptions, url: string): Promise<Tr
   const jsm = await jetstreamManager(nc);
   await jsm.streams.info(stream).catch(() => jsm.streams.add({ name: stream, subjects: [subject] }));
 
-  const publisher = natsPublisher({ connection: nc, subject: () => subject });
+  const publisher = createNatsPublisher({ connection: nc, subject: () => subject });
   const consumer = new JetStreamConsumer({
     inbox: options.inbox,
     consumer: ledgerConsumer,

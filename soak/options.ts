@@ -23,7 +23,7 @@ export interface SoakOptions {
   /**
    * `--refund-race`: send a payment's two partial refunds back to back, so their webhooks race.
    * Default off: the second waits until the first shows in the ledger. On, it checks that the
-   * demo applies racing refunds in sequence (it once dropped the older one: docs/reliability.md).
+   * demo applies racing refunds in sequence (it once dropped the older one: docs/operations/reliability.md).
    */
   refundRace: boolean;
   /** `--declined <0..1>`: share of payments whose card is declined (a stored 402). Default 0.1. */

@@ -8,7 +8,7 @@
  * instances are killed with SIGKILL at random moments and restarted, and the broker is restarted.
  * Then it waits for quiescence and checks every intent (see verify.ts). Exit code 0: no duplicate
  * and no loss; 1: duplicates or losses (listed); 2: the soak itself could not run.
- * docs/reliability.md describes the method and the counts of long runs.
+ * docs/operations/reliability.md describes the method and the counts of long runs.
  */
 import { randomBytes } from 'node:crypto';
 import { mkdirSync, rmSync, writeFileSync } from 'node:fs';

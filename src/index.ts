@@ -3,7 +3,7 @@
  * See README.md for the guarantees and the quick start.
  */
 export type { Queryable, QueryResult, Row, Sql, Transaction } from './core/sql.js';
-export { systemClock, ManualClock, type Clock } from './core/clock.js';
+export { systemClock, type Clock } from './core/clock.js';
 export * from './core/errors.js';
 export { isRetryable, retryableNetworkCodes } from './core/retryable.js';
 export {
@@ -26,7 +26,7 @@ export {
   type MigrateResult,
 } from './migrate/migrate.js';
 export { quoteSchema, defaultSchema } from './core/schema-name.js';
-export { Idem, createIdem, type OperationContext, type PreparedSpec } from './operations/idem.js';
+export { createIdem, type Idem, type OperationContext, type PreparedSpec } from './operations/idem.js';
 export type { CallContext, MultiStepOperation } from './operations/multi-step.js';
 export type {
   DefineOptions,
@@ -36,8 +36,8 @@ export type {
   OperationDefinition,
 } from './operations/definitions.js';
 export {
-  Completer,
   createCompleter,
+  type Completer,
   decideIntent,
   type CompleterOptions,
   type Completion,

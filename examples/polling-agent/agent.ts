@@ -6,7 +6,7 @@
  *
  * The shape that makes it safe:
  * 1. `claim` takes a batch with a lease (SKIP LOCKED: agents never wait for each other).
- * 2. `keepAlive` heartbeats while the agent thinks outside any transaction; if a heartbeat finds
+ * 2. `createKeepAlive` heartbeats while the agent thinks outside any transaction; if a heartbeat finds
  *    the lease taken over (this agent stalled too long), its signal aborts the work.
  * 3. One transaction completes the task (fenced: refused if another agent took it over) and adds
  *    the notification to the outbox. Both commit, or neither does. The outbox dispatcher then
@@ -18,7 +18,8 @@
 import pg from 'pg';
 import { v5 as uuidv5 } from 'uuid';
 import { fromPg } from '../../src/adapters/pg.js';
-import { createClaims, isFenced, keepAlive, type ClaimedTask } from '../../src/claims/index.js';
+import { createClaims, createKeepAlive, type ClaimedTask } from '../../src/claims/index.js';
+import { isFenced } from '../../src/index.js';
 import { createOutbox } from '../../src/outbox/index.js';
 import { agentQueue, notificationNamespace, notificationsTopic, type AgentTask } from './shared.js';
 
@@ -47,7 +48,8 @@ async function main(): Promise<void> {
   await pool.end();
 
   async function handle(task: ClaimedTask<AgentTask>): Promise<void> {
-    const alive = keepAlive(claims, task, { intervalMs: Math.floor(leaseMs / 4) });
+    const alive = createKeepAlive({ claims, task, intervalMs: Math.floor(leaseMs / 4) });
+    await alive.start();
     try {
       // The slow part, outside any transaction: nothing is held in the database meanwhile.
       log(`thinking ${task.key} fence=${task.fence}`);

@@ -16,7 +16,7 @@ import { fromPg } from '../../src/adapters/pg.js';
 import { createClaims } from '../../src/claims/index.js';
 import { createInbox } from '../../src/inbox/index.js';
 import { migrate } from '../../src/migrate/migrate.js';
-import { createDispatcher, inDatabasePublisher } from '../../src/outbox/index.js';
+import { createOutboxDispatcher, createInDatabasePublisher } from '../../src/outbox/index.js';
 import { agentQueue, notificationsTopic, type AgentTask } from './shared.js';
 
 const agentScript = fileURLToPath(new URL('./agent.ts', import.meta.url));
@@ -86,12 +86,12 @@ export async function runDemo(options: DemoOptions): Promise<DemoResult> {
   // The notification service: the outbox dispatcher delivers to a consumer behind an inbox, which
   // dedupes on the event id, so a redelivered event is not sent twice.
   const inbox = createInbox({ sql, schema });
-  const dispatcher = createDispatcher({
+  const dispatcher = createOutboxDispatcher({
     sql,
     schema,
     topics: [notificationsTopic],
     pollIntervalMs: 50,
-    publisher: inDatabasePublisher({
+    publisher: createInDatabasePublisher({
       inbox,
       subscribers: [
         {

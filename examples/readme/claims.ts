@@ -1,5 +1,5 @@
-// The README's claims example. `npm run typecheck` compiles it, test/docs/readme-examples.test.ts
-// checks the README shows it as it is and runs it against PostgreSQL.
+// The claims example of docs/guide/claims.md. `npm run typecheck` compiles it,
+// test/docs/guide-examples.test.ts checks the guide shows it as it is and runs it against PostgreSQL.
 import type { Queryable, Sql } from 'idem';
 import { createClaims } from 'idem/claims';
 

@@ -1,8 +1,12 @@
-// The README's outgoing-client example. `npm run typecheck` compiles it,
-// test/docs/readme-examples.test.ts checks the README shows it as it is and runs it.
-import { assertOk, createClient, isCircuitOpen } from 'idem/client';
+// The example of docs/guide/client.md. `npm run typecheck` compiles it,
+// test/docs/guide-examples.test.ts checks the guide shows it as it is and runs it.
+import { assertOk, createResilientClient, isCircuitOpen } from 'idem/client';
 
-const provider = createClient({ baseUrl: process.env.PROVIDER_URL, timeoutMs: 5000, maxAttempts: 4 });
+const provider = createResilientClient({
+  baseUrl: process.env.PROVIDER_URL,
+  timeoutMs: 5000,
+  maxAttempts: 4,
+});
 
 /** Call it from a call with its key: `op.call('charge', ({ key }) => charge(key, 1250))`. */
 export async function charge(key: string, amount: number) {

@@ -1,5 +1,5 @@
-// The README's HTTP example (Express; Fastify, Hono and node:http work alike). `npm run typecheck`
-// compiles it, test/docs/readme-examples.test.ts checks the README shows it as it is and runs it.
+// The HTTP example of docs/guide/http.md (Express; Fastify, Hono and node:http work alike). `npm run
+// typecheck` compiles it, test/docs/guide-examples.test.ts checks the guide shows it as it is and runs it.
 import express from 'express';
 import type { Idem } from 'idem';
 import { idempotency } from 'idem/express';

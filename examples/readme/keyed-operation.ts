@@ -1,4 +1,5 @@
-// The README's first example. `npm run typecheck` compiles it, so the README cannot drift from the API.
+// The example of docs/guide/keyed-operations.md. `npm run typecheck` compiles it, so the guide cannot
+// drift from the API.
 import pg from 'pg';
 import { createIdem, isInProgress, isKeyReused, migrate, refused } from 'idem';
 import { fromPg } from 'idem/pg';

@@ -1,7 +1,8 @@
-// The README's webhooks example. `npm run typecheck` compiles it, test/docs/readme-examples.test.ts
-// checks the README shows it as it is and runs it against PostgreSQL.
+// The example of docs/guide/webhooks.md. `npm run typecheck` compiles it,
+// test/docs/guide-examples.test.ts checks the guide shows it as it is and runs it against PostgreSQL.
 import type { Express } from 'express';
 import type { Sql } from 'idem';
+import { webhooks } from 'idem/express';
 import * as hooks from 'idem/webhooks';
 
 const paid = (e: hooks.WebhookEvent) => e.json<{ data: { invoice: string; version: number } }>().data;
@@ -25,14 +26,14 @@ export async function billingWebhooks(app: Express, sql: Sql, secret: string, sc
   const receiver = hooks.createWebhookReceiver({
     sql,
     schema,
-    sources: { billing: hooks.standardWebhooksVerifier({ secrets: [secret] }) },
+    sources: { billing: hooks.createStandardWebhooksVerifier({ secrets: [secret] }) },
     onReceipt: () => processor.notify(),
   });
-  app.post('/webhooks/billing', hooks.expressWebhook(receiver, 'billing')); // before express.json()
+  app.post('/webhooks/billing', webhooks({ receiver, source: 'billing' })); // before express.json()
   await processor.start();
 
   // Out: outbox events to subscribers, signed, with the same webhook-id and bytes on every retry.
   const sender = hooks.createWebhookSender({ sql, schema });
   await sender.start();
-  return { processor, sender, publisher: hooks.webhookPublisher(sender) }; // a Publisher for createDispatcher
+  return { processor, sender, publisher: hooks.createWebhookPublisher({ sender }) }; // a Publisher for createOutboxDispatcher
 }

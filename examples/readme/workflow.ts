@@ -1,11 +1,11 @@
-// The README's saga example. `npm run typecheck` compiles it, test/docs/readme-examples.test.ts
-// checks the README shows it as it is.
+// The saga example of docs/guide/sagas.md. `npm run typecheck` compiles it,
+// test/docs/guide-examples.test.ts checks the guide shows it as it is.
 import type { Sql } from 'idem';
-import { assertOk, createClient } from 'idem/client';
+import { assertOk, createResilientClient } from 'idem/client';
 import { createSagas, defineSaga, isSagaFailed, step } from 'idem/workflow';
 
 // Inside a call, the client sends that step's own key as Idempotency-Key.
-const http = createClient();
+const http = createResilientClient();
 const post = async (url: string, body: unknown, signal?: AbortSignal): Promise<{ id: string }> => {
   const response = await http.fetch(url, { method: 'POST', body: JSON.stringify(body), signal });
   return (await assertOk(response)).json() as Promise<{ id: string }>;

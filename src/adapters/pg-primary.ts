@@ -83,6 +83,20 @@ export interface RefusedHost {
   reason: string;
 }
 
+const noPrimaryBrand = Symbol.for('idem.noPrimary');
+
+/**
+ * True for a `NoPrimaryError`, from any copy of the package.
+ *
+ * @example
+ * pool.on('error', (error) => isNoPrimary(error) && log.warn(error.refused));
+ */
+export function isNoPrimary(error: unknown): error is NoPrimaryError {
+  return (
+    typeof error === 'object' && error !== null && (error as Record<symbol, unknown>)[noPrimaryBrand] === true
+  );
+}
+
 /**
  * No host is a writable primary (every one refused the connection, is a standby or is
  * read-only), or the pool's connect timeout ran out first. SQLSTATE `08001`
@@ -91,6 +105,7 @@ export interface RefusedHost {
  * last connection error, when there was one.
  */
 export class NoPrimaryError extends Error {
+  readonly [noPrimaryBrand] = true;
   /** SQLSTATE class 08: a connection exception. */
   readonly code = '08001';
   readonly refused: readonly RefusedHost[];

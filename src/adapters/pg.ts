@@ -52,7 +52,7 @@ export interface PgAdapterOptions {
    * PgBouncer in transaction mode before 1.21, or 1.21+ with `max_prepared_statements = 0`, and
    * any pooler that says it does not support protocol-level prepared statements. They are safe on
    * a direct connection, behind a session-mode pooler, and behind a transaction-mode pooler that
-   * keeps them (PgBouncer 1.21+ with `max_prepared_statements` > 0). See docs/deployment.md.
+   * keeps them (PgBouncer 1.21+ with `max_prepared_statements` > 0). See docs/operations/deployment.md.
    *
    * Left on behind a pooler that cannot keep them, the first statement that fails for it throws
    * `PreparedStatementsUnsupportedError` (retryable: nothing was committed) and `fromPg` sends
@@ -70,8 +70,8 @@ export interface PgAdapterOptions {
    * Bounds on every transaction `fromPg` opens for idem (keyed operations, steps, the outbox,
    * claims, webhooks, sagas): a transaction-local `statement_timeout` and
    * `idle_in_transaction_session_timeout`, sent in the same message as BEGIN (no round trip of
-   * their own). Default `{ statementMs: 30000, idleMs: 15000 }`; `false` sends none and leaves
-   * the pool's session settings in force. See `TransactionTimeouts` and docs/deployment.md.
+   * their own). Default `{ statementMs: 10000, idleMs: 15000 }`; `false` sends none and leaves
+   * the pool's session settings in force. See `TransactionTimeouts` and docs/operations/timeouts.md.
    */
   timeouts?: TransactionTimeouts | false;
 }

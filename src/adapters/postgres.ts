@@ -54,7 +54,7 @@ export interface PostgresJsAdapterOptions {
    * Bounds on every transaction `fromPostgresJs` opens for idem: a transaction-local
    * `statement_timeout` and `idle_in_transaction_session_timeout`, sent right behind BEGIN without
    * waiting (postgres.js pipelines them with the transaction's first statement). Default
-   * `{ statementMs: 30000, idleMs: 15000 }`; `false` sends none. Ignored by
+   * `{ statementMs: 10000, idleMs: 15000 }`; `false` sends none. Ignored by
    * `fromPostgresJsTransaction` (that transaction is the caller's). See `TransactionTimeouts`.
    */
   timeouts?: TransactionTimeouts | false;

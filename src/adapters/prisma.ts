@@ -62,7 +62,7 @@ export interface PrismaAdapterOptions {
    * Bounds on every transaction the adapter opens for idem: a transaction-local
    * `statement_timeout` and `idle_in_transaction_session_timeout`, sent as one
    * `SELECT set_config(…)` at the start of the transaction (Prisma sends BEGIN itself: one round
-   * trip more). Default `{ statementMs: 30000, idleMs: 15000 }`; `false` sends none.
+   * trip more). Default `{ statementMs: 10000, idleMs: 15000 }`; `false` sends none.
    */
   timeouts?: TransactionTimeouts | false;
 }

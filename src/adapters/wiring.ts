@@ -16,8 +16,8 @@ export interface OrmAdapterOptions {
    * Bounds on every transaction the adapter opens for idem: a transaction-local
    * `statement_timeout` and `idle_in_transaction_session_timeout`. The ORM sends BEGIN itself,
    * so they go out as one `SELECT set_config(…)` at the start of the transaction: one round trip
-   * more per transaction. Default `{ statementMs: 30000, idleMs: 15000 }`; `false` sends none
-   * (set them on the database role or the pool's connections instead, see docs/deployment.md).
+   * more per transaction. Default `{ statementMs: 10000, idleMs: 15000 }`; `false` sends none
+   * (set them on the database role or the pool's connections instead, see docs/operations/timeouts.md).
    */
   timeouts?: TransactionTimeouts | false;
 }

@@ -92,7 +92,7 @@ const cellName = /^[A-Za-z0-9_.-]{1,100}$/;
  *   await outbox.add(tx, { topic: 'payments', key: paymentId, type: 'payment.created', payload });
  * });
  * // Workers: one set per cell, each on its own database.
- * const dispatchers = cells.map((cell) => createDispatcher({ sql: cell.sql, publisher }));
+ * const dispatchers = cells.map((cell) => createOutboxDispatcher({ sql: cell.sql, publisher }));
  */
 export class Cells<Client = unknown> {
   /** The cell names, in the order given. */

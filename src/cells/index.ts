@@ -1,5 +1,5 @@
 /**
  * `idem/cells`: one idem per group of tenants, each group (a cell) on its own PostgreSQL. See
- * docs/deployment.md.
+ * docs/operations/scaling-out.md.
  */
-export { Cells, createCells, type Cell, type CellsOptions, type TenantCell } from './cells.js';
+export { createCells, type Cells, type Cell, type CellsOptions, type TenantCell } from './cells.js';

@@ -429,7 +429,7 @@ export class Claims<Client = unknown> extends TableModule<Client, ClaimStatement
    * does. While the transaction is open the task's row is locked, so no other worker takes it
    * over even if the lease runs out. The transaction (a pooled connection, the row lock) stays
    * open while the handler runs: keep it to database work. Work that leaves the database (an
-   * HTTP call, an LLM request) runs outside any transaction with `keepAlive(claims, task)` and a
+   * HTTP call, an LLM request) runs outside any transaction with `createKeepAlive({ claims, task })` and a
    * fenced `complete(task, result)`, sending `task.downstreamKey` as its idempotency key so a retry after a
    * crash sends the same one.
    *
@@ -497,32 +497,38 @@ export class Claims<Client = unknown> extends TableModule<Client, ClaimStatement
   }
 
   /**
-   * Reads a task by id, or null. Give its `tenant` for a primary-key lookup; without it the task
-   * is looked for in every tenant (a scan of the key's index: for tools, not hot paths).
+   * Reads one task, or null: by its `id` (give its `tenant` for a primary-key lookup; without it
+   * the task is looked for in every tenant, a scan of the key's index: for tools, not hot paths),
+   * or by its dedupe key (`tenant`, `queue`, `key`).
+   *
+   * @example
+   * const task = await claims.get({ tenant: 'acme', queue: 'emails', key: 'welcome:42' });
    */
-  async get<P = unknown>(id: string, options: { tenant?: string } = {}): Promise<TaskRecord<P> | null> {
-    if (options.tenant !== undefined) validateTenant(options.tenant);
-    const { rows } =
-      options.tenant === undefined
-        ? await this.sql.query(this.statements.byId, [id])
-        : await this.sql.query(this.statements.byIdTenant, [id, options.tenant]);
-    return rows[0] ? decodeTask<P>(rows[0]) : null;
-  }
-
-  /** Reads a task by its dedupe key, or null. */
-  async find<P = unknown>(tenant: string, queue: string, key: string): Promise<TaskRecord<P> | null> {
-    const { rows } = await this.sql.query(this.statements.byKey, [tenant, queue, key]);
+  async get<P = unknown>(
+    ref: { id: string; tenant?: string } | { tenant: string; queue: string; key: string },
+  ): Promise<TaskRecord<P> | null> {
+    if (ref.tenant !== undefined) validateTenant(ref.tenant);
+    let rows;
+    if ('id' in ref) {
+      ({ rows } =
+        ref.tenant === undefined
+          ? await this.sql.query(this.statements.byId, [ref.id])
+          : await this.sql.query(this.statements.byIdTenant, [ref.id, ref.tenant]));
+    } else {
+      ({ rows } = await this.sql.query(this.statements.byKey, [ref.tenant, ref.queue, ref.key]));
+    }
     return rows[0] ? decodeTask<P>(rows[0]) : null;
   }
 
   /** The dead letters of a queue (of every tenant, or of one), oldest first. */
-  async dead<P = unknown>(
-    queue: string,
-    options: { limit?: number; tenant?: string } = {},
-  ): Promise<TaskRecord<P>[]> {
+  async listDead<P = unknown>(options: {
+    queue: string;
+    limit?: number;
+    tenant?: string;
+  }): Promise<TaskRecord<P>[]> {
     if (options.tenant !== undefined) validateTenant(options.tenant);
     const { rows } = await this.sql.query(this.statements.dead, [
-      queue,
+      options.queue,
       options.limit ?? 100,
       options.tenant ?? null,
     ]);

@@ -5,14 +5,21 @@ import { drainRounds, PollingWorker, type WorkerErrorHandler } from '../core/wor
 import type { Claims, RunOutcome } from './claims.js';
 import type { ClaimedTask } from './task.js';
 
-/** Options of `createClaimsWorker` (and `work`). */
-export interface ClaimsWorkerOptions<P, R> {
+/** Options of `createClaimsWorker`. */
+export interface ClaimsWorkerOptions<P, R, Client = unknown> {
+  /** The tasks' store (`createClaims`). */
+  claims: Claims<Client>;
+  /** The queue this worker claims from. */
+  queue: string;
+  /**
+   * Runs one task inside the transaction that completes it (fence first, then the handler's
+   * writes, then the completion): its writes and the completion commit together.
+   */
+  handler: (tx: Transaction<Client>, task: ClaimedTask<P>) => Promise<R>;
   /** Tasks claimed per round trip; they run concurrently, each on its own connection. Default 10. */
   batchSize?: number;
   /** Wait after an empty or partial batch, in ms. Default 1000. A full batch polls again at once. */
   pollIntervalMs?: number;
-  /** @deprecated Use `pollIntervalMs`. */
-  pollMs?: number;
   /** Sees every task's outcome (completed, retried, dead-lettered or fenced). */
   onOutcome?: (task: ClaimedTask<P>, outcome: RunOutcome<R>) => void;
   /** Sees database errors of the loop itself; the loop waits `pollIntervalMs` and goes on. */
@@ -25,18 +32,12 @@ export interface ClaimsWorkerOptions<P, R> {
   tenants?: readonly string[];
 }
 
-/** Options of `work`: a worker's, and the signal that stops it. */
-export interface WorkOptions<P, R> extends ClaimsWorkerOptions<P, R> {
-  /** Stops the loop after the batch in flight. */
-  signal?: AbortSignal;
-}
-
 /**
  * A polling worker: claims batches from `queue` and runs each task with `claims.run` (fence,
  * the handler's writes and the completion in one transaction).
  *
  * @example
- * const worker = createClaimsWorker(claims, 'emails', async (tx, task) => send(tx, task.payload));
+ * const worker = createClaimsWorker({ claims, queue: 'emails', handler: async (tx, task) => send(tx, task.payload) });
  * await worker.start();
  * // on shutdown:
  * await worker.stop();
@@ -48,16 +49,15 @@ export class ClaimsWorker<P, R, Client> extends PollingWorker {
   /** Where the next claim of a worker scoped to tenants starts, so each gets its turn first. */
   private nextTenant = 0;
 
-  constructor(
-    private readonly claims: Claims<Client>,
-    private readonly queue: string,
-    private readonly handler: (tx: Transaction<Client>, task: ClaimedTask<P>) => Promise<R>,
-    private readonly options: ClaimsWorkerOptions<P, R> = {},
-  ) {
+  private readonly claims: Claims<Client>;
+  private readonly queue: string;
+  private readonly handler: (tx: Transaction<Client>, task: ClaimedTask<P>) => Promise<R>;
+
+  constructor(private readonly options: ClaimsWorkerOptions<P, R, Client>) {
     // One loop; `start`, `stop` (at once when idle, after the batch in flight otherwise) and
     // `notify` (tasks were enqueued) are the polling worker's own.
     super({
-      clock: claims.clock,
+      clock: options.claims.clock,
       pollIntervalMs: () => this.pollIntervalMs,
       onError: (error) => options.onError?.(error, 'batch'),
       round: async () => {
@@ -65,8 +65,9 @@ export class ClaimsWorker<P, R, Client> extends PollingWorker {
         return { idleMs: claimed < this.batchSize ? this.pollIntervalMs : 0 };
       },
     });
+    ({ claims: this.claims, queue: this.queue, handler: this.handler } = options);
     this.batchSize = positiveInteger('batchSize', options.batchSize ?? 10);
-    this.pollIntervalMs = positive('pollIntervalMs', options.pollIntervalMs ?? options.pollMs ?? 1000);
+    this.pollIntervalMs = positive('pollIntervalMs', options.pollIntervalMs ?? 1000);
     this.tenants = validateTenants(options.tenants);
   }
 
@@ -101,33 +102,16 @@ export class ClaimsWorker<P, R, Client> extends PollingWorker {
   }
 }
 
-/** Creates a claims worker for `queue`. See `ClaimsWorkerOptions`. */
-export function createClaimsWorker<P, R, Client>(
-  claims: Claims<Client>,
-  queue: string,
-  handler: (tx: Transaction<Client>, task: ClaimedTask<P>) => Promise<R>,
-  options: ClaimsWorkerOptions<P, R> = {},
-): ClaimsWorker<P, R, Client> {
-  return new ClaimsWorker(claims, queue, handler, options);
-}
-
 /**
- * Runs a claims worker until `signal` aborts, then stops it (the batch in flight finishes).
- * Resolves once stopped.
+ * Creates a claims worker for `options.queue`. Creating it starts nothing: `start()` runs its
+ * loop, `stop()` ends it after the batch in flight. See `ClaimsWorkerOptions`.
+ *
+ * @example
+ * const worker = createClaimsWorker({ claims, queue: 'emails', handler: async (tx, task) => send(tx, task.payload) });
+ * await worker.start();
  */
-export async function work<P, R, Client>(
-  claims: Claims<Client>,
-  queue: string,
-  handler: (tx: Transaction<Client>, task: ClaimedTask<P>) => Promise<R>,
-  options: WorkOptions<P, R> = {},
-): Promise<void> {
-  const { signal, ...workerOptions } = options;
-  const worker = createClaimsWorker(claims, queue, handler, workerOptions);
-  if (signal?.aborted) return;
-  await worker.start();
-  await new Promise<void>((resolve) => {
-    if (!signal) return; // runs until the process ends
-    signal.addEventListener('abort', () => resolve(), { once: true });
-  });
-  await worker.stop();
+export function createClaimsWorker<P, R, Client>(
+  options: ClaimsWorkerOptions<P, R, Client>,
+): ClaimsWorker<P, R, Client> {
+  return new ClaimsWorker(options);
 }

@@ -24,7 +24,7 @@ export async function openDatabase(
     longStatements?: boolean;
   } = {},
 ): Promise<CliDatabase> {
-  // IDEM_PREPARE=false behind a pooler that does not keep prepared statements (docs/deployment.md).
+  // IDEM_PREPARE=false behind a pooler that does not keep prepared statements (docs/operations/deployment.md).
   const prepare = booleanSetting('IDEM_PREPARE', process.env.IDEM_PREPARE, true);
   let url = process.env.DATABASE_URL;
   let stopEmbedded: (() => Promise<void>) | undefined;
@@ -44,7 +44,7 @@ export async function openDatabase(
   // Without timeouts, a host that drops packets would leave the command hanging for minutes.
   const pool = new pg.Pool({
     ...pgConnectionDefaults,
-    ...(options.longStatements ? { statement_timeout: 0, query_timeout: 0 } : {}),
+    ...(options.longStatements ? { query_timeout: 0 } : {}),
     connectionString: url,
     max: options.poolSize ?? 10,
     connectionTimeoutMillis: 10_000,

@@ -6,6 +6,7 @@
  * failure is one line (errors.ts), never a stack trace, and exit 1.
  */
 import { readFileSync } from 'node:fs';
+import { packagePath } from '../core/package-files.js';
 import { describeError } from './errors.js';
 
 type CommandModule = { run(argv: string[]): Promise<number> };
@@ -47,7 +48,7 @@ function usage(): string {
 }
 
 function version(): string {
-  const manifest = new URL('../../package.json', import.meta.url);
+  const manifest = packagePath('package.json');
   return (JSON.parse(readFileSync(manifest, 'utf8')) as { version: string }).version;
 }
 

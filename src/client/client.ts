@@ -14,7 +14,7 @@ import { RetryBudget, type RetryBudgetOptions } from './retry-budget.js';
 /** The `fetch` this client wraps. Default: Node's global fetch (undici). */
 export type FetchLike = (input: string | URL | Request, init?: RequestInit) => Promise<Response>;
 
-/** Options of `createClient`. */
+/** Options of `createResilientClient`. */
 export interface ClientOptions {
   /** Default: `globalThis.fetch` (undici in Node 20+). Pass undici's own `fetch` to use a custom `Agent`. */
   fetch?: FetchLike;
@@ -98,7 +98,7 @@ const safeMethods: ReadonlySet<string> = new Set(['GET', 'HEAD', 'OPTIONS', 'TRA
  * error, or `CircuitOpenError` when the breaker refuses the call.
  *
  * @example
- * const payments = createClient({ baseUrl: 'http://127.0.0.1:4000' });
+ * const payments = createResilientClient({ baseUrl: 'http://127.0.0.1:4000' });
  * await sagas.run(checkout, { tenant, key, input }); // inside a step:
  * const res = await payments.fetch('/charges', { method: 'POST', body: JSON.stringify(charge) });
  */
@@ -230,10 +230,10 @@ function settle(outcome: Attempt): Response {
  * Creates a client. One per downstream service is the usual shape (its breaker is per origin).
  *
  * @example
- * const payments = createClient({ baseUrl: 'https://payments.example', maxAttempts: 4 });
+ * const payments = createResilientClient({ baseUrl: 'https://payments.example', maxAttempts: 4 });
  * const res = await payments.fetch('/charges', { method: 'POST', idempotencyKey: deriveKey(scope, 'charge'), body });
  */
-export function createClient(options: ClientOptions = {}): ResilientClient {
+export function createResilientClient(options: ClientOptions = {}): ResilientClient {
   return new ResilientClient(options);
 }
 

@@ -4,8 +4,8 @@
  * retry budget, Retry-After, and a per-origin circuit breaker (cockatiel).
  */
 export {
-  ResilientClient,
-  createClient,
+  createResilientClient,
+  type ResilientClient,
   assertOk,
   type ClientOptions,
   type ClientRequestInit,
@@ -22,14 +22,15 @@ export {
 export { parseRetryAfter } from '../core/resilience/retry-after.js';
 export { isUnhealthyStatus } from '../core/resilience/http-failure.js';
 export {
+  createBackoff,
   resolveBackoff,
+  type Backoff,
   type BackoffOptions,
   type ResolvedBackoff,
   type Jitter,
 } from '../core/resilience/backoff.js';
-export { RetryBudget, type RetryBudgetOptions } from './retry-budget.js';
-export { Breaker, type BreakerOptions } from './breaker.js';
+export { createRetryBudget, type RetryBudget, type RetryBudgetOptions } from './retry-budget.js';
+export type { Breaker, BreakerOptions } from './breaker.js';
 export { retry, type RetryOptions } from './retry.js';
-export { DecorrelatedJitter, type JitterOptions } from './backoff.js';
 export { withIdempotencyKey, currentIdempotencyKey, subKey } from '../core/key-context.js';
 export { CircuitOpenError, HttpStatusError, isCircuitOpen, isHttpStatusError } from './errors.js';

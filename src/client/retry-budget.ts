@@ -68,3 +68,15 @@ export class RetryBudget {
     return b;
   }
 }
+
+/**
+ * A retry budget to share between clients (`createResilientClient({ retryBudget })`), so that
+ * together they retry at most `ratio` of their requests.
+ *
+ * @example
+ * const retryBudget = createRetryBudget({ ratio: 0.1 });
+ * const payments = createResilientClient({ baseUrl: paymentsUrl, retryBudget });
+ */
+export function createRetryBudget(options: RetryBudgetOptions = {}): RetryBudget {
+  return new RetryBudget(options);
+}

@@ -1,9 +1,11 @@
 /**
  * The page: plain HTML, CSS and one vanilla script, read once at startup. No build step. They live
- * in src/console/assets; a compiled copy (dist/console) looks there too, two folders up.
+ * in src/console/assets, which the package ships (package.json `files`): the source and both
+ * compiled copies (dist/esm, dist/cjs) read them there, from the package's root.
  */
 import { existsSync, readFileSync } from 'node:fs';
-import { fileURLToPath } from 'node:url';
+import { join } from 'node:path';
+import { packagePath } from '../core/package-files.js';
 
 export interface ConsoleAssets {
   page(basePath: string, schema: string): string;
@@ -11,15 +13,9 @@ export interface ConsoleAssets {
 }
 
 function assetsFolder(): string {
-  const candidates = [
-    new URL('./assets/', import.meta.url),
-    new URL('../../src/console/assets/', import.meta.url),
-  ];
-  for (const candidate of candidates) {
-    const path = fileURLToPath(candidate);
-    if (existsSync(`${path}index.html`)) return path;
-  }
-  throw new Error('idem console: assets not found next to the module or under src/console/assets');
+  const path = join(packagePath('src', 'console', 'assets'), '/');
+  if (existsSync(`${path}index.html`)) return path;
+  throw new Error(`idem console: assets not found under ${path}`);
 }
 
 let cached: ConsoleAssets | undefined;

@@ -5,7 +5,7 @@
  * The loop throttles itself: it waits at least `intervalMs`, and at least 4× the last summary's
  * duration, so a console never keeps more than a fifth of one backend busy. Measured on this
  * machine with 500 000 requests and 500 000 inbox rows: one summary took 779 ms (median; the
- * requests and inbox counts scan their tables, see docs/console.md), so it refreshes about every
+ * requests and inbox counts scan their tables, see docs/operations/console.md), so it refreshes about every
  * 3.9 s there instead of every 2 s.
  *
  * A page that connects gets the latest summary at once when it is recent, or else the one being
@@ -84,9 +84,15 @@ export function createLiveFeed(options: LiveFeedOptions): LiveFeed {
   let running = false;
   let closed = false;
 
+  // The summary each stream was last sent: a round that shares the read a new page's first
+  // delivery started (a summary slower than the interval) would otherwise send it the same one twice.
+  const lastSent = new WeakMap<ServerResponse, unknown>();
   const send = (targets: Iterable<ServerResponse>, event: string, data: unknown) => {
-    const frame = `event: ${event}\ndata: ${JSON.stringify(data)}\n\n`;
+    let frame: string | undefined;
     for (const response of targets) {
+      if (event === 'summary' && lastSent.get(response) === data) continue;
+      if (event === 'summary') lastSent.set(response, data);
+      frame ??= `event: ${event}\ndata: ${JSON.stringify(data)}\n\n`;
       if (response.writableLength > maxQueuedBytes) response.destroy();
       else response.write(frame);
     }

@@ -91,3 +91,16 @@ export function toMillis(value: unknown): number | null {
   if (typeof value === 'string') return new Date(value).getTime();
   throw new InvalidArgumentError(`not a timestamp: ${typeof value}`);
 }
+
+/**
+ * A clock that only moves when told to (`advance(ms)`): expiry, leases, backoff and retention in
+ * tests without sleeping. Starts at `startMs` (default 2030-01-01T00:00:00Z).
+ *
+ * @example
+ * const clock = createManualClock({ startMs: Date.now() });
+ * const idem = createIdem({ sql, clock, leaseMs: 1000 });
+ * clock.advance(1000); // the lease lapsed
+ */
+export function createManualClock(options: { startMs?: number } = {}): ManualClock {
+  return new ManualClock(options.startMs);
+}

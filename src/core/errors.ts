@@ -8,34 +8,56 @@
  */
 const brand = Symbol.for('idem.error');
 
-export type IdemErrorCode =
-  | 'IDEM_INVALID_KEY'
-  | 'IDEM_INVALID_ARGUMENT'
-  | 'IDEM_KEY_REUSED'
-  | 'IDEM_IN_PROGRESS'
-  | 'IDEM_EXPIRED'
-  | 'IDEM_FENCED'
-  | 'IDEM_OPERATION_FAILED'
-  | 'IDEM_STEP_FAILED'
-  | 'IDEM_MIGRATION_FAILED'
-  | 'IDEM_SAGA_FAILED'
-  | 'IDEM_SAGA_STUCK'
-  | 'IDEM_CIRCUIT_OPEN'
-  | 'IDEM_HTTP_STATUS'
-  | 'IDEM_WEBHOOK_UNAUTHORIZED'
-  | 'IDEM_WEBHOOK_MALFORMED'
-  | 'IDEM_WEBHOOK_TOO_LARGE'
-  | 'IDEM_WEBHOOK_RAW_BODY'
-  | 'IDEM_WEBHOOK_EVENT_INVALID'
-  | 'IDEM_PUBLISH_FAILED'
-  | 'IDEM_MESSAGE_INVALID'
-  | 'IDEM_PREPARED_STATEMENTS_UNSUPPORTED'
-  | 'IDEM_LISTEN_DEAF'
-  | 'IDEM_CONCURRENT_CHANGE'
-  | 'IDEM_BODY_TOO_LARGE'
-  | 'IDEM_BODY_MALFORMED'
-  | 'IDEM_WEBHOOK_DESTINATION_REFUSED'
-  | 'IDEM_COMMIT_UNKNOWN';
+/**
+ * Every code an idem error or an idem problem document carries, in one list: the errors idem
+ * throws, and the `code` of the problem documents its HTTP integration and webhook receiver
+ * answer with (some are both). Stable: clients and operators branch on them.
+ */
+export const idemErrorCodes = [
+  'IDEM_INVALID_KEY',
+  'IDEM_INVALID_ARGUMENT',
+  'IDEM_KEY_REUSED',
+  'IDEM_IN_PROGRESS',
+  'IDEM_EXPIRED',
+  'IDEM_FENCED',
+  'IDEM_OPERATION_FAILED',
+  'IDEM_STEP_FAILED',
+  'IDEM_COMMIT_UNKNOWN',
+  'IDEM_CONCURRENT_CHANGE',
+  'IDEM_MIGRATION_FAILED',
+  'IDEM_PREPARED_STATEMENTS_UNSUPPORTED',
+  'IDEM_SAGA_FAILED',
+  'IDEM_SAGA_STUCK',
+  'IDEM_CIRCUIT_OPEN',
+  'IDEM_HTTP_STATUS',
+  'IDEM_PUBLISH_FAILED',
+  'IDEM_MESSAGE_INVALID',
+  'IDEM_LISTEN_DEAF',
+  'IDEM_BODY_TOO_LARGE',
+  'IDEM_BODY_MALFORMED',
+  'IDEM_WEBHOOK_UNAUTHORIZED',
+  'IDEM_WEBHOOK_MALFORMED',
+  'IDEM_WEBHOOK_TOO_LARGE',
+  'IDEM_WEBHOOK_RAW_BODY',
+  'IDEM_WEBHOOK_EVENT_INVALID',
+  'IDEM_WEBHOOK_DESTINATION_REFUSED',
+  'IDEM_WEBHOOK_UNAVAILABLE',
+  'IDEM_EMBEDDED_IN_USE',
+  'IDEM_CONSOLE_BUSY',
+  // Problem documents of the HTTP contract (docs/guide/http.md).
+  'IDEM_KEY_MISSING',
+  'IDEM_KEY_MALFORMED',
+  'IDEM_KEY_TOO_LONG',
+  'IDEM_KEY_MULTIPLE',
+  'IDEM_TENANT_MISSING',
+  'IDEM_MEDIA_TYPE_UNSUPPORTED',
+  'IDEM_COMMIT_FAILED',
+  'IDEM_UNAVAILABLE',
+  'IDEM_INTERNAL',
+] as const;
+
+/** One of `idemErrorCodes`. */
+export type IdemErrorCode = (typeof idemErrorCodes)[number];
 
 export class IdemError extends Error {
   readonly [brand] = true;
@@ -332,6 +354,15 @@ export const isPreparedStatementsUnsupported = (e: unknown): e is PreparedStatem
  */
 export const isCommitOutcomeUnknown = (e: unknown): e is CommitOutcomeUnknownError =>
   hasCode(e, 'IDEM_COMMIT_UNKNOWN');
+
+/**
+ * True for a `MigrationError`: applying idem's migrations failed (the schema is left as the last
+ * migration that committed left it).
+ *
+ * @example
+ * if (isMigrationError(error)) process.exit(1);
+ */
+export const isMigrationError = (e: unknown): e is MigrationError => hasCode(e, 'IDEM_MIGRATION_FAILED');
 
 /** Names an operation: who, what, and which intent. */
 export interface OperationScope {

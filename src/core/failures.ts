@@ -1,5 +1,5 @@
 /**
- * One classification of failures, used by every module (rule 12 of the design): what a retry of
+ * One classification of failures, used by every module (docs/principles.md, 12): what a retry of
  * the same intent, with the same key, can expect.
  *
  * - `transient`: nothing of the failed attempt committed, or what did is recorded; a retry may
@@ -10,7 +10,7 @@
  *   flight, `40003`, `08007`). Never guessed: resolved by reading the key, or by retrying with the
  *   same key, which the key's unique constraint makes safe.
  *
- * The rules are data (`databaseFailureRules`, `driverFailureRules`) so that docs/reliability.md's
+ * The rules are data (`databaseFailureRules`, `driverFailureRules`) so that docs/operations/reliability.md's
  * table and the property test read the same list the code applies.
  */
 import { isIdemError } from './errors.js';
@@ -42,7 +42,7 @@ export interface FailureRule {
   /** A SQLSTATE (`53300`) or a SQLSTATE class (`08`). Exact codes win over their class. */
   match: string;
   kind: FailureKind;
-  /** What it means, as docs/reliability.md prints it. */
+  /** What it means, as docs/operations/reliability.md prints it. */
   meaning: string;
   /** See `FailureClass.discardConnection`. */
   discardConnection?: boolean;

@@ -11,7 +11,7 @@ export const retryableNetworkCodes: ReadonlySet<string> = new Set(
  * a lost or refused connection, `53300` too many clients, `25006` a read-only node after a
  * failover, a pool that gave no connection in time, …) or `unknown-outcome` (the COMMIT may have
  * happened: the retry reads the key and answers from it). An error can say so itself with a
- * boolean `retryable` property. Everything else is not. See docs/reliability.md for the table.
+ * boolean `retryable` property. Everything else is not. See docs/operations/reliability.md for the table.
  *
  * @example
  * if (isRetryable(error)) return reply.code(503).header('Retry-After', '1').send();

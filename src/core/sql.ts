@@ -4,11 +4,18 @@
  * few lines that map a driver or ORM onto this shape, so the core never imports one.
  */
 
-/** A row as returned by the driver: column name to value. */
-export type Row = Record<string, unknown>;
+/**
+ * What a row type may be: any object type, interfaces included (`tx.query<Order>(…)` with
+ * `interface Order { id: string; total: number }`), as node-postgres's `QueryResultRow` allows. An
+ * interface has no implicit index signature, so a `Record<string, unknown>` constraint would refuse
+ * it (TS2344); every object type is assignable to `any` values. Without a type argument a row is
+ * `Record<string, unknown>`: columns read unchecked stay `unknown`.
+ */
+// eslint-disable-next-line @typescript-eslint/no-explicit-any -- the constraint only; see above
+export type Row = Record<string, any>;
 
 /** What a statement returns. */
-export interface QueryResult<R extends Row = Row> {
+export interface QueryResult<R extends Row = Record<string, unknown>> {
   rows: R[];
   /** Rows inserted, updated, deleted or returned, as the driver reports it. */
   rowCount: number;
@@ -19,7 +26,7 @@ export interface QueryResult<R extends Row = Row> {
  * opened is a `Queryable`: idem's statements then commit or roll back with the caller's own.
  */
 export interface Queryable {
-  query<R extends Row = Row>(
+  query<R extends Row = Record<string, unknown>>(
     text: string,
     params?: readonly unknown[],
     options?: QueryOptions,
@@ -65,7 +72,9 @@ export interface Sql<Client = unknown> extends Queryable {
  * A symbol, not a method name, so a handler cannot end idem's transaction by accident. `fromPg`
  * offers it on pools in node-postgres's pipeline mode (`new pg.Pool({ pipeline: true })`).
  */
-export const queryAndCommit: unique symbol = Symbol('idem.queryAndCommit');
+// Symbol.for: one symbol for every copy of idem loaded in a process (the CommonJS and the ESM
+// build, say), so a transaction from one copy's adapter keeps its pipelining in the other's core.
+export const queryAndCommit: unique symbol = Symbol.for('idem.queryAndCommit');
 
 /** A transaction whose adapter can send its last statement with COMMIT (see `queryAndCommit`). */
 export interface PipelinedTransaction<Client = unknown> extends Transaction<Client> {

@@ -1,6 +1,7 @@
 /**
- * The bounds idem puts on every transaction it opens itself (rule 12: no transaction of idem's can
- * sit idle holding locks), set transaction-locally so they never leak into a pooled session:
+ * The bounds idem puts on every transaction it opens itself (docs/principles.md, 12: no
+ * transaction of idem's can sit idle holding locks), set transaction-locally so they never leak
+ * into a pooled session:
  *
  * - `statement_timeout` bounds each statement, the handler's included: a statement stuck behind a
  *   lock nobody releases, or a runaway query, ends with `57014` (transient) instead of holding the
@@ -18,10 +19,12 @@ import { InvalidArgumentError } from './errors.js';
 /** Bounds on idem's own transactions. 0 leaves the session's own setting in force. */
 export interface TransactionTimeouts {
   /**
-   * `statement_timeout` for each statement of the transaction, in ms. Default 30 000. Keep it
-   * above `waitMs` (the bounded wait on a key held by a concurrent execution), so such a wait
-   * ends as "in progress" (409) rather than as a cancel. A handler that needs longer sets its own
-   * (`SET LOCAL statement_timeout = …` in its transaction).
+   * `statement_timeout` for each statement of the transaction, in ms. Default 10 000. Keep it
+   * above `waitMs` (the bounded wait on a key held by a concurrent execution, 5 s by default), so
+   * such a wait ends as "in progress" (409) rather than as a cancel, and below the client's
+   * `query_timeout` (`pgConnectionDefaults`: 15 s), so the server's clean cancel comes first. A
+   * handler that needs longer sets its own (`SET LOCAL statement_timeout = …` in its
+   * transaction); `migrate` lifts it for its own transaction.
    */
   statementMs?: number;
   /**
@@ -33,7 +36,7 @@ export interface TransactionTimeouts {
 }
 
 export const defaultTransactionTimeouts: Required<TransactionTimeouts> = {
-  statementMs: 30_000,
+  statementMs: 10_000,
   idleMs: 15_000,
 };
 

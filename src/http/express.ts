@@ -27,6 +27,8 @@ import { writeNodeResponse } from './node-response-capture.js';
 import { executeCaptured, nodeRequestView } from './node-request.js';
 import { declaredLength, readNodeBody, readRequestBody } from './request-body.js';
 
+export { webhooks, type ExpressWebhookOptions } from '../webhooks/express.js';
+
 declare global {
   // eslint-disable-next-line @typescript-eslint/no-namespace -- Express's own extension point
   namespace Express {

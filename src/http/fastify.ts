@@ -44,6 +44,13 @@ import { declaredLength } from './request-body.js';
 import { headerMap, headerPairs } from './response-headers.js';
 import { rawHeaderValues } from './node-response-capture.js';
 
+export {
+  webhooks,
+  webhookHandler,
+  type FastifyWebhooksOptions,
+  type FastifyWebhookHandlerOptions,
+} from '../webhooks/fastify.js';
+
 declare module 'fastify' {
   interface FastifyRequest {
     /** Set by the idempotency plugin on covered requests that carry a key; null otherwise. */

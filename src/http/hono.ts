@@ -24,6 +24,8 @@ import { HttpIdempotency, replacesHandlerResponse, type RequestView } from './en
 import type { CapturedResponse, IdempotencyOptions } from './options.js';
 import { BodyTooLargeError, declaredLength, readRequestBody, readWebBody } from './request-body.js';
 
+export { webhooks, type HonoWebhookOptions } from '../webhooks/hono.js';
+
 /** The context variables the middleware sets: `c.get('idem')`. */
 export interface IdemVariables<Client = unknown> {
   idem: IdempotencyContext<Client>;

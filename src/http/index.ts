@@ -3,10 +3,11 @@
  * integrations `idem/express`, `idem/fastify`, `idem/hono` and `idem/node-http` are thin layers
  * over `HttpIdempotency`; use it directly to integrate another framework.
  *
- * See docs/http.md for the contract: the table of cases, every problem type, options and defaults.
+ * See docs/guide/http.md for the contract: the table of cases, every problem type, options and defaults.
  */
 export {
-  HttpIdempotency,
+  createHttpIdempotency,
+  type HttpIdempotency,
   type Admission,
   type Answer,
   type RequestView,

@@ -3,8 +3,8 @@
  *
  * @example
  * import { createServer } from 'node:http';
- * import { withIdempotency } from 'idem/node-http';
- * const createOrder = withIdempotency({ idem, tenant: accountOf, route: '/orders' }, async (req, res) => {
+ * import { idempotency } from 'idem/node-http';
+ * const createOrder = idempotency({ idem, tenant: accountOf, route: '/orders', handler: async (req, res) => {
  *   const { rows } = await req.idem.tx.query('INSERT INTO orders (amount) VALUES ($1) RETURNING id', [req.body.amount]);
  *   res.writeHead(201, { 'content-type': 'application/json' }).end(JSON.stringify({ id: rows[0].id }));
  * });
@@ -21,6 +21,8 @@ import type { IdempotencyOptions } from './options.js';
 import { writeNodeResponse } from './node-response-capture.js';
 import { executeCaptured, nodeRequestView } from './node-request.js';
 import { readNodeBody, readRequestBody } from './request-body.js';
+
+export { webhooks, type NodeWebhookOptions } from '../webhooks/node-http.js';
 
 /** The request a wrapped handler receives. */
 export type IdempotentRequest<Client = unknown> = IncomingMessage & {
@@ -43,13 +45,21 @@ export type NodeHttpIdempotencyOptions<Client = unknown> = IdempotencyOptions<In
   route?: string | ((req: IncomingMessage) => string);
   /** Called with errors idem answers 500/503 for, and with a handler's error. Default: `console.error`. */
   onError?: (error: unknown) => void;
+  /** The handler the contract wraps: it gets `req.idem` and the parsed `req.body`. */
+  handler: IdempotentHandler<Client>;
 };
 
-/** Wraps one handler. Returns a `(req, res)` listener that resolves when the response is sent. */
-export function withIdempotency<Client = unknown>(
+/**
+ * Wraps one handler (`options.handler`). Returns a `(req, res)` listener that resolves when the
+ * response is sent.
+ *
+ * @example
+ * http.createServer(idempotency({ idem, tenant: () => 'acme', route: '/orders', handler: createOrder }));
+ */
+export function idempotency<Client = unknown>(
   options: NodeHttpIdempotencyOptions<Client>,
-  handler: IdempotentHandler<Client>,
 ): (req: IncomingMessage, res: ServerResponse) => Promise<void> {
+  const { handler } = options;
   const engine = new HttpIdempotency<IncomingMessage, Client>(options);
   const onError = options.onError ?? ((error: unknown) => console.error('[idem/node-http]', error));
   const route = options.route;

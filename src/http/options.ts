@@ -53,14 +53,14 @@ export interface IdempotencyOptions<Req, Client = unknown> {
   required?: boolean;
   /**
    * The request header that carries the key. Default `Idempotency-Key`. (The same name as the
-   * outgoing client's option, `createClient({ keyHeader })`.)
+   * outgoing client's option, `createResilientClient({ keyHeader })`.)
    */
   keyHeader?: string;
   /**
    * Largest request body accepted, in bytes. A larger body is answered 413 `body-too-large` before
    * anything is stored or the handler runs. Default 1 MiB (1 048 576). It only ever adds a limit:
    * a smaller one of the framework's (Fastify's server, route or parser `bodyLimit`, a body parser
-   * mounted first, `hono/body-limit` registered first) still applies; see docs/http.md, Limits.
+   * mounted first, `hono/body-limit` registered first) still applies; see docs/guide/http.md, Limits.
    */
   maxBodyBytes?: number;
   /** What goes into the request fingerprint besides method, route, path and query. */
@@ -128,7 +128,7 @@ export interface IdempotencyOptions<Req, Client = unknown> {
    * key stored (a client retrying through timeouts and lost responses), and skips the read, one
    * statement of every first request, while first requests dominate. It starts on, and learns from
    * the conflicts at commit when it is off. `true` always reads; `false` never does. See
-   * `IdemOptions.readFirst` and docs/performance.md for the figures.
+   * `IdemOptions.readFirst` and docs/operations/benchmarks.md for the figures.
    */
   readFirst?: ReadFirst;
   /**

@@ -1,4 +1,4 @@
-import type { ResourcePointer } from '../core/errors.js';
+import type { IdemErrorCode, ResourcePointer } from '../core/errors.js';
 import type { CapturedResponse } from './captured-response.js';
 
 /**
@@ -35,7 +35,7 @@ export const problemKinds = {
   'commit-failed': { status: 503, code: 'IDEM_COMMIT_FAILED', title: 'Commit failed; nothing stored' },
   unavailable: { status: 503, code: 'IDEM_UNAVAILABLE', title: 'Idempotency store unavailable' },
   internal: { status: 500, code: 'IDEM_INTERNAL', title: 'Idempotency processing failed' },
-} as const satisfies Record<string, { status: number; code: string; title: string }>;
+} as const satisfies Record<string, { status: number; code: IdemErrorCode; title: string }>;
 
 export type ProblemKind = keyof typeof problemKinds;
 

@@ -214,7 +214,7 @@ export class Inbox<Client = unknown> extends TableModule<Client, InboxStatements
   }
 
   /** One record, or null. */
-  async read(message: InboxMessage): Promise<InboxRecord | null> {
+  async get(message: InboxMessage): Promise<InboxRecord | null> {
     this.validate(message);
     const { rows } = await this.sql.query(this.statements.read, [
       this.tenantOf(message),

@@ -3,8 +3,8 @@
  * consumers for RabbitMQ and NATS JetStream that ack only after the commit.
  */
 export {
-  Inbox,
   createInbox,
+  type Inbox,
   type DeadMessage,
   type HandleResult,
   type InboxContext,
@@ -14,18 +14,23 @@ export {
   type InboxRecord,
 } from './inbox.js';
 export {
-  RabbitMqConsumer,
-  consumeRabbitMq,
+  createRabbitMqConsumer,
+  type RabbitMqConsumer,
   attemptsHeader,
   type AmqpReceivedMessage,
   type ConsumerCounters,
   type RabbitMqConsumerOptions,
 } from './rabbitmq-consumer.js';
 export {
-  JetStreamConsumer,
-  consumeJetStream,
+  createJetStreamConsumer,
+  type JetStreamConsumer,
   type JetStreamConsumerOptions,
   type JetStreamReceivedMessage,
 } from './jetstream-consumer.js';
-export { MessageWithoutIdError, defaultRetryDelaysMs, type ConsumerRetryOptions } from './retry.js';
+export {
+  MessageWithoutIdError,
+  isMessageWithoutId,
+  defaultRetryDelaysMs,
+  type ConsumerRetryOptions,
+} from './retry.js';
 export type { RetentionSweepOptions, SweepOptions, SweepResult } from '../core/sweeper.js';

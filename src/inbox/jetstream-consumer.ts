@@ -118,11 +118,6 @@ export class JetStreamConsumer<Client = unknown> {
     this.loop = this.run(this.messages).catch((error: unknown) => this.inbox.report(error));
   }
 
-  /** @deprecated Use `stop()`, the one lifecycle of idem's workers; this calls it. */
-  close(): Promise<void> {
-    return this.stop();
-  }
-
   /** Stops pulling, lets running handlers finish (and ack), and drains an owned connection. */
   async stop(): Promise<void> {
     await this.messages?.close();
@@ -207,10 +202,16 @@ function atLeast(version: string | undefined, major: number, minor: number): boo
   return a > major || (a === major && b >= minor);
 }
 
-export async function consumeJetStream<Client>(
+/**
+ * Creates a JetStream consumer for `options.stream`; `start()` connects and pulls, `stop()` lets
+ * the handlers in flight finish (and ack) and drains. Creating it starts nothing.
+ *
+ * @example
+ * const consumer = createJetStreamConsumer({ inbox, consumer: 'billing', connection: { servers: process.env.NATS_URL }, stream: 'ORDERS', durable: 'billing', handler });
+ * await consumer.start();
+ */
+export function createJetStreamConsumer<Client>(
   options: JetStreamConsumerOptions<Client>,
-): Promise<JetStreamConsumer<Client>> {
-  const consumer = new JetStreamConsumer(options);
-  await consumer.start();
-  return consumer;
+): JetStreamConsumer<Client> {
+  return new JetStreamConsumer(options);
 }

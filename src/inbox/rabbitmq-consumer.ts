@@ -73,12 +73,13 @@ export const outagesHeader = 'x-idem-outages';
 
 /**
  * @example
- * const consumer = await consumeRabbitMq({
+ * const consumer = createRabbitMqConsumer({
  *   inbox, consumer: 'billing', queue: 'orders', connection: process.env.AMQP_URL,
  *   handler: async (tx, message) => { await tx.query('INSERT INTO invoices …', [message.json()]) },
  * });
+ * await consumer.start();
  * // on shutdown:
- * await consumer.close();
+ * await consumer.stop();
  */
 export class RabbitMqConsumer<Client = unknown> {
   readonly counters: ConsumerCounters;
@@ -121,11 +122,6 @@ export class RabbitMqConsumer<Client = unknown> {
   async start(): Promise<void> {
     this.closing = false;
     await this.connect();
-  }
-
-  /** @deprecated Use `stop()`, the one lifecycle of idem's workers; this calls it. */
-  close(): Promise<void> {
-    return this.stop();
   }
 
   /** Stops consuming, lets running handlers finish (and ack), and closes the connection. */
@@ -318,12 +314,18 @@ export class RabbitMqConsumer<Client = unknown> {
   }
 }
 
-export async function consumeRabbitMq<Client>(
+/**
+ * Creates a RabbitMQ consumer for `options.queue`; `start()` connects and consumes, `stop()` lets
+ * the handlers in flight finish (and ack) and closes. Creating it starts nothing.
+ *
+ * @example
+ * const consumer = createRabbitMqConsumer({ inbox, consumer: 'billing', queue: 'orders', connection: process.env.AMQP_URL, handler });
+ * await consumer.start();
+ */
+export function createRabbitMqConsumer<Client>(
   options: RabbitMqConsumerOptions<Client>,
-): Promise<RabbitMqConsumer<Client>> {
-  const consumer = new RabbitMqConsumer(options);
-  await consumer.start();
-  return consumer;
+): RabbitMqConsumer<Client> {
+  return new RabbitMqConsumer(options);
 }
 
 /** Republishes a delivery to a queue (default exchange) and waits for the broker's confirm. */

@@ -1,4 +1,4 @@
-import { IdemError, InvalidArgumentError } from '../core/errors.js';
+import { IdemError, InvalidArgumentError, isIdemError } from '../core/errors.js';
 import { createBackoff } from '../core/resilience/backoff.js';
 
 /** Retry settings shared by the broker consumers. */
@@ -50,6 +50,15 @@ export function resolveRetry(options: ConsumerRetryOptions): ResolvedRetry {
     delayFor,
   };
 }
+
+/**
+ * True for a `MessageWithoutIdError`, from any copy of the package.
+ *
+ * @example
+ * if (isMessageWithoutId(error)) log.warn('a producer sends messages without an id');
+ */
+export const isMessageWithoutId = (e: unknown): e is MessageWithoutIdError =>
+  isIdemError(e) && e.code === 'IDEM_MESSAGE_INVALID';
 
 /** A message without an id cannot be deduplicated, so it is dead-lettered rather than processed. */
 export class MessageWithoutIdError extends IdemError {

@@ -1,7 +1,8 @@
 import { readdirSync, readFileSync } from 'node:fs';
-import { fileURLToPath } from 'node:url';
+import { join } from 'node:path';
 import { MigrationError } from '../core/errors.js';
 import type { Sql } from '../core/sql.js';
+import { packagePath } from '../core/package-files.js';
 import { defaultSchema, quoteSchema } from '../core/schema-name.js';
 
 /** One numbered migration, with `{{schema}}` already replaced. */
@@ -11,19 +12,20 @@ export interface Migration {
   sql: string;
 }
 
-// The .sql files ship in the package beside dist/ and src/; both sit two levels below the root.
-const migrationsDir = fileURLToPath(new URL('../../migrations/', import.meta.url));
+// The .sql files ship in the package's migrations/ folder, beside dist/ and src/.
+const migrationsDir = () => packagePath('migrations');
 
 /** The migrations, in order, rendered for `schema` (default `idem`). */
 export function migrations(schema = defaultSchema): Migration[] {
   const quoted = quoteSchema(schema);
-  return readdirSync(migrationsDir)
+  const dir = migrationsDir();
+  return readdirSync(dir)
     .filter((file) => /^\d{4}_[a-z0-9_]+\.sql$/.test(file))
     .sort()
     .map((file) => ({
       version: Number(file.slice(0, 4)),
       name: file.replace(/\.sql$/, ''),
-      sql: readFileSync(migrationsDir + file, 'utf8').replaceAll('{{schema}}', quoted),
+      sql: readFileSync(join(dir, file), 'utf8').replaceAll('{{schema}}', quoted),
     }));
 }
 
@@ -68,9 +70,12 @@ export async function migrate(sql: Sql, options: { schema?: string } = {}): Prom
   const all = migrations(schema);
   try {
     return await sql.transaction(async (tx) => {
-      // Serialises concurrent migrators; released at COMMIT. hashtext gives a stable int4 key.
-      // `::text`: the function returns `void`, which some drivers cannot read (Prisma fails with
-      // P2010 UnsupportedNativeDataType); a text column reads everywhere.
+      // A migration may rewrite or index a large table, and waits for the lock below as long as
+      // another migrator runs: the statement bound the adapter gives idem's transactions (10 s)
+      // is lifted for this one. Serialises concurrent migrators; released at COMMIT. hashtext
+      // gives a stable int4 key. `::text`: the function returns `void`, which some drivers cannot
+      // read (Prisma fails with P2010 UnsupportedNativeDataType); a text column reads everywhere.
+      await tx.query(`SELECT set_config('statement_timeout', '0', true)::text AS unbounded`);
       await tx.query(`SELECT pg_advisory_xact_lock(hashtext($1))::text AS locked`, [
         `idem.migrate:${schema}`,
       ]);

@@ -5,7 +5,7 @@ import { IDEMPOTENT_ROUTE, type IdempotentOptions, type NestHttpRequest } from '
 import { handlerCall } from './request-state.js';
 
 /**
- * Puts a controller method under the Idempotency-Key contract (docs/http.md), with `IdemModule`'s
+ * Puts a controller method under the Idempotency-Key contract (docs/guide/http.md), with `IdemModule`'s
  * options and the overrides given here: a retried request with the same key has one business
  * effect, and the client gets the first answer back, byte for byte, with `Idempotent-Replayed:
  * true`. Answers made by exception filters are captured and stored like the method's own.

@@ -1,6 +1,6 @@
 /**
  * idem/nestjs: the Idempotency-Key contract for NestJS (10, 11 and 12), on
- * @nestjs/platform-express and @nestjs/platform-fastify. See docs/nestjs.md.
+ * @nestjs/platform-express and @nestjs/platform-fastify. See docs/guide/nestjs.md.
  *
  * @example
  * @Module({ imports: [IdemModule.forRoot({ idem, tenant: (req) => req.headers['x-tenant'] })] })

@@ -219,7 +219,10 @@ function answerInstead(capture: NodeResponseCapture, response: CapturedResponse)
   return of(undefined);
 }
 
-/** The route's store policy, except that a request refused by pipes is never stored (rule 11). */
+/**
+ * The route's store policy, except that a request refused by pipes is never stored: bad input is
+ * refused before anything is stored (docs/principles.md, 11).
+ */
 function unlessRefusedBeforeTheHandler(store: (status: number) => StoreDecision) {
   return (status: number): StoreDecision =>
     handlerCall.getStore()?.invoked === false ? 'discard' : store(status);

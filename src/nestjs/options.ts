@@ -29,7 +29,7 @@ export interface TransactionHostLike {
 }
 
 /**
- * Options of `IdemModule`: the HTTP contract's options (docs/http.md: `idem`, `tenant`,
+ * Options of `IdemModule`: the HTTP contract's options (docs/guide/http.md: `idem`, `tenant`,
  * `maxBodyBytes`, `waitMs`, `mode`, …), for every `@Idempotent()` route, which may override them.
  */
 export type IdemModuleOptions<Req = NestHttpRequest, Client = unknown> = Omit<

@@ -30,8 +30,12 @@
  */
 import type { Sql, Transaction } from '../core/sql.js';
 
-/** Option key (a symbol, so it never meets an option of yours) carrying the transaction to join. */
-export const joinIdemTransaction: unique symbol = Symbol('idem.nestjs.join-transaction');
+/**
+ * Option key (a symbol, so it never meets an option of yours) carrying the transaction to join.
+ * `Symbol.for`, so the interceptor and the adapter agree when they come from two copies of idem
+ * (its CommonJS and its ESM build).
+ */
+export const joinIdemTransaction: unique symbol = Symbol.for('idem.nestjs.join-transaction');
 
 /** Options of a transaction opened through `TransactionHost.withTransaction(options, fn)`. */
 export interface IdemTransactionOptions {

@@ -487,7 +487,7 @@ export class Idem<Client = unknown> implements DefinitionHost<Client> {
   }
 
   /** Reads a key's row, or null. For tools and tests. */
-  inspect(scope: OperationScope): Promise<RequestRow | null> {
+  get(scope: OperationScope): Promise<RequestRow | null> {
     return this.store.readRow(this.sql, scope);
   }
 

@@ -1,6 +1,5 @@
-import type { Clock } from '../core/clock.js';
 import type { FingerprintOptions } from '../core/fingerprint.js';
-import type { Sql } from '../core/sql.js';
+import type { StoreOptions } from '../core/store.js';
 import type { OperationObserver } from '../observability/events.js';
 
 /** How `run`/`runIn` record a key; see `IdemOptions.recording`. */
@@ -34,13 +33,7 @@ export interface RetentionPolicy {
 export const defaultRetention: RetentionPolicy = { resultMs: 7 * day, tombstoneMs: 30 * day };
 
 /** Options of `createIdem`. */
-export interface IdemOptions<Client = unknown> {
-  /** Where the tables live and how transactions open. See `idem/pg`, `idem/postgres`, … */
-  sql: Sql<Client>;
-  /** Schema of idem's tables. Default `idem`. Lower-case identifier, validated. */
-  schema?: string;
-  /** Time source for expiry and leases. Default: the system clock. */
-  clock?: Clock;
+export interface IdemOptions<Client = unknown> extends StoreOptions<Client> {
   /**
    * Retention of every operation, or a function choosing one per operation name.
    * Default `{ resultMs: 7 days, tombstoneMs: 30 days }`.

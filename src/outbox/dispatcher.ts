@@ -11,6 +11,7 @@ import { eventsNotMarked, markedRows } from './marked.js';
 import { decodeEvent, defaultPublishedRetentionMs, Outbox } from './outbox.js';
 import { renderOutboxStatements, type OutboxStatements } from './statements.js';
 import type { OutboxEvent, PublishFailure, Publisher, PublishResult } from './types.js';
+import type { StoreOptions } from '../core/store.js';
 
 /** How long a batch's transaction may idle beyond `publishTimeoutMs` (its mark's own time). */
 const idleMarginMs = 5_000;
@@ -32,16 +33,10 @@ const outageBackoff: BackoffOptions = {
   jitter: 'equal',
 };
 
-/** Options of `createDispatcher`. */
-export interface DispatcherOptions {
-  /** Where the outbox lives. Each batch runs in one transaction on one connection of it. */
-  sql: Sql;
+/** Options of `createOutboxDispatcher`. */
+export interface DispatcherOptions extends StoreOptions {
   /** Where events go. */
   publisher: Publisher;
-  /** Schema of idem's tables. Default `idem`. */
-  schema?: string;
-  /** Time source for due times, backoff and retention. Default: the system clock. */
-  clock?: Clock;
   /** Only these topics. Default: every topic. Run one dispatcher per publisher when topics differ. */
   topics?: readonly string[];
   /**
@@ -115,8 +110,6 @@ export interface DispatcherOptions {
   publishedRetentionMs?: number;
   /** How often this dispatcher sweeps published rows past `publishedRetentionMs`. 0 disables it. Default 60000 ms. */
   sweepIntervalMs?: number;
-  /** @deprecated Use `sweepIntervalMs`. */
-  cleanupIntervalMs?: number;
   /** Batch loops in this process, each like one more dispatcher. Default 1. */
   concurrency?: number;
   /** Random source for jitter, for tests. Default Math.random. */
@@ -159,9 +152,9 @@ export interface DispatcherCounters {
  * row locks and SKIP LOCKED, and per-key order holds across all of them.
  *
  * @example
- * const dispatcher = createDispatcher({
+ * const dispatcher = createOutboxDispatcher({
  *   sql: fromPg(pool),
- *   publisher: rabbitMqPublisher({ url: process.env.AMQP_URL }),
+ *   publisher: createRabbitMqPublisher({ url: process.env.AMQP_URL }),
  *   // A direct connection for LISTEN when DATABASE_URL is a transaction-mode pooler.
  *   listen: process.env.DATABASE_DIRECT_URL ?? process.env.DATABASE_URL,
  * });
@@ -227,10 +220,7 @@ export class OutboxDispatcher {
       'publishedRetentionMs',
       options.publishedRetentionMs ?? defaultPublishedRetentionMs,
     );
-    this.sweepIntervalMs = nonNegative(
-      'sweepIntervalMs',
-      options.sweepIntervalMs ?? options.cleanupIntervalMs ?? 60_000,
-    );
+    this.sweepIntervalMs = nonNegative('sweepIntervalMs', options.sweepIntervalMs ?? 60_000);
     this.concurrency = positiveInteger('concurrency', options.concurrency ?? 1);
     this.outages = Array.from({ length: this.concurrency }, () => 0);
     this.worker = new PollingWorker({
@@ -314,11 +304,6 @@ export class OutboxDispatcher {
   /** Asks the loops to look for work now (what a notification does). */
   notify(): void {
     this.worker.notify();
-  }
-
-  /** @deprecated Use `notify()`, the name every idem worker uses. */
-  wake(): void {
-    this.notify();
   }
 
   /**
@@ -614,10 +599,10 @@ export class OutboxDispatcher {
  * defaults).
  *
  * @example
- * const dispatcher = createDispatcher({ sql: fromPg(pool), publisher: rabbitMqPublisher({ url }) });
+ * const dispatcher = createOutboxDispatcher({ sql: fromPg(pool), publisher: createRabbitMqPublisher({ url }) });
  * await dispatcher.start();
  */
-export function createDispatcher(options: DispatcherOptions): OutboxDispatcher {
+export function createOutboxDispatcher(options: DispatcherOptions): OutboxDispatcher {
   return new OutboxDispatcher(options);
 }
 

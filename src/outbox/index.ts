@@ -12,10 +12,9 @@ export type {
   PublishSuccess,
 } from './types.js';
 export {
-  Outbox,
   createOutbox,
+  type Outbox,
   defaultPublishedRetentionMs,
-  type CleanupOptions,
   type OutboxSweepOptions,
   type OutboxOptions,
   type OutboxRecord,
@@ -24,34 +23,28 @@ export {
   type RedriveResult,
 } from './outbox.js';
 export {
-  OutboxDispatcher,
-  createDispatcher,
+  createOutboxDispatcher,
+  type OutboxDispatcher,
   type BatchResult,
   type DispatcherCounters,
   type DispatcherOptions,
   dispatcherBackoff,
 } from './dispatcher.js';
-export {
-  createBackoff,
-  resolveBackoff,
-  type Backoff,
-  type BackoffOptions,
-  type Jitter,
-} from '../core/resilience/backoff.js';
+export type { Backoff, BackoffOptions, Jitter } from '../core/resilience/backoff.js';
 export { PublishError, isPublishError, describeError } from './errors.js';
 export type { ListenClient, ListenConnectionConfig, ListenSource } from './listener.js';
-export { ListenerDeafError } from './listener.js';
+export { ListenerDeafError, isListenerDeaf } from './listener.js';
 export { outboxChannel } from './statements.js';
 export {
-  RabbitMqPublisher,
-  rabbitMqPublisher,
+  createRabbitMqPublisher,
+  type RabbitMqPublisher,
   type AmqpRoute,
   type RabbitMqPublisherOptions,
 } from './publishers/rabbitmq.js';
-export { NatsPublisher, natsPublisher, type NatsPublisherOptions } from './publishers/nats.js';
+export { createNatsPublisher, type NatsPublisher, type NatsPublisherOptions } from './publishers/nats.js';
 export {
-  InDatabasePublisher,
-  inDatabasePublisher,
+  createInDatabasePublisher,
+  type InDatabasePublisher,
   type EventHandler,
   type InDatabasePublisherOptions,
   type Subscriber,

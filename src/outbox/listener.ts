@@ -12,7 +12,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import { pgConnectionDefaults } from '../core/connection-defaults.js';
-import { IdemError } from '../core/errors.js';
+import { IdemError, isIdemError } from '../core/errors.js';
 
 /** The subset of `pg.Client` a listener uses. */
 export interface ListenClient {
@@ -27,7 +27,7 @@ export interface ListenClient {
 /**
  * node-postgres `Client` options for the LISTEN connection (`connectionString`, `host`, `ssl`,
  * `connectionTimeoutMillis`, `keepAlive`, …), over idem's defaults (`pgConnectionDefaults`:
- * a 5 s connect timeout, TCP keepalive, statement and idle-in-transaction bounds).
+ * a 5 s connect timeout, TCP keepalive, a query read timeout).
  */
 export interface ListenConnectionConfig {
   connectionString?: string;
@@ -81,6 +81,15 @@ export class ListenerDeafError extends IdemError {
   }
 }
 
+/**
+ * True for a `ListenerDeafError`, from any copy of the package.
+ *
+ * @example
+ * createOutboxDispatcher({ sql, publisher, listen, onError: (error) => isListenerDeaf(error) && alert(error.message) });
+ */
+export const isListenerDeaf = (e: unknown): e is ListenerDeafError =>
+  isIdemError(e) && e.code === 'IDEM_LISTEN_DEAF';
+
 /** Holds one LISTEN connection and reconnects it with backoff while running. */
 export class NotificationListener {
   private client: ListenClient | undefined;
@@ -130,7 +139,7 @@ export class NotificationListener {
   private async connect(): Promise<void> {
     let client: ListenClient | undefined;
     try {
-      client = await createClient(this.options.source);
+      client = await createResilientClient(this.options.source);
       let lost = false;
       const onLost = (error?: unknown) => {
         if (lost) return;
@@ -252,7 +261,7 @@ export class NotificationListener {
   }
 }
 
-async function createClient(source: ListenSource): Promise<ListenClient> {
+async function createResilientClient(source: ListenSource): Promise<ListenClient> {
   if (typeof source === 'function') return source();
   // Loaded only when a connection string or options are given, so the outbox depends on no driver.
   const { default: pg } = await import('pg');

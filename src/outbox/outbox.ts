@@ -14,18 +14,15 @@ import { defaultTenant, validateTenant } from '../core/tenant.js';
 import { defaultSchema } from '../core/schema-name.js';
 import { renderOutboxStatements, type OutboxStatements } from './statements.js';
 import type { NewOutboxEvent, OutboxEvent } from './types.js';
+import type { StoreOptions } from '../core/store.js';
 
 /** Options of `createOutbox`. */
-export interface OutboxOptions {
+export interface OutboxOptions extends Omit<StoreOptions, 'sql'> {
   /**
-   * Where redrive, stats, cleanup and reads run (any `Sql` or `Queryable`). Not needed to `add`
+   * Where redrive, stats, sweeps and reads run (any `Sql` or `Queryable`). Not needed to `add`
    * events, which run on the caller's transaction.
    */
   sql?: Queryable;
-  /** Schema of idem's tables. Default `idem`. */
-  schema?: string;
-  /** Time source for `created_at` and due times. Default: the system clock. */
-  clock?: Clock;
   /**
    * Send a NOTIFY with each add, delivered at commit, so dispatchers wake at once. Default true.
    * PostgreSQL serialises committing transactions that notify on one lock; at very high commit
@@ -33,7 +30,7 @@ export interface OutboxOptions {
    */
   notify?: boolean;
   /**
-   * The tenant of events that name none (`event.tenant`), and of `read`. Default `''`, the default
+   * The tenant of events that name none (`event.tenant`), and of `get`. Default `''`, the default
    * tenant. `createCells` gives each tenant an outbox with its tenant set here.
    */
   tenant?: string;
@@ -93,12 +90,6 @@ export interface OutboxSweepOptions extends RetentionSweepOptions {
    * or not, created more than `olderThanMs` ago (dead rows are kept). Default false.
    */
   capturedByCdc?: boolean;
-}
-
-/** Options of `cleanup`. @deprecated Use `sweep` and `OutboxSweepOptions` (`olderThanMs`). */
-export interface CleanupOptions extends Omit<OutboxSweepOptions, 'olderThanMs'> {
-  /** Keep published rows this long after publishing. Default 86400000 ms (24 hours). */
-  retentionMs?: number;
 }
 
 export const defaultPublishedRetentionMs = 86_400_000;
@@ -221,13 +212,6 @@ export class Outbox {
     );
   }
 
-  /** @deprecated Use `sweep({ olderThanMs })`, which answers `{ deleted, cleared }`. */
-  async cleanup(options: CleanupOptions = {}): Promise<number> {
-    const { retentionMs, ...rest } = options;
-    return (await this.sweep({ ...rest, ...(retentionMs !== undefined ? { olderThanMs: retentionMs } : {}) }))
-      .deleted;
-  }
-
   /**
    * Counts of every topic's rows, or of one topic's (and of one tenant's). A full scan: for tools,
    * not hot paths.
@@ -253,9 +237,10 @@ export class Outbox {
   }
 
   /** One event with its bookkeeping, or null. `tenant` defaults to the outbox's `tenant` option. */
-  async read(id: string, options: { tenant?: string } = {}): Promise<OutboxRecord | null> {
+  async get(ref: { id: string; tenant?: string }): Promise<OutboxRecord | null> {
+    const { id } = ref;
     if (!isUuid(id)) throw new InvalidArgumentError('id must be a UUID');
-    const tenant = options.tenant ?? this.tenant;
+    const tenant = ref.tenant ?? this.tenant;
     validateTenant(tenant);
     const { rows } = await this.db().query(this.statements.read, [tenant, id]);
     return rows[0] ? decodeRecord(rows[0]) : null;
@@ -279,7 +264,7 @@ export class Outbox {
 }
 
 /**
- * Creates an outbox. `sql` is needed only for the methods that manage events afterwards (`read`,
+ * Creates an outbox. `sql` is needed only for the methods that manage events afterwards (`get`,
  * `stats`, `redrive`, …); `add` writes on the transaction it is given.
  *
  * @example

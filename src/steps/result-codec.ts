@@ -38,9 +38,9 @@
  *   (`"type": "module"`, no `require` condition); seroval ships ESM and CommonJS. `require()` of
  *   superjson and devalue works on Node 20.19+ (tried on 20.20: require(esm) is on by default since
  *   20.19 and 22.12; it fails with ERR_REQUIRE_ESM under `--no-experimental-require-module` and on
- *   older Node). Jest's own module loader does not do require(esm): under Jest they need a
- *   transform (`transformIgnorePatterns`) or Jest's ESM mode, as idem's other ESM-only
- *   dependencies (uuid 14, canonicalize 4) already do, so superjson adds no new constraint there.
+ *   older Node), and Jest's own module loader does not do require(esm). So idem's CommonJS build
+ *   bundles superjson as CommonJS (dist/cjs/vendor/superjson.js, scripts/build.ts), as it does
+ *   idem's other ESM-only dependencies (uuid 14, canonicalize 4); the ESM build imports it.
  *
  * A private SuperJSON instance: the registrations below never leak into an application's own use
  * of superjson, and theirs never change what idem stores.
@@ -95,7 +95,7 @@ const typedArrays = new Set<object>(
 /** What a result may hold, for the error message. */
 const supported =
   'plain data: JSON values, undefined, bigint, Date, Map, Set, Uint8Array, Buffer, RegExp, URL ' +
-  '(docs/workflow.md, "Step results across a resume")';
+  '(docs/guide/sagas.md, "Step results across a resume")';
 
 /**
  * Encodes `value` for storage. Throws `InvalidArgumentError` naming `what` (e.g. `step "charge"`)

@@ -4,4 +4,4 @@
  * against any endpoint; `ManualClock` drives expiry and leases in tests without sleeping.
  */
 export * from '../drill/index.js';
-export { ManualClock } from '../core/clock.js';
+export { createManualClock, type ManualClock } from '../core/clock.js';

@@ -2,7 +2,7 @@
  * Operator tools for the entities of order-aware webhook handlers: list the `sequence` entities
  * parked on a gap, and skip a gap (the missing versions will never be applied) so the entity
  * resumes. They need no handlers: the CLI (`idem webhooks parked|skip`) and the console use them
- * on the pool alone; `WebhookProcessor.parked()` and `.skip()` call them too.
+ * on the pool alone; `WebhookProcessor.listParked()` and `.skip()` call them too.
  */
 import { systemClock, toMillis, type Clock } from '../core/clock.js';
 import { InvalidArgumentError } from '../core/errors.js';

@@ -1,5 +1,5 @@
 /**
- * Express 5: `app.post('/webhooks/github', expressWebhook(receiver, 'github'))`, mounted before
+ * Express 5: `app.post('/webhooks/github', webhooks({ receiver, source: 'github' }))`, mounted before
  * (or beside) `express.json()`. The handler reads the raw bytes itself. When a body parser already
  * ran, a Buffer from `express.raw()` is used as it is (those are the received bytes); anything else
  * (an object from `express.json()`, a string from `express.text()`) fails loudly with
@@ -19,8 +19,12 @@ import type { WebhookReceiver } from './receiver.js';
  */
 export type ExpressRequestLike = IncomingMessage & { body?: unknown };
 
-/** Options of `expressWebhook`. */
+/** Options of `webhooks` (idem/express). */
 export interface ExpressWebhookOptions<Req extends ExpressRequestLike = ExpressRequestLike> {
+  /** The receiver that verifies and stores deliveries (`createWebhookReceiver`). */
+  receiver: WebhookReceiver;
+  /** The source (a key of the receiver's `sources`) this route receives. */
+  source: string;
   /**
    * Where an earlier middleware kept the raw bytes, e.g. `(req) => req.rawBody` when
    * `express.json({ verify })` saved them. Default: read the stream, or use a Buffer `req.body`.
@@ -29,11 +33,10 @@ export interface ExpressWebhookOptions<Req extends ExpressRequestLike = ExpressR
 }
 
 /** An Express handler that verifies, stores and answers deliveries of one source. */
-export function expressWebhook<Req extends ExpressRequestLike = ExpressRequestLike>(
-  receiver: WebhookReceiver,
-  source: string,
-  options: ExpressWebhookOptions<Req> = {},
+export function webhooks<Req extends ExpressRequestLike = ExpressRequestLike>(
+  options: ExpressWebhookOptions<Req>,
 ): (request: Req, response: ServerResponse, next: (error?: unknown) => void) => void {
+  const { receiver, source } = options;
   const resolved = receiver.source(source);
   return (request, response, next) => {
     handle(request, response).catch(next);

@@ -1,10 +1,10 @@
 /**
- * Fastify 5. `app.register(fastifyWebhooks(receiver, { routes: { '/webhooks/github': 'github' } }))`
+ * Fastify 5. `app.register(webhooks({ receiver, routes: { '/webhooks/github': 'github' } }))`
  * registers the routes in their own encapsulated context, where every content type is kept as raw
  * bytes (the JSON parser of the rest of the app never sees these bodies) and where a body over the
  * source's limit answers 413 as a problem document.
  *
- * For a route you declare yourself, `fastifyWebhookHandler(receiver, source)` is the handler; it
+ * For a route you declare yourself, `webhookHandler({ receiver, source })` is the handler; it
  * needs a Buffer body (a `parseAs: 'buffer'` content-type parser) and fails loudly with
  * `RawBodyUnavailableError` when Fastify's JSON parser already turned the body into an object.
  */
@@ -22,8 +22,10 @@ import type { WebhookAnswer } from './problem.js';
 import { parsedBodyMessage } from './raw-body.js';
 import type { WebhookReceiver } from './receiver.js';
 
-/** Options of `fastifyWebhooks`. */
+/** Options of `webhooks` (idem/fastify). */
 export interface FastifyWebhooksOptions {
+  /** The receiver that verifies and stores deliveries (`createWebhookReceiver`). */
+  receiver: WebhookReceiver;
   /** Path → source name, e.g. `{ '/webhooks/github': 'github' }`. */
   routes: Record<string, string>;
 }
@@ -47,10 +49,8 @@ const fastifyDefaultBodyLimit = 1_048_576;
  * A Fastify plugin that mounts one POST route per entry of `routes`, with raw-body parsing. Each
  * route's body limit is the source's `maxBodyBytes`, never more than the server's own.
  */
-export function fastifyWebhooks(
-  receiver: WebhookReceiver,
-  options: FastifyWebhooksOptions,
-): (instance: FastifyInstanceLike) => Promise<void> {
+export function webhooks(options: FastifyWebhooksOptions): (instance: FastifyInstanceLike) => Promise<void> {
+  const { receiver } = options;
   const routes = Object.entries(options.routes).map(([path, source]) => ({
     path,
     source: receiver.source(source),
@@ -86,16 +86,24 @@ export function fastifyWebhooks(
     for (const { path, source } of routes) {
       const bodyLimit = Math.min(source.maxBodyBytes, serverLimit);
       limits.set(instance.prefix + path, bodyLimit);
-      instance.post(path, { bodyLimit }, fastifyWebhookHandler(receiver, source.name));
+      instance.post(path, { bodyLimit }, webhookHandler({ receiver, source: source.name }));
     }
   };
 }
 
+/** Options of `webhookHandler` (idem/fastify). */
+export interface FastifyWebhookHandlerOptions {
+  /** The receiver that verifies and stores deliveries. */
+  receiver: WebhookReceiver;
+  /** The source (a key of the receiver's `sources`) this route receives. */
+  source: string;
+}
+
 /** A Fastify route handler for one source. The route must deliver the body as a Buffer. */
-export function fastifyWebhookHandler(
-  receiver: WebhookReceiver,
-  source: string,
+export function webhookHandler(
+  options: FastifyWebhookHandlerOptions,
 ): (request: FastifyRequestLike, reply: FastifyReplyLike) => Promise<FastifyReplyLike> {
+  const { receiver, source } = options;
   receiver.source(source);
   return async (request, untypedReply) => {
     const reply = untypedReply as FastifyReply; // what Fastify passes
@@ -107,7 +115,7 @@ export function fastifyWebhookHandler(
       const error = new RawBodyUnavailableError(
         parsedBodyMessage(
           'Fastify',
-          "register the route with fastifyWebhooks(), or add a content-type parser with parseAs: 'buffer'",
+          "register the route with webhooks() from idem/fastify, or add a content-type parser with parseAs: 'buffer'",
         ),
       );
       return sendAnswer(reply, receiver.reject(source, error));

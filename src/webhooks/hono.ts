@@ -1,5 +1,5 @@
 /**
- * Hono 4: `app.post('/webhooks/github', honoWebhook(receiver, 'github'))`. Reads the request's
+ * Hono 4: `app.post('/webhooks/github', webhooks({ receiver, source: 'github' }))`. Reads the request's
  * bytes itself, with the source's limit. When a middleware already read the body as JSON, text or
  * form data, Hono would hand back a re-serialised copy (`JSON.stringify` of the parsed value), so
  * the handler fails loudly with `RawBodyUnavailableError` instead; a body read as an ArrayBuffer or
@@ -12,7 +12,6 @@ import type { WebhookAnswer } from './problem.js';
 import { checkDeclaredLength, parsedBodyMessage, readWebBody } from './raw-body.js';
 import type { WebhookReceiver } from './receiver.js';
 
-/** A Hono handler that verifies, stores and answers deliveries of one source. */
 /**
  * A Hono context, by the least of its shape (Hono's `Context` is one). Declared here, not imported,
  * so that idem/webhooks' types compile in an app without Hono.
@@ -21,10 +20,17 @@ export interface HonoContextLike {
   req: { raw: Request };
 }
 
-export function honoWebhook(
-  receiver: WebhookReceiver,
-  source: string,
-): (c: HonoContextLike) => Promise<Response> {
+/** Options of `webhooks` (idem/hono). */
+export interface HonoWebhookOptions {
+  /** The receiver that verifies and stores deliveries (`createWebhookReceiver`). */
+  receiver: WebhookReceiver;
+  /** The source (a key of the receiver's `sources`) this route receives. */
+  source: string;
+}
+
+/** A Hono handler that verifies, stores and answers deliveries of one source. */
+export function webhooks(options: HonoWebhookOptions): (c: HonoContextLike) => Promise<Response> {
+  const { receiver, source } = options;
   const resolved = receiver.source(source);
   return async (context) => {
     const c = context as Context; // what Hono passes

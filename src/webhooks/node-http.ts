@@ -1,5 +1,5 @@
 /**
- * node:http: `http.createServer(nodeWebhookHandler(receiver, 'github'))`, or call it from your own
+ * node:http: `http.createServer(webhooks({ receiver, source: 'github' }))`, or call it from your own
  * router. Reads the exact bytes itself.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
@@ -9,11 +9,19 @@ import type { WebhookAnswer } from './problem.js';
 import { readNodeBody } from './raw-body.js';
 import type { WebhookReceiver } from './receiver.js';
 
+/** Options of `webhooks` (idem/node-http). */
+export interface NodeWebhookOptions {
+  /** The receiver that verifies and stores deliveries (`createWebhookReceiver`). */
+  receiver: WebhookReceiver;
+  /** The source (a key of the receiver's `sources`) this handler receives. */
+  source: string;
+}
+
 /** A node:http request handler for one source. Answers every request itself. */
-export function nodeWebhookHandler(
-  receiver: WebhookReceiver,
-  source: string,
+export function webhooks(
+  options: NodeWebhookOptions,
 ): (request: IncomingMessage, response: ServerResponse) => Promise<void> {
+  const { receiver, source } = options;
   const resolved = receiver.source(source);
   return async (request, response) => {
     let body: Uint8Array;

@@ -8,7 +8,7 @@ export interface WebhookAnswer {
   body: string;
 }
 
-/** Base of the problem `type` URIs; the last segment is stable and documented in docs/webhooks.md. */
+/** Base of the problem `type` URIs; the last segment is stable and documented in docs/guide/webhooks.md. */
 // The same URN scheme as the HTTP integration (urn:idem:problem:<kind>): idem owns no web address.
 export const problemTypeBase = 'urn:idem:problem:';
 

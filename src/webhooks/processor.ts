@@ -422,7 +422,7 @@ export class WebhookProcessor<Client = unknown> extends TableModule<Client, Rece
   }
 
   /** Lists receipts in the given states (default: dead letters), oldest first; of one tenant or all. */
-  async receipts(
+  async listReceipts(
     options: { states?: WebhookReceipt['state'][]; source?: string; limit?: number; tenant?: string } = {},
   ): Promise<WebhookReceipt[]> {
     if (options.tenant !== undefined) validateTenant(options.tenant);
@@ -435,15 +435,15 @@ export class WebhookProcessor<Client = unknown> extends TableModule<Client, Rece
     return rows.map(decodeReceipt);
   }
 
-  /** Sequence entities parked on a gap, oldest first. See `listParkedEntities`. */
-  parked(options: { scope?: string; limit?: number; tenant?: string } = {}): Promise<ParkedEntity[]> {
+  /** Sequence entities parked on a gap, oldest first, with what waits behind each gap. */
+  listParked(options: { scope?: string; limit?: number; tenant?: string } = {}): Promise<ParkedEntity[]> {
     return listParkedEntities(this.sql, { schema: this.schema, ...options });
   }
 
   /**
    * Makes one pending or waiting receipt a dead letter (an operator's decision: it is never
    * handled; `redrive` brings it back), unparking its entity when nothing else waits there. See
-   * `discardReceipt`.
+   * `idem webhooks discard`.
    */
   async discard(options: DiscardOptions): Promise<DiscardResult> {
     const result = await discardReceipt(this.sql, { schema: this.schema, clock: this.clock, ...options });
@@ -460,7 +460,7 @@ export class WebhookProcessor<Client = unknown> extends TableModule<Client, Rece
 
   /**
    * Skips the missing versions of a sequence entity (an operator's decision: they will never be
-   * applied) and resumes it. See `skipEntityGap`.
+   * applied) and resumes it (`idem webhooks skip`).
    */
   async skip(options: SkipOptions): Promise<SkipResult> {
     const result = await skipEntityGap(this.sql, { schema: this.schema, clock: this.clock, ...options });
@@ -478,7 +478,7 @@ export class WebhookProcessor<Client = unknown> extends TableModule<Client, Rece
 
   /**
    * Deletes applied, superseded, duplicate and unhandled receipts past their retention: see
-   * `sweepReceipts`. `tenants` defaults to the processor's.
+   * `idem sweep`. `tenants` defaults to the processor's.
    */
   sweep(options: SweepOptions = {}): Promise<SweepResult> {
     return sweepReceipts(this.sql, {

@@ -15,6 +15,7 @@ import { errorAnswer, problemAnswer, type WebhookAnswer } from './problem.js';
 import { receiptStatements, type ReceiptStatements } from './statements.js';
 import type { WebhookHeaders, WebhookVerifier } from './verify/types.js';
 import { positiveInteger } from '../core/validate.js';
+import type { StoreOptions } from '../core/store.js';
 
 /** One sender the receiver accepts, under a name of your choice (`github`, `stripe`, `billing`). */
 export interface WebhookSourceOptions {
@@ -35,13 +36,9 @@ export interface WebhookSourceOptions {
 }
 
 /** Options of `createWebhookReceiver`. */
-export interface WebhookReceiverOptions {
+export interface WebhookReceiverOptions extends Omit<StoreOptions, 'sql'> {
   /** Where receipts are written. A pool (`fromPg(pool)`): each receipt is one autocommit statement. */
   sql: Queryable;
-  /** Schema of idem's tables. Default `idem`. */
-  schema?: string;
-  /** Time for `received_at`, retention and timestamp tolerance. Default: the system clock. */
-  clock?: Clock;
   /** The senders, by name. A bare verifier takes every default. */
   sources: Record<string, WebhookSourceOptions | WebhookVerifier>;
   /**
@@ -77,8 +74,8 @@ export type ReceiveOutcome =
 const defaultMaxBodyBytes = 1024 * 1024;
 
 /**
- * Receives webhooks for several sources. Framework adapters (`expressWebhook`, `fastifyWebhooks`,
- * `honoWebhook`, `nodeWebhookHandler`) read the raw bytes and call `receive`.
+ * Receives webhooks for several sources. The `webhooks` of each framework's subpath (`idem/express`,
+ * `idem/fastify`, `idem/hono`, `idem/node-http`) reads the raw bytes and calls `receive`.
  */
 export class WebhookReceiver {
   readonly schema: string;
@@ -241,10 +238,10 @@ export class WebhookReceiver {
  * @example
  * const receiver = createWebhookReceiver({
  *   sql: fromPg(pool),
- *   sources: { stripe: stripeVerifier({ secrets: [process.env.STRIPE_WEBHOOK_SECRET!] }) },
+ *   sources: { stripe: createStripeVerifier({ secrets: [process.env.STRIPE_WEBHOOK_SECRET!] }) },
  *   onReceipt: () => processor.notify(),
  * });
- * await app.register(fastifyWebhooks(receiver, { routes: { '/webhooks/stripe': 'stripe' } }));
+ * await app.register(webhooks({ receiver, routes: { '/webhooks/stripe': 'stripe' } })); // idem/fastify
  */
 export function createWebhookReceiver(options: WebhookReceiverOptions): WebhookReceiver {
   return new WebhookReceiver(options);

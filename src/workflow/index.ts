@@ -23,8 +23,8 @@ export {
   type SagaStep,
 } from './definition.js';
 export {
-  Sagas,
   createSagas,
+  type Sagas,
   type ListSagasOptions,
   type RecoveredSaga,
   type SagaRunSpec,
@@ -48,4 +48,3 @@ export {
   type RunActivityCallOptions,
   type RunActivityOptions,
 } from './temporal.js';
-export { withIdempotencyKey, currentIdempotencyKey } from '../core/key-context.js';

@@ -21,15 +21,10 @@ import { decodeSaga, decodeStep, type SagaRecord, type SagaStatus } from './saga
 import { renderSagaStatements, type SagaStatements } from './statements.js';
 import { sweepSagas } from './sweep.js';
 import { leaseTimings } from '../steps/lease.js';
+import type { StoreOptions } from '../core/store.js';
 
 /** Options of `createSagas`. */
-export interface SagasOptions<Client = unknown> {
-  /** Where the tables live and how transactions open. See `idem/pg`, `idem/postgres`, … */
-  sql: Sql<Client>;
-  /** Schema of idem's tables. Default `idem`. */
-  schema?: string;
-  /** Time source for leases and backoff waits. Default: the system clock. */
-  clock?: Clock;
+export interface SagasOptions<Client = unknown> extends StoreOptions<Client> {
   /**
    * Lease of the process driving a saga; another process may take the saga over after it
    * lapses. Renewed at every step, and every `heartbeatMs` while a call runs, so a call may take

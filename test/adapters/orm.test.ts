@@ -126,12 +126,12 @@ describe.each(orms)('$factory.name', (o) => {
       .catch((e: unknown) => e);
     expect((aborted as Error).message).toBe('the caller aborts after idem');
     expect(await effects(key)).toBe(0);
-    expect(await idem.inspect(spec)).toBeNull();
+    expect(await idem.get(spec)).toBeNull();
 
     const first = await adapter.userTransaction((tx) => idem.runIn(tx, spec, handler));
     expect(first.replayed).toBe(false);
     expect(await effects(key)).toBe(1);
-    expect((await idem.inspect(spec))?.state).toBe('completed');
+    expect((await idem.get(spec))?.state).toBe('completed');
 
     const again = await adapter.userTransaction((tx) => idem.runIn(tx, spec, handler));
     expect(again).toMatchObject({ replayed: true, value: first.value });
@@ -370,7 +370,7 @@ describe('Prisma specifics', () => {
       return 'done';
     });
     expect(result.value).toBe('done');
-    expect((await idem.inspect({ tenant: 'acme', operation: 'slow', key }))?.state).toBe('completed');
+    expect((await idem.get({ tenant: 'acme', operation: 'slow', key }))?.state).toBe('completed');
   });
 
   it("with Prisma's own 5 s timeout the same handler fails and stores nothing", async () => {
@@ -387,7 +387,7 @@ describe('Prisma specifics', () => {
       expect(String(error)).toMatch(/expired transaction|timeout/i);
       // Rolled back, nothing committed: the caller may retry (Prisma's P2028 carries no SQLSTATE).
       expect(isRetryable(error)).toBe(true);
-      expect(await short.inspect({ tenant: 'acme', operation: 'slow', key })).toBeNull();
+      expect(await short.get({ tenant: 'acme', operation: 'slow', key })).toBeNull();
     } finally {
       await second.close({ keepSchema: true });
     }

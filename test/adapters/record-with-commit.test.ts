@@ -115,7 +115,7 @@ describe.each(drivers)('$name: the record goes out with COMMIT', (driver) => {
       .catch((e: unknown) => e);
     expect(isOperationFailed(error)).toBe(true);
     expect(await effects(key)).toBe(0);
-    expect(await idem.inspect({ tenant: 'acme', operation: 'pay', key })).toBeNull();
+    expect(await idem.get({ tenant: 'acme', operation: 'pay', key })).toBeNull();
   });
 
   it('a failure at COMMIT (a deferred constraint) stores nothing, keeps no effect, and the pool goes on', async () => {
@@ -132,7 +132,7 @@ describe.each(drivers)('$name: the record goes out with COMMIT', (driver) => {
     expect(isOperationFailed(error)).toBe(true);
     expect((error as { cause?: { code?: string } }).cause?.code).toBe('23505');
     expect(await effects(key)).toBe(0);
-    expect(await idem.inspect({ tenant: 'acme', operation: 'pay', key })).toBeNull();
+    expect(await idem.get({ tenant: 'acme', operation: 'pay', key })).toBeNull();
     // Every connection of the pool is still usable.
     const again = await Promise.all(
       Array.from({ length: 8 }, (_, i) =>
@@ -178,7 +178,7 @@ describe.each(drivers)('$name: the record goes out with COMMIT', (driver) => {
     expect(runs).toBe(3);
     expect(fresh.value).toBe(3);
     expect(await effects(key)).toBe(2);
-    expect((await idem.inspect({ tenant: 'acme', operation: 'pay', key }))?.state).toBe('completed');
+    expect((await idem.get({ tenant: 'acme', operation: 'pay', key }))?.state).toBe('completed');
   });
 
   it('concurrent duplicates: one effect, every caller gets the same answer', async () => {

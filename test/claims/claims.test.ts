@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { fromPg } from '../../src/adapters/pg.js';
-import { keepAlive, work, type ClaimedTask } from '../../src/claims/index.js';
+import { createKeepAlive, createClaimsWorker, type ClaimedTask } from '../../src/claims/index.js';
 import { createClaims, type Claims } from '../../src/claims/claims.js';
 import { ManualClock } from '../../src/core/clock.js';
 import { isFenced, isKeyReused } from '../../src/core/errors.js';
@@ -61,7 +61,7 @@ describe('claims', () => {
         throw new Error('business write failed');
       }),
     ).rejects.toThrow('business write failed');
-    expect(await claims.find('acme', queue, 'order-2')).toBeNull();
+    expect(await claims.get({ tenant: 'acme', queue: queue, key: 'order-2' })).toBeNull();
     // Concurrent enqueues of one key: one task.
     const racing = await Promise.all(
       Array.from({ length: 8 }, () => claims.enqueue({ tenant: 'acme', queue, key: 'order-3', payload: {} })),
@@ -122,7 +122,7 @@ describe('claims', () => {
     });
     expect(outcome).toEqual({ state: 'completed', value: { by: 'b' } });
     expect(await effects(holder!.downstreamKey)).toBe(1);
-    const stored = await b.get(holder!.id);
+    const stored = await b.get({ id: holder!.id });
     expect(stored?.state).toBe('completed');
     expect(stored?.result).toEqual({ by: 'b' });
     // After completion even the holder's fence is useless: nothing completes twice.
@@ -142,7 +142,7 @@ describe('claims', () => {
         throw new Error('the caller rolls back');
       }),
     ).rejects.toThrow('the caller rolls back');
-    expect((await a.get(task!.id))!.state).toBe('claimed');
+    expect((await a.get({ id: task!.id }))!.state).toBe('claimed');
     expect(await effects(task!.downstreamKey)).toBe(0);
     clock.advance(lease + 1);
     const [taken] = await b.claim(queue);
@@ -150,7 +150,7 @@ describe('claims', () => {
       sql.transaction((tx) => a.runIn(tx, task!, (tx, t) => effect(tx, t, 'a'))),
     ).rejects.toSatisfy(isFenced);
     await sql.transaction((tx) => b.runIn(tx, taken!, (tx, t) => effect(tx, t, 'b')));
-    expect((await b.get(task!.id))!.state).toBe('completed');
+    expect((await b.get({ id: task!.id }))!.state).toBe('completed');
     expect(await effects(task!.downstreamKey)).toBe(1);
   });
 
@@ -165,17 +165,19 @@ describe('claims', () => {
       await a.heartbeat(task!);
       expect(await b.claim(queue)).toHaveLength(0);
     }
-    const alive = keepAlive(a, task!, { intervalMs: 3000 });
+    const alive = createKeepAlive({ claims: a, task: task!, intervalMs: 3000 });
+    await alive.start();
     for (let i = 0; i < 3; i++) {
       clock.advance(3000);
-      await settle(() => a.get(task!.id).then((t) => t!.visibleAt === clock.now() + lease));
+      await settle(() => a.get({ id: task!.id }).then((t) => t!.visibleAt === clock.now() + lease));
     }
     expect(await b.claim(queue)).toHaveLength(0);
     await alive.stop();
     clock.advance(lease + 1);
     const [taken] = await b.claim(queue);
     expect(taken!.fence).toBe(task!.fence + 1);
-    const lost = keepAlive(a, task!, { intervalMs: 1000 });
+    const lost = createKeepAlive({ claims: a, task: task!, intervalMs: 1000 });
+    await lost.start();
     clock.advance(1000);
     await settle(async () => lost.signal.aborted);
     expect(isFenced(lost.signal.reason)).toBe(true);
@@ -205,7 +207,7 @@ describe('claims', () => {
         expect(failed).toEqual({ state: 'dead', retryAt: null });
       }
     }
-    const dead = await claims.dead(queue);
+    const dead = await claims.listDead({ queue });
     expect(dead.map((t) => t.key)).toEqual(['flaky']);
     expect(dead[0]!.lastError).toContain('ECONNREFUSED');
     clock.advance(60_000);
@@ -236,7 +238,7 @@ describe('claims', () => {
     expect(await claims.claim(queue)).toHaveLength(1);
     clock.advance(lease + 1);
     expect(await claims.claim(queue)).toHaveLength(0);
-    const dead = await claims.dead(queue);
+    const dead = await claims.listDead({ queue });
     expect(dead.map((t) => [t.key, t.lastError?.split(':')[0]])).toEqual([
       ['bad-input', 'TypeError'],
       ['poison', 'lease expired'],
@@ -301,7 +303,7 @@ describe('claims', () => {
     );
     expect(rows[0]!.n).toBe(total);
     for (let i = 0; i < total; i++) {
-      const task = (await workers[0]!.find('acme', queue, `c${i}`))!;
+      const task = (await workers[0]!.get({ tenant: 'acme', queue: queue, key: `c${i}` }))!;
       expect(await effects(task.downstreamKey)).toBe(1);
     }
   });
@@ -349,40 +351,36 @@ describe('claims', () => {
     expect(next.claimed.map((t) => [t.key, t.fence, t.attempts])).toEqual([['m4', 1, 1]]);
     expect(next.claimed[0]!.leaseUntil).toBe(clock.now() + lease);
     expect(next.claimed[0]!.payload).toEqual({ key: 'm4' });
-    expect((await a.get(held[1]!.id))?.result).toBe('r2');
+    expect((await a.get({ id: held[1]!.id }))?.result).toBe('r2');
     const last = await a.completeAndClaim(next.claimed, queue, { limit: 5 });
     expect([last.completed.length, last.claimed.length]).toEqual([1, 0]);
     expect((await b.completeMany([t3!, taken!])).completed).toHaveLength(2);
-    const states = await Promise.all(first.map((r) => a.get(r.task.id)));
+    const states = await Promise.all(first.map((r) => a.get({ id: r.task.id })));
     expect(states.map((t) => t?.state)).toEqual(['completed', 'completed', 'completed', 'completed']);
   });
 
-  it('work() polls, runs and stops on abort; sweep deletes finished tasks past retention', async () => {
+  it('a worker polls, runs and stops; sweep deletes finished tasks past retention', async () => {
     const queue = newQueue();
     const claims = make('w', { retentionMs: 1000 });
     for (let i = 0; i < 5; i++) await claims.enqueue({ tenant: 'acme', queue, key: `k${i}`, payload: { i } });
-    const controller = new AbortController();
     const seen: string[] = [];
-    const loop = work(
+    const worker = createClaimsWorker({
       claims,
       queue,
-      async (tx, task: ClaimedTask<{ i: number }>) => {
+      handler: async (tx, task: ClaimedTask<{ i: number }>) => {
         await effect(tx, task, 'loop');
         seen.push(task.key);
       },
-      {
-        batchSize: 2,
-        pollIntervalMs: 100,
-        signal: controller.signal,
-      },
-    );
+      batchSize: 2,
+      pollIntervalMs: 100,
+    });
+    await worker.start();
     await settle(async () => seen.length === 5);
-    controller.abort();
-    await loop;
+    await worker.stop();
     expect(seen.sort()).toEqual(['k0', 'k1', 'k2', 'k3', 'k4']);
     clock.advance(1000);
     expect((await claims.sweep()).deleted).toBeGreaterThanOrEqual(5);
-    expect(await claims.find('acme', queue, 'k0')).toBeNull();
+    expect(await claims.get({ tenant: 'acme', queue: queue, key: 'k0' })).toBeNull();
     expect((await claims.enqueue({ tenant: 'acme', queue, key: 'k0', payload: { i: 0 } })).created).toBe(
       true,
     );

@@ -173,16 +173,24 @@ describe('database problems: one line naming the setting and the fix, exit 1', (
 
 describe('idem demo outside a checkout', () => {
   it('says the demo is not in the package, and where it is: exit 1, or 0 for --help', async () => {
-    // The command as an installed package holds it: the same file, with no demo/ three folders up.
+    // The command as an installed package holds it: the same files (the command and the module
+    // that finds the package's root), with no demo/ at that root.
     const root = mkdtempSync(join(tmpdir(), 'idem-installed-'));
     try {
       const commands = join(root, 'package', 'cli', 'commands');
       mkdirSync(commands, { recursive: true });
+      mkdirSync(join(root, 'package', 'core'));
       copyFileSync(
         fileURLToPath(new URL('../../src/cli/commands/demo.ts', import.meta.url)),
         join(commands, 'demo.ts'),
       );
-      writeFileSync(join(root, 'package.json'), '{ "type": "module" }\n');
+      for (const file of ['package-files.ts', 'module-file.ts']) {
+        copyFileSync(
+          fileURLToPath(new URL(`../../src/core/${file}`, import.meta.url)),
+          join(root, 'package', 'core', file),
+        );
+      }
+      writeFileSync(join(root, 'package.json'), '{ "name": "idem", "type": "module" }\n');
       const runner = join(root, 'run.ts');
       writeFileSync(
         runner,

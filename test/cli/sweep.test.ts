@@ -15,14 +15,14 @@ import { run } from '../../src/cli/commands/sweep.js';
 import { ManualClock, type Clock } from '../../src/core/clock.js';
 import { createInbox } from '../../src/inbox/inbox.js';
 import { createIdem } from '../../src/operations/idem.js';
-import { createDispatcher } from '../../src/outbox/dispatcher.js';
+import { createOutboxDispatcher } from '../../src/outbox/dispatcher.js';
 import { createOutbox } from '../../src/outbox/outbox.js';
 import {
   createWebhookProcessor,
   createWebhookReceiver,
   recordHeaders,
   silentLogger,
-  standardWebhooksVerifier,
+  createStandardWebhooksVerifier,
 } from '../../src/webhooks/index.js';
 import { createWebhookSender } from '../../src/webhooks/sender/sender.js';
 import { createSagas, defineSaga, step } from '../../src/workflow/index.js';
@@ -119,7 +119,7 @@ async function fill(db: TestSchema, expired: number): Promise<void> {
       payload: i,
     }));
     await sql.transaction((tx) => outbox.addMany(tx, events));
-    await createDispatcher({
+    await createOutboxDispatcher({
       sql,
       schema,
       clock,
@@ -143,7 +143,7 @@ async function fill(db: TestSchema, expired: number): Promise<void> {
       schema,
       clock,
       logger: silentLogger,
-      sources: { billing: standardWebhooksVerifier({ secrets: [standardSecret] }) },
+      sources: { billing: createStandardWebhooksVerifier({ secrets: [standardSecret] }) },
     });
     for (let i = 0; i < n; i++) {
       const signed = signStandard({
@@ -171,7 +171,7 @@ async function fill(db: TestSchema, expired: number): Promise<void> {
     schema,
     clock: old,
     logger: silentLogger,
-    sources: { billing: standardWebhooksVerifier({ secrets: [standardSecret] }) },
+    sources: { billing: createStandardWebhooksVerifier({ secrets: [standardSecret] }) },
   }).receive('billing', { headers: recordHeaders(pending.headers), body: pending.body });
 
   // Claims tasks, completed (each with its dedupe key).

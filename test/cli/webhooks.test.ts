@@ -15,7 +15,7 @@ import {
   createWebhookReceiver,
   recordHeaders,
   silentLogger,
-  standardWebhooksVerifier,
+  createStandardWebhooksVerifier,
 } from '../../src/webhooks/index.js';
 import { createTestSchema, databaseUrl, type TestSchema } from '../support/database.js';
 import { signStandard, standardSecret } from '../webhooks/support.js';
@@ -38,7 +38,7 @@ describe('idem webhooks', () => {
       schema: db.schema,
       clock,
       logger: silentLogger,
-      sources: { billing: standardWebhooksVerifier({ secrets: [standardSecret] }) },
+      sources: { billing: createStandardWebhooksVerifier({ secrets: [standardSecret] }) },
     });
     const applied: number[] = [];
     const processor = createWebhookProcessor({

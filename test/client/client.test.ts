@@ -4,11 +4,11 @@ import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest
 import {
   assertOk,
   classifyError,
-  createClient,
+  createResilientClient,
   isCircuitOpen,
   isHttpStatusError,
   parseRetryAfter,
-  RetryBudget,
+  createRetryBudget,
   subKey,
   withIdempotencyKey,
   type ClientOptions,
@@ -53,7 +53,7 @@ describe('resilient client', () => {
   function client(options: ClientOptions = {}) {
     const clock = recordingClock();
     const retries: RetryEvent[] = [];
-    const c = createClient({
+    const c = createResilientClient({
       baseUrl: provider.url,
       clock,
       onRetry: (e) => retries.push(e),
@@ -206,7 +206,7 @@ describe('resilient client', () => {
 
   it('stops retrying when the retry budget is spent', async () => {
     const clock = recordingClock();
-    const budget = new RetryBudget({ ratio: 0, minPerSecond: 0.3, windowMs: 10_000, clock }); // 3 per 10 s
+    const budget = createRetryBudget({ ratio: 0, minPerSecond: 0.3, windowMs: 10_000, clock }); // 3 per 10 s
     const { c, retries } = client({ retryBudget: budget, clock, maxAttempts: 10 });
     provider.respond(...Array.from({ length: 10 }, () => ({ status: 503 })));
     const res = await c.fetch('/effects/b', { method: 'POST', body: '{}', idempotencyKey: 'budget' });
@@ -214,7 +214,12 @@ describe('resilient client', () => {
     expect(retries).toHaveLength(3);
     expect(provider.requests).toHaveLength(4);
     // With ratio 0.5 the budget grows with first attempts.
-    const grown = new RetryBudget({ ratio: 0.5, minPerSecond: 0, windowMs: 10_000, clock: recordingClock() });
+    const grown = createRetryBudget({
+      ratio: 0.5,
+      minPerSecond: 0,
+      windowMs: 10_000,
+      clock: recordingClock(),
+    });
     for (let i = 0; i < 10; i++) grown.recordRequest();
     const allowed = Array.from({ length: 10 }, () => grown.tryRetry()).filter(Boolean).length;
     expect(allowed).toBe(5);

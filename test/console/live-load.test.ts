@@ -200,7 +200,7 @@ describe.each([
   });
   beforeAll(async () => {
     // History, so that a summary costs what it costs on a service that has run for a while: the
-    // requests and inbox counts scan their tables (docs/console.md). 100 000 rows each.
+    // requests and inbox counts scan their tables (docs/operations/console.md). 100 000 rows each.
     await demo.pool.query(
       `INSERT INTO "${schema}".requests (tenant_id, operation, idempotency_key, fingerprint, state, result,
          created_at, completed_at, expires_at, tombstone_until)

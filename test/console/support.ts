@@ -15,14 +15,14 @@ import { idempotency } from '../../src/http/fastify.js';
 import { defaultReplayHeaders } from '../../src/http/response-headers.js';
 import { createInbox } from '../../src/inbox/inbox.js';
 import { createIdem } from '../../src/operations/idem.js';
-import { createDispatcher } from '../../src/outbox/dispatcher.js';
+import { createOutboxDispatcher } from '../../src/outbox/dispatcher.js';
 import { createOutbox } from '../../src/outbox/outbox.js';
 import type { OutboxEvent, Publisher, PublishResult } from '../../src/outbox/types.js';
-import { fastifyWebhooks } from '../../src/webhooks/fastify.js';
 import { createWebhookProcessor } from '../../src/webhooks/processor.js';
 import { createWebhookReceiver } from '../../src/webhooks/receiver.js';
-import { standardWebhooksVerifier } from '../../src/webhooks/verify/standard-webhooks.js';
+import { createStandardWebhooksVerifier } from '../../src/webhooks/verify/standard-webhooks.js';
 import { createSagas, defineSaga, step } from '../../src/workflow/index.js';
+import { webhooks as fastifyWebhooks } from '../../src/webhooks/fastify.js';
 
 /** Time that only moves when told to; `sleep` (backoff) moves it at once. */
 export class StepClock implements Clock {
@@ -78,13 +78,13 @@ export async function populate(pool: pg.Pool, schema: string): Promise<Populated
     clock,
     sources: {
       provider: {
-        verifier: standardWebhooksVerifier({ secrets: [webhookSecret] }),
+        verifier: createStandardWebhooksVerifier({ secrets: [webhookSecret] }),
         storeHeaders: ['x-account'],
       },
     },
     logger: { warn: () => undefined, error: () => undefined },
   });
-  await app.register(fastifyWebhooks(receiver, { routes: { '/webhooks/provider': 'provider' } }));
+  await app.register(fastifyWebhooks({ routes: { '/webhooks/provider': 'provider' }, receiver: receiver }));
   await app.register(async (api) => {
     await api.register(idempotency, {
       idem,
@@ -275,7 +275,7 @@ export async function populate(pool: pg.Pool, schema: string): Promise<Populated
       });
     },
   };
-  const dispatcher = createDispatcher({
+  const dispatcher = createOutboxDispatcher({
     sql,
     schema,
     clock,

@@ -261,14 +261,14 @@ describe('real drivers against a real PostgreSQL', () => {
   });
 });
 
-describe('docs/reliability.md', () => {
+describe('docs/operations/reliability.md', () => {
   it('prints every rule of the classification, as the code has it', async () => {
     const { readFileSync } = await import('node:fs');
     // Table cells as prettier pads them, unpadded.
-    const doc = readFileSync(new URL('../../docs/reliability.md', import.meta.url), 'utf8').replace(
-      / +/g,
-      ' ',
-    );
+    const doc = readFileSync(
+      new URL('../../docs/operations/reliability.md', import.meta.url),
+      'utf8',
+    ).replace(/ +/g, ' ');
     for (const rule of databaseFailureRules) {
       expect(doc).toContain(
         `| \`${rule.match}\`${rule.match.length === 2 ? ' (class)' : ''} | ${rule.kind} |`,

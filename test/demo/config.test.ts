@@ -1,5 +1,5 @@
 /**
- * The demo's default webhook secret (printed in the README) is accepted on loopback only: on any
+ * The demo's default webhook secret (printed in docs/guide/demo.md) is accepted on loopback only: on any
  * other HOST the demo refuses to start, before it touches a database or a port, and says why.
  */
 import { describe, expect, it } from 'vitest';

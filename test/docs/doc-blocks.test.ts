@@ -1,6 +1,6 @@
 /**
- * Every shell and TypeScript block of the documentation (README.md, docs/*.md, the examples'
- * READMEs) is either run or type-checked here, or says why not in its info string
+ * Every shell and TypeScript block of the documentation (README.md, CONTRIBUTING.md, every page
+ * under docs/, the examples' READMEs) is either run or type-checked here, or says why not in its info string
  * (```sh no-run: <why>```, ```ts no-check: <why>```); nothing is skipped silently.
  * - TypeScript blocks are type-checked with the project's settings (typecheck-blocks.ts); a block
  *   whose first line names a file of examples/ is that file (checked here, leading comments aside),
@@ -58,11 +58,10 @@ describe('documentation blocks', () => {
         code(readFileSync(`${rootDir}${file}`, 'utf8').split('\n')),
       );
     }
-    // The quick start's commands against the demo are among those that run.
+    // The demo guide's commands against the demo are among those that run.
+    const demo = 'docs/guide/demo.md';
     expect(runnable.map(where)).toContain(
-      where(
-        codeBlocks(read('README.md'), 'README.md').find((b) => b.lines.some((l) => l.includes('drill')))!,
-      ),
+      where(codeBlocks(read(demo), demo).find((b) => b.lines.some((l) => l.includes('drill')))!),
     );
   });
 
@@ -83,7 +82,7 @@ describe('documentation blocks', () => {
     afterAll(async () => {
       await demo?.close();
       await dropDemoSchemas(schema);
-      if (!hadReport) rmSync(report, { force: true }); // written by docs/drill.md's commands
+      if (!hadReport) rmSync(report, { force: true }); // written by docs/guide/drill.md's commands
     });
 
     it.each(runnable.map((block) => [where(block), block] as const))('%s exits 0', async (_name, block) => {

@@ -16,9 +16,13 @@ export interface CodeBlock {
 export const root = new URL('../../', import.meta.url);
 export const read = (path: string): string => readFileSync(new URL(path, root), 'utf8');
 
-/** README.md, docs/*.md and the examples' READMEs: every markdown file a reader is sent to. */
+/**
+ * README.md, CONTRIBUTING.md, every markdown file under docs/ (the guide, the reference, the
+ * operations pages, at any depth) and the examples' READMEs: every markdown file a reader is sent to.
+ */
 export function documentationFiles(): string[] {
-  const docs = readdirSync(new URL('docs/', root))
+  const docs = readdirSync(new URL('docs/', root), { recursive: true, encoding: 'utf8' })
+    .map((name) => name.split('\\').join('/'))
     .filter((name) => name.endsWith('.md'))
     .map((name) => `docs/${name}`);
   const examples = readdirSync(new URL('examples/', root), { withFileTypes: true })
@@ -32,7 +36,7 @@ export function documentationFiles(): string[] {
         return false;
       }
     });
-  return ['README.md', ...docs.sort(), ...examples.sort()];
+  return ['README.md', 'CONTRIBUTING.md', ...docs.sort(), ...examples.sort()];
 }
 
 export function codeBlocks(markdown: string, file = ''): CodeBlock[] {

@@ -1,7 +1,8 @@
 /**
  * The package's type declarations ask for no package a user did not install: for every subpath in
  * package.json's exports, the declarations it loads (its .d.ts and the ones they import) import
- * only idem's own dependencies and the packages the README's install table lists for that subpath.
+ * only idem's own dependencies and the packages the install table (docs/guide/getting-started.md)
+ * lists for that subpath.
  * So an app type-checks with `skipLibCheck: false`. Declarations are emitted here as the build
  * emits them (tsconfig.build.json).
  */
@@ -17,7 +18,7 @@ import { read } from './markdown.js';
 const rootDir = fileURLToPath(new URL('../../', import.meta.url));
 const out = mkdtempSync(join(tmpdir(), 'idem-declarations-'));
 const manifest = JSON.parse(read('package.json')) as {
-  exports: Record<string, { types: string }>;
+  exports: Record<string, { import: { types: string } }>;
   dependencies: Record<string, string>;
 };
 
@@ -60,12 +61,12 @@ function externalImports(entry: string): Set<string> {
   return found;
 }
 
-/** The README's install table: subpath → the packages it says to install beside idem. */
+/** The install table (docs/guide/getting-started.md): subpath → the packages it says to install beside idem. */
 function installTable(): Map<string, Set<string>> {
-  const readme = read('README.md');
-  const section = readme.slice(
-    readme.indexOf('\n## Install\n'),
-    readme.indexOf('\n## ', readme.indexOf('\n## Install\n') + 5),
+  const guide = read('docs/guide/getting-started.md');
+  const section = guide.slice(
+    guide.indexOf('\n## Install\n'),
+    guide.indexOf('\n## ', guide.indexOf('\n## Install\n') + 5),
   );
   const table = new Map<string, Set<string>>();
   for (const row of section.split('\n').filter((line) => line.startsWith('| `idem'))) {
@@ -77,22 +78,25 @@ function installTable(): Map<string, Set<string>> {
   return table;
 }
 
-it("imports, for each subpath's types, only what the README's install table lists for it", () => {
+it("imports, for each subpath's types, only what the install table lists for it", () => {
   const table = installTable();
   const own = new Set([...Object.keys(manifest.dependencies), 'idem']);
   for (const [path, entry] of Object.entries(manifest.exports)) {
     const subpath = path === '.' ? 'idem' : `idem/${path.slice(2)}`;
     const listed = table.get(subpath);
-    expect(listed, `${subpath} in the README's install table`).toBeDefined();
-    const declarations = join(out, entry.types.replace(/^\.\/dist\//, ''));
+    expect(listed, `${subpath} in the install table`).toBeDefined();
+    const declarations = join(out, entry.import.types.replace(/^\.\/dist\/esm\//, ''));
     expect(existsSync(declarations), declarations).toBe(true);
     const missing = [...externalImports(declarations)].filter((name) => !own.has(name) && !listed!.has(name));
-    expect(missing, `${subpath}'s declarations import packages the README does not list for it`).toEqual([]);
+    expect(
+      missing,
+      `${subpath}'s declarations import packages the install table does not list for it`,
+    ).toEqual([]);
   }
 });
 
 it('finds a package the table leaves out (the check can fail)', () => {
   // idem/fastify's declarations import fastify: a table without it would be caught.
-  const entry = join(out, manifest.exports['./fastify']!.types.replace(/^\.\/dist\//, ''));
+  const entry = join(out, manifest.exports['./fastify']!.import.types.replace(/^\.\/dist\/esm\//, ''));
   expect([...externalImports(entry)]).toContain('fastify');
 });

@@ -43,7 +43,7 @@ describe.each(cases)(
         ).rows[0]!.n,
       );
     const inspect = (operation: string, key: string, tenant = 'acme') =>
-      h.idem.inspect({ tenant, operation, key });
+      h.idem.get({ tenant, operation, key });
 
     beforeAll(async () => {
       h = await createHarness({ recording });

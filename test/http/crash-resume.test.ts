@@ -57,7 +57,7 @@ describe.each(frameworks)('crash between steps on $name', (framework) => {
     expect(await exited).toBe('SIGKILL');
 
     const scope = { tenant: 'acme', operation: 'POST /checkout', key };
-    const row = await h.idem.inspect(scope);
+    const row = await h.idem.get(scope);
     expect(row).toMatchObject({ state: 'pending', recoveryPoint: 'reserve' });
 
     h.clock.advance(31_000); // the dead holder's 30 s lease lapses

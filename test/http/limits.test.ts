@@ -18,7 +18,7 @@ import { fromPg } from '../../src/adapters/pg.js';
 import { idempotency as expressIdempotency } from '../../src/http/express.js';
 import { idempotency as fastifyIdempotency } from '../../src/http/fastify.js';
 import { idempotency as honoIdempotency, type IdemVariables } from '../../src/http/hono.js';
-import { withIdempotency } from '../../src/http/node-http.js';
+import { idempotency as nodeIdempotency } from '../../src/http/node-http.js';
 import { createIdem, type Idem } from '../../src/operations/idem.js';
 import { createTestSchema, type TestSchema } from '../support/database.js';
 import { client, type Sent } from './support/client.js';
@@ -263,13 +263,16 @@ describe('Hono', () => {
 
 describe('node:http', () => {
   it('maxBodyBytes is the only body limit (node:http has none): declared or streamed', async () => {
-    const handler = withIdempotency(
-      { idem, tenant: () => 'acme', route: '/orders', maxBodyBytes: 2048 },
-      async (_req, res) => {
+    const handler = nodeIdempotency({
+      idem,
+      tenant: () => 'acme',
+      route: '/orders',
+      maxBodyBytes: 2048,
+      handler: async (_req, res) => {
         handled++;
         res.writeHead(201, { 'content-type': 'application/json' }).end('{"ok":true}');
       },
-    );
+    });
     const url = await listenNode(createServer((req, res) => void handler(req, res)));
     await expectBodyAnswer(url, '/orders', 2048, 201);
     await expectBodyAnswer(url, '/orders', 2049, 413);

@@ -44,7 +44,7 @@ describe.each(recordings)('mounting the integrations, recorded at %s', (recordin
     const again = await send(path, { key, body: { n: 1 } });
     expect(again.replayed).toBe(true);
     expect(again.bytes.equals(first.bytes)).toBe(true);
-    expect(await idem.inspect({ tenant: 'acme', operation, key })).not.toBeNull();
+    expect(await idem.get({ tenant: 'acme', operation, key })).not.toBeNull();
   }
 
   it('Express: after an app-wide express.json(), inside a router', async () => {

@@ -10,7 +10,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { fromPg } from '../../src/adapters/pg.js';
 import { isIdemError } from '../../src/core/errors.js';
 import { HttpIdempotency } from '../../src/http/engine.js';
-import { withIdempotency, type NodeHttpIdempotencyOptions } from '../../src/http/node-http.js';
+import { idempotency as nodeIdempotency, type NodeHttpIdempotencyOptions } from '../../src/http/node-http.js';
 import { createIdem, type Idem } from '../../src/operations/idem.js';
 import { createTestSchema, type TestSchema } from '../support/database.js';
 import { recordings } from '../support/recordings.js';
@@ -43,17 +43,22 @@ describe.each(recordings)('HTTP idempotency options, recorded at %s', (recording
   });
 
   async function serve(options: Partial<NodeHttpIdempotencyOptions>, table = 'widgets') {
-    const handler = withIdempotency({ idem, onError: () => {}, ...options }, async (req, res) => {
-      runs++;
-      const { rows } = await req.idem!.tx.query<{ id: number }>(
-        table === 'widgets'
-          ? `INSERT INTO "${db.schema}".widgets (key) VALUES ($1) RETURNING id`
-          : `INSERT INTO "${db.schema}".contested DEFAULT VALUES RETURNING id`,
-        table === 'widgets' ? [req.idem!.key] : [],
-      );
-      res.setHeader('set-cookie', 'widget=1');
-      res.setHeader('x-widget-version', '7');
-      res.writeHead(201, { 'content-type': 'application/json' }).end(JSON.stringify({ id: rows[0]!.id }));
+    const handler = nodeIdempotency({
+      idem,
+      onError: () => {},
+      ...options,
+      handler: async (req, res) => {
+        runs++;
+        const { rows } = await req.idem!.tx.query<{ id: number }>(
+          table === 'widgets'
+            ? `INSERT INTO "${db.schema}".widgets (key) VALUES ($1) RETURNING id`
+            : `INSERT INTO "${db.schema}".contested DEFAULT VALUES RETURNING id`,
+          table === 'widgets' ? [req.idem!.key] : [],
+        );
+        res.setHeader('set-cookie', 'widget=1');
+        res.setHeader('x-widget-version', '7');
+        res.writeHead(201, { 'content-type': 'application/json' }).end(JSON.stringify({ id: rows[0]!.id }));
+      },
     });
     const server = createServer((req, res) => void handler(req, res));
     await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
@@ -92,7 +97,7 @@ describe.each(recordings)('HTTP idempotency options, recorded at %s', (recording
     const key = `w-${randomBytes(4).toString('hex')}`;
     const first = await send('/widgets', { key, tenant: null, body: { size: 1 } });
     expect(first.status).toBe(201);
-    expect(await idem.inspect({ tenant: 'default', operation: 'create-widget', key })).not.toBeNull();
+    expect(await idem.get({ tenant: 'default', operation: 'create-widget', key })).not.toBeNull();
     const replay = await send('/widgets', { key, tenant: null, body: { size: 1 } });
     expect(replay.replayed).toBe(true);
     expect(replay.header('set-cookie')).toBe('widget=1');
@@ -110,7 +115,7 @@ describe.each(recordings)('HTTP idempotency options, recorded at %s', (recording
     expect(response.status).toBe(503);
     expect(response.json()).toMatchObject({ code: 'IDEM_COMMIT_FAILED', retryable: true });
     expect(runs - before).toBe(1);
-    expect(await idem.inspect({ tenant: 'acme', operation: 'POST /contested', key })).toBeNull();
+    expect(await idem.get({ tenant: 'acme', operation: 'POST /contested', key })).toBeNull();
     expect((await db.pool.query(`SELECT 1 FROM "${db.schema}".contested`)).rowCount).toBe(0);
   });
 });

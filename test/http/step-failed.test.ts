@@ -9,7 +9,7 @@ import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { fromPg } from '../../src/adapters/pg.js';
 import { deriveKey } from '../../src/core/keys.js';
-import { withIdempotency } from '../../src/http/node-http.js';
+import { idempotency as nodeIdempotency } from '../../src/http/node-http.js';
 import { createIdem, type Idem } from '../../src/operations/idem.js';
 import { createTestSchema, type TestSchema } from '../support/database.js';
 import { startFakeProvider, type FakeProvider } from '../support/fake-provider.js';
@@ -28,15 +28,13 @@ describe('steps mode: a request that fails for good', () => {
     await db.pool.query(`CREATE TABLE "${db.schema}".charges (key text NOT NULL, note text NOT NULL)`);
     provider = await startFakeProvider();
     idem = createIdem({ sql: fromPg(db.pool), schema: db.schema });
-    const pay = withIdempotency(
-      {
-        idem,
-        tenant: () => 'acme',
-        route: '/pay',
-        mode: 'steps',
-        onError: (error) => errors.push(error),
-      },
-      async (req, res) => {
+    const pay = nodeIdempotency({
+      idem,
+      tenant: () => 'acme',
+      route: '/pay',
+      mode: 'steps',
+      onError: (error) => errors.push(error),
+      handler: async (req, res) => {
         const context = req.idem!;
         runs.set(context.key, (runs.get(context.key) ?? 0) + 1);
         const { note, callFirst } = req.body as { note: string; callFirst: boolean };
@@ -56,7 +54,7 @@ describe('steps mode: a request that fails for good', () => {
         );
         res.writeHead(201, { 'content-type': 'application/json' }).end('{"ok":true}');
       },
-    );
+    });
     server = createServer((req, res) => void pay(req, res));
     await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
     url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
@@ -103,7 +101,7 @@ describe('steps mode: a request that fails for good', () => {
     expect(runs.get(key)).toBe(1);
     const scope = { tenant: 'acme', operation: 'POST /pay', key };
     expect(provider.calls.filter((c) => c.key === deriveKey(scope, 'charge'))).toHaveLength(1);
-    expect(await idem.inspect(scope)).toMatchObject({ state: 'failed', errorStep: 'record' });
+    expect(await idem.get(scope)).toMatchObject({ state: 'failed', errorStep: 'record' });
   });
 
   it('before anything was committed: 500 internal, nothing stored; the retry runs afresh', async () => {
@@ -111,7 +109,7 @@ describe('steps mode: a request that fails for good', () => {
     const body = { note: 'nul \u0000 byte', callFirst: false };
     const first = await send(key, body);
     expect(first).toMatchObject({ status: 500, json: { type: 'urn:idem:problem:internal' } });
-    expect(await idem.inspect({ tenant: 'acme', operation: 'POST /pay', key })).toBeNull();
+    expect(await idem.get({ tenant: 'acme', operation: 'POST /pay', key })).toBeNull();
     const retry = await send(key, body);
     expect(retry.json.type).toBe('urn:idem:problem:internal');
     expect(runs.get(key)).toBe(2);

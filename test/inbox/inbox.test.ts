@@ -44,7 +44,7 @@ describe('inbox', () => {
     expect(await effects('m1')).toBe(1);
     expect(inbox.counters.processed - before.processed).toBe(1);
     expect(inbox.counters.duplicates - before.duplicates).toBe(2);
-    expect((await inbox.read(m))?.duplicates).toBe(2);
+    expect((await inbox.get(m))?.duplicates).toBe(2);
     // Another consumer of the same message processes it on its own.
     expect((await inbox.handle({ consumer: 'shipping', messageId: 'm1' }, apply('m1'))).duplicate).toBe(
       false,
@@ -88,7 +88,7 @@ describe('inbox', () => {
       }),
     ).rejects.toThrow('downstream timeout');
     expect(await effects('m2')).toBe(0);
-    expect(await inbox.read(m)).toBeNull();
+    expect(await inbox.get(m)).toBeNull();
     expect((await inbox.handle(m, apply('m2'))).duplicate).toBe(false);
     expect(await effects('m2')).toBe(1);
   });
@@ -135,7 +135,7 @@ describe('inbox', () => {
         headers: { a: 'b' },
       }),
     ).toBe(true);
-    const dead = await inbox.read(m);
+    const dead = await inbox.get(m);
     expect(dead).toMatchObject({
       state: 'dead',
       attempts: 5,
@@ -146,9 +146,9 @@ describe('inbox', () => {
     expect(Buffer.from(dead!.payload!).equals(payload)).toBe(true);
     expect((await inbox.handle(m, apply('m5'))).duplicate).toBe(false);
     expect(await effects('m5')).toBe(1);
-    expect((await inbox.read(m))?.state).toBe('processed');
+    expect((await inbox.get(m))?.state).toBe('processed');
     expect(await inbox.markDead({ ...m, attempts: 1, error: 'late report' })).toBe(false);
-    expect((await inbox.read(m))?.state).toBe('processed');
+    expect((await inbox.get(m))?.state).toBe('processed');
     expect((await inbox.handle(m, apply('m5'))).duplicate).toBe(true);
   });
 
@@ -160,8 +160,8 @@ describe('inbox', () => {
     await inbox.handle(fresh, async () => undefined);
     clock.advance(4_001);
     expect((await inbox.sweep({ batchSize: 1 })).deleted).toBeGreaterThanOrEqual(1);
-    expect(await inbox.read(old)).toBeNull();
-    expect(await inbox.read(fresh)).not.toBeNull();
+    expect(await inbox.get(old)).toBeNull();
+    expect(await inbox.get(fresh)).not.toBeNull();
     // Past the retention the id is forgotten: a (very late) redelivery would run again.
     expect((await inbox.handle(old, async () => undefined)).duplicate).toBe(false);
   });

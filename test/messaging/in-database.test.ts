@@ -6,9 +6,9 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { fromPg } from '../../src/adapters/pg.js';
 import type { Sql } from '../../src/core/sql.js';
 import { createInbox, type Inbox } from '../../src/inbox/inbox.js';
-import { createDispatcher } from '../../src/outbox/dispatcher.js';
+import { createOutboxDispatcher } from '../../src/outbox/dispatcher.js';
 import { createOutbox, type Outbox } from '../../src/outbox/outbox.js';
-import { inDatabasePublisher } from '../../src/outbox/publishers/in-database.js';
+import { createInDatabasePublisher } from '../../src/outbox/publishers/in-database.js';
 import type { OutboxEvent } from '../../src/outbox/types.js';
 import { orderViolations } from '../outbox/support.js';
 import { createTestSchema, databaseUrl, type TestSchema } from '../support/database.js';
@@ -40,7 +40,7 @@ const effects = async (consumer?: string): Promise<Map<string, number>> => {
 describe('in-database transport', () => {
   it('delivers each event once to every subscriber of its topic, in per-key order', async () => {
     const seen: OutboxEvent[] = [];
-    const publisher = inDatabasePublisher({
+    const publisher = createInDatabasePublisher({
       inbox,
       subscribers: [
         {
@@ -68,7 +68,7 @@ describe('in-database transport', () => {
         await outbox.add(tx, { topic: 'other', key: 'x', type: 'noted', payload: { i } });
       });
     }
-    const result = await createDispatcher({
+    const result = await createOutboxDispatcher({
       sql,
       publisher,
       schema: db.schema,
@@ -83,7 +83,7 @@ describe('in-database transport', () => {
   it('a failing subscriber makes the event retry; the subscriber that committed is not run again', async () => {
     let failures = 1;
     const runs: string[] = [];
-    const publisher = inDatabasePublisher({
+    const publisher = createInDatabasePublisher({
       inbox,
       subscribers: [
         {
@@ -105,7 +105,7 @@ describe('in-database transport', () => {
     const id = await sql.transaction((tx) =>
       outbox.add(tx, { topic: 'retry', key: 'k', type: 'once', payload: 1 }),
     );
-    const dispatcher = createDispatcher({
+    const dispatcher = createOutboxDispatcher({
       sql,
       publisher,
       schema: db.schema,
@@ -142,7 +142,7 @@ describe('in-database transport', () => {
     const applied = await effects();
     expect(ids.map((id) => applied.get(id))).toEqual([1, 1]);
 
-    const publisher = inDatabasePublisher({
+    const publisher = createInDatabasePublisher({
       inbox,
       subscribers: [
         {
@@ -154,7 +154,7 @@ describe('in-database transport', () => {
       ],
     });
     const duplicatesBefore = inbox.counters.duplicates;
-    const result = await createDispatcher({
+    const result = await createOutboxDispatcher({
       sql,
       publisher,
       schema: db.schema,

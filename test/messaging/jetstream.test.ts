@@ -9,10 +9,13 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { fromPg } from '../../src/adapters/pg.js';
 import type { Sql } from '../../src/core/sql.js';
 import { createInbox, type Inbox } from '../../src/inbox/inbox.js';
-import { consumeJetStream, type JetStreamConsumerOptions } from '../../src/inbox/jetstream-consumer.js';
-import { createDispatcher } from '../../src/outbox/dispatcher.js';
+import {
+  createJetStreamConsumer,
+  type JetStreamConsumerOptions,
+} from '../../src/inbox/jetstream-consumer.js';
+import { createOutboxDispatcher } from '../../src/outbox/dispatcher.js';
 import { createOutbox, type Outbox } from '../../src/outbox/outbox.js';
-import { natsPublisher } from '../../src/outbox/publishers/nats.js';
+import { createNatsPublisher } from '../../src/outbox/publishers/nats.js';
 import type { OutboxEvent } from '../../src/outbox/types.js';
 import { createTestSchema, databaseUrl, type TestSchema } from '../support/database.js';
 import { serviceUrl } from '../support/services.js';
@@ -70,8 +73,13 @@ describe.skipIf(!natsUrl)('NATS JetStream', () => {
   }
 
   async function dispatch(topic: string): Promise<number> {
-    const publisher = natsPublisher({ connection: nc });
-    const result = await createDispatcher({ sql, publisher, schema: db.schema, topics: [topic] }).drain();
+    const publisher = createNatsPublisher({ connection: nc });
+    const result = await createOutboxDispatcher({
+      sql,
+      publisher,
+      schema: db.schema,
+      topics: [topic],
+    }).drain();
     return result.published;
   }
 
@@ -85,7 +93,7 @@ describe.skipIf(!natsUrl)('NATS JetStream', () => {
   };
 
   async function consumer(stream: string, name: string, extra: Partial<JetStreamConsumerOptions> = {}) {
-    const c = await consumeJetStream({
+    const c = createJetStreamConsumer({
       inbox,
       consumer: name,
       connection: nc,
@@ -98,7 +106,8 @@ describe.skipIf(!natsUrl)('NATS JetStream', () => {
       },
       ...extra,
     });
-    closers.push(() => c.close());
+    await c.start();
+    closers.push(() => c.stop());
     return c;
   }
 
@@ -113,7 +122,7 @@ describe.skipIf(!natsUrl)('NATS JetStream', () => {
 
     // The same event again (a dispatcher that crashed before marking): inside the duplicate
     // window JetStream answers "duplicate", which is a success, and stores nothing new.
-    const publisher = natsPublisher({ connection: nc });
+    const publisher = createNatsPublisher({ connection: nc });
     const event: OutboxEvent = {
       id: id!,
       topic,
@@ -133,8 +142,8 @@ describe.skipIf(!natsUrl)('NATS JetStream', () => {
     const lostTopic = uniqueName('nowhere');
     const [lost] = await addEvents(lostTopic, 1);
     await addEvents(topic, 1);
-    const publisher = natsPublisher({ connection: nc, timeoutMs: 1000 });
-    const dispatcher = createDispatcher({
+    const publisher = createNatsPublisher({ connection: nc, timeoutMs: 1000 });
+    const dispatcher = createOutboxDispatcher({
       sql,
       publisher,
       schema: db.schema,
@@ -144,7 +153,7 @@ describe.skipIf(!natsUrl)('NATS JetStream', () => {
     });
     const result = await dispatcher.drain();
     expect(result).toMatchObject({ published: 1, dead: 1 });
-    expect((await outbox.read(lost!))?.deadAt).not.toBeNull();
+    expect((await outbox.get({ id: lost! }))?.deadAt).not.toBeNull();
   });
 
   it('an event of a named tenant reaches the consumer’s inbox under that tenant', async () => {
@@ -176,7 +185,7 @@ describe.skipIf(!natsUrl)('NATS JetStream', () => {
     );
     expect(seen.sort()).toEqual(['', 'acme', 'globex']);
     for (const [tenant, id] of Object.entries(ids)) {
-      expect(await inbox.read({ tenant, consumer: 'tenant-ledger', messageId: id })).toMatchObject({
+      expect(await inbox.get({ tenant, consumer: 'tenant-ledger', messageId: id })).toMatchObject({
         tenant,
       });
     }
@@ -216,7 +225,7 @@ describe.skipIf(!natsUrl)('NATS JetStream', () => {
     const lastGood = Math.max(...seen.filter((s) => good.includes(s.id)).map((s) => s.at));
     expect(lastGood).toBeLessThan(attempts[1]!.at);
     expect(c.counters).toMatchObject({ processed: 10, retried: 2, dead: 1 });
-    const record = await inbox.read({ consumer: 'poison', messageId: poisonId! });
+    const record = await inbox.get({ consumer: 'poison', messageId: poisonId! });
     expect(record).toMatchObject({ state: 'dead', attempts: 3, lastError: 'Error: cannot apply poison' });
     expect(JSON.parse(Buffer.from(record!.payload!).toString())).toEqual({ i: 0, key: 'poison' });
     expect(record!.headers).toMatchObject({ 'Nats-Msg-Id': poisonId });
@@ -275,9 +284,9 @@ describe.skipIf(!natsUrl)('NATS JetStream', () => {
       ignoreClusterUpdates: true,
     });
     closers.push(() => viaProxy.close());
-    const dispatcher = createDispatcher({
+    const dispatcher = createOutboxDispatcher({
       sql,
-      publisher: natsPublisher({ connection: viaProxy, timeoutMs: 300 }),
+      publisher: createNatsPublisher({ connection: viaProxy, timeoutMs: 300 }),
       schema: db.schema,
       topics: [topic],
       maxAttempts: 1,

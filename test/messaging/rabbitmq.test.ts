@@ -7,10 +7,10 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { fromPg } from '../../src/adapters/pg.js';
 import type { Sql } from '../../src/core/sql.js';
 import { createInbox, type Inbox } from '../../src/inbox/inbox.js';
-import { consumeRabbitMq, type RabbitMqConsumer } from '../../src/inbox/rabbitmq-consumer.js';
-import { createDispatcher } from '../../src/outbox/dispatcher.js';
+import { createRabbitMqConsumer, type RabbitMqConsumer } from '../../src/inbox/rabbitmq-consumer.js';
+import { createOutboxDispatcher } from '../../src/outbox/dispatcher.js';
 import { createOutbox, type Outbox } from '../../src/outbox/outbox.js';
-import { rabbitMqPublisher, type RabbitMqPublisher } from '../../src/outbox/publishers/rabbitmq.js';
+import { createRabbitMqPublisher, type RabbitMqPublisher } from '../../src/outbox/publishers/rabbitmq.js';
 import type { OutboxEvent, Publisher } from '../../src/outbox/types.js';
 import { orderViolations } from '../outbox/support.js';
 import { createTestSchema, databaseUrl, type TestSchema } from '../support/database.js';
@@ -76,7 +76,7 @@ describe.skipIf(!amqpUrl)('RabbitMQ', () => {
   };
 
   function publisherTo(queue: string, url = amqpUrl!): RabbitMqPublisher {
-    const publisher = rabbitMqPublisher({
+    const publisher = createRabbitMqPublisher({
       connection: url,
       route: () => ({ exchange: '', routingKey: queue }),
     });
@@ -87,9 +87,9 @@ describe.skipIf(!amqpUrl)('RabbitMQ', () => {
   async function consumer(
     queue: string,
     name: string,
-    extra: Partial<Parameters<typeof consumeRabbitMq>[0]> = {},
+    extra: Partial<Parameters<typeof createRabbitMqConsumer>[0]> = {},
   ) {
-    const c: RabbitMqConsumer = await consumeRabbitMq({
+    const c: RabbitMqConsumer = createRabbitMqConsumer({
       inbox,
       consumer: name,
       queue,
@@ -104,8 +104,9 @@ describe.skipIf(!amqpUrl)('RabbitMQ', () => {
       },
       ...extra,
     });
+    await c.start();
     for (const q of c.queues) queues.add(q);
-    closers.push(() => c.close());
+    closers.push(() => c.stop());
     return c;
   }
 
@@ -123,7 +124,7 @@ describe.skipIf(!amqpUrl)('RabbitMQ', () => {
   it('publishes with confirms, the event id as message_id, and the payload as JSON', async () => {
     const queue = await newQueue('publish');
     const [id] = await addEvents(queue, 1);
-    const dispatcher = createDispatcher({
+    const dispatcher = createOutboxDispatcher({
       sql,
       publisher: publisherTo(queue),
       schema: db.schema,
@@ -143,12 +144,12 @@ describe.skipIf(!amqpUrl)('RabbitMQ', () => {
   it('an unroutable event is a failure, not a silent drop; it parks as dead and other keys flow', async () => {
     const queue = await newQueue('unroutable');
     const ids = await addEvents(queue, 4, ['lost', 'fine']);
-    const publisher = rabbitMqPublisher({
+    const publisher = createRabbitMqPublisher({
       connection: amqpUrl!,
       route: (event) => ({ exchange: '', routingKey: event.key === 'lost' ? uniqueName('nowhere') : queue }),
     });
     closers.push(() => publisher.close());
-    const dispatcher = createDispatcher({
+    const dispatcher = createOutboxDispatcher({
       sql,
       publisher,
       schema: db.schema,
@@ -160,7 +161,7 @@ describe.skipIf(!amqpUrl)('RabbitMQ', () => {
     await dispatcher.drain();
     await new Promise((r) => setTimeout(r, 20));
     await dispatcher.drain();
-    const lost = await outbox.read(ids[0]!);
+    const lost = await outbox.get({ id: ids[0]! });
     expect(lost?.deadAt).not.toBeNull();
     expect(lost?.lastError).toMatch(/unroutable/);
     expect((await channel.checkQueue(queue)).messageCount).toBe(2);
@@ -183,7 +184,8 @@ describe.skipIf(!amqpUrl)('RabbitMQ', () => {
     });
     const publisher = publisherTo(queue);
     expect(
-      (await createDispatcher({ sql, publisher, schema: db.schema, topics: ['tenants'] }).drain()).published,
+      (await createOutboxDispatcher({ sql, publisher, schema: db.schema, topics: ['tenants'] }).drain())
+        .published,
     ).toBe(2);
     const seen: string[] = [];
     await consumer(queue, 'tenant-ledger', {
@@ -195,19 +197,19 @@ describe.skipIf(!amqpUrl)('RabbitMQ', () => {
     await waitFor(async () => (await effectCount(id)) === 2, 'both tenants’ events');
     expect(seen.sort()).toEqual(['acme:acme', 'globex:globex']);
     for (const tenant of ['acme', 'globex']) {
-      expect(await inbox.read({ tenant, consumer: 'tenant-ledger', messageId: id })).toMatchObject({
+      expect(await inbox.get({ tenant, consumer: 'tenant-ledger', messageId: id })).toMatchObject({
         tenant,
         state: 'processed',
       });
     }
-    expect(await inbox.read({ consumer: 'tenant-ledger', messageId: id })).toBeNull();
+    expect(await inbox.get({ consumer: 'tenant-ledger', messageId: id })).toBeNull();
   });
 
   it('consumer: acks after commit; a duplicate delivery is acked without a second effect', async () => {
     const queue = await newQueue('dedupe');
     const ids = await addEvents(queue, 5);
     const publisher = publisherTo(queue);
-    const dispatcher = createDispatcher({ sql, publisher, schema: db.schema, topics: [queue] });
+    const dispatcher = createOutboxDispatcher({ sql, publisher, schema: db.schema, topics: [queue] });
     await dispatcher.drain();
     // The same events published a second time (a dispatcher that lost its marks).
     await publisher.publish(
@@ -244,7 +246,7 @@ describe.skipIf(!amqpUrl)('RabbitMQ', () => {
     });
     const [poisonId] = await addEvents(queue, 1, ['poison']);
     const good = await addEvents(queue, 20, ['a', 'b', 'c']);
-    await createDispatcher({
+    await createOutboxDispatcher({
       sql,
       publisher: publisherTo(queue),
       schema: db.schema,
@@ -272,7 +274,7 @@ describe.skipIf(!amqpUrl)('RabbitMQ', () => {
       'x-idem-error': 'Error: cannot apply poison',
       'x-idem-consumer': 'poison',
     });
-    const record = await inbox.read({ consumer: 'poison', messageId: poisonId! });
+    const record = await inbox.get({ consumer: 'poison', messageId: poisonId! });
     expect(record).toMatchObject({
       state: 'dead',
       attempts: 3,
@@ -285,7 +287,7 @@ describe.skipIf(!amqpUrl)('RabbitMQ', () => {
   it('seed scenario 4: the consumer commits, is killed (SIGKILL) before the ack; the redelivery has no second effect', async () => {
     const queue = await newQueue('scenario4');
     const [id] = await addEvents(queue, 1);
-    await createDispatcher({
+    await createOutboxDispatcher({
       sql,
       publisher: publisherTo(queue),
       schema: db.schema,
@@ -316,7 +318,7 @@ describe.skipIf(!amqpUrl)('RabbitMQ', () => {
     await waitFor(() => c.counters.duplicates === 1, 'the redelivery to be acked as a duplicate');
     expect(c.counters).toMatchObject({ processed: 0, duplicates: 1, dead: 0, retried: 0 });
     expect(await effectCount(id)).toBe(1);
-    expect((await inbox.read({ consumer: 'scenario4', messageId: id! }))?.duplicates).toBe(1);
+    expect((await inbox.get({ consumer: 'scenario4', messageId: id! }))?.duplicates).toBe(1);
     await waitFor(async () => (await channel.checkQueue(queue)).messageCount === 0, 'empty queue');
   });
 
@@ -336,7 +338,7 @@ describe.skipIf(!amqpUrl)('RabbitMQ', () => {
     expect((await channel.checkQueue(queue)).messageCount).toBe(3);
 
     // The next dispatcher finds them unmarked and publishes them again.
-    const dispatcher = createDispatcher({
+    const dispatcher = createOutboxDispatcher({
       sql,
       publisher: publisherTo(queue),
       schema: db.schema,
@@ -368,7 +370,7 @@ describe.skipIf(!amqpUrl)('RabbitMQ', () => {
     expect(afterCrash).toBeGreaterThan(0);
     expect(afterCrash).toBeLessThan(40);
 
-    const dispatcher = createDispatcher({
+    const dispatcher = createOutboxDispatcher({
       sql,
       publisher: publisherTo(queue),
       schema: db.schema,
@@ -393,7 +395,7 @@ describe.skipIf(!amqpUrl)('RabbitMQ', () => {
     viaProxy.port = String(proxy.port);
 
     const outages: unknown[] = [];
-    const dispatcher = createDispatcher({
+    const dispatcher = createOutboxDispatcher({
       sql,
       publisher: publisherTo(queue, viaProxy.toString()),
       schema: db.schema,
@@ -447,7 +449,7 @@ describe.skipIf(!amqpUrl)('RabbitMQ', () => {
       },
     });
     const dispatchers = [1, 2].map(() =>
-      createDispatcher({
+      createOutboxDispatcher({
         sql,
         publisher: flaky(publisherTo(queue)),
         schema: db.schema,

@@ -1,7 +1,7 @@
 /**
- * examples/nestjs-prisma, the app docs/nestjs.md walks through, started as it is on Express and on
- * Fastify against the real PostgreSQL, and its code blocks in docs/nestjs.md checked against the
- * files.
+ * examples/nestjs-prisma, the app docs/guide/nestjs.md walks through, started as it is on Express
+ * and on Fastify against the real PostgreSQL, and its code blocks in docs/guide/nestjs.md checked
+ * against the files.
  */
 import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
@@ -78,9 +78,9 @@ describe.each([false, true])('examples/nestjs-prisma (fastify: %s)', (fastify) =
   });
 });
 
-describe('docs/nestjs.md', () => {
+describe('docs/guide/nestjs.md', () => {
   it('shows the example files as they are', () => {
-    const doc = readFileSync(new URL('../../docs/nestjs.md', import.meta.url), 'utf8');
+    const doc = readFileSync(new URL('../../docs/guide/nestjs.md', import.meta.url), 'utf8');
     const blocks = [...doc.matchAll(/```ts\n(\/\/ (examples\/nestjs-prisma\/[\w.-]+)\n[\s\S]*?)```/g)];
     expect(blocks.map((b) => b[2]).sort()).toEqual([
       'examples/nestjs-prisma/app.module.ts',

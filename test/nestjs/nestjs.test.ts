@@ -263,7 +263,7 @@ describe.each(['express', 'fastify'] as const)('NestJS + Prisma on %s', (platfor
     expect(again.bytes.equals(first.bytes)).toBe(true);
     expect(await rows(k)).toBe(1);
     expect(app.get(Idem)).toBeInstanceOf(Idem);
-    expect((await app.get(Idem).inspect({ tenant: 'acme', operation: 'POST /orders', key: k }))?.state).toBe(
+    expect((await app.get(Idem).get({ tenant: 'acme', operation: 'POST /orders', key: k }))?.state).toBe(
       'completed',
     );
   });
@@ -334,7 +334,7 @@ describe.each(['express', 'fastify'] as const)('NestJS + Prisma on %s', (platfor
     const k = key();
     const refused = await send('/validated', { key: k, body: { intent: k, amount: -1 } });
     expect(refused.status).toBe(400);
-    expect(await app.get(Idem).inspect({ tenant: 'acme', operation: 'POST /validated', key: k })).toBeNull();
+    expect(await app.get(Idem).get({ tenant: 'acme', operation: 'POST /validated', key: k })).toBeNull();
     const corrected = await send('/validated', { key: k, body: { intent: k, amount: 1 } });
     expect(corrected.status).toBe(201);
     expect(corrected.replayed).toBe(false);

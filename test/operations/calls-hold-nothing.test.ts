@@ -272,7 +272,7 @@ describe('calls hold no transaction or connection while they run', () => {
         expect(result.value.recorded).toBe('recorded');
         expect(result.value.charge).toMatch(/^ch_/);
         expect(slow3s.calls.filter((c) => c.key === deriveKey(spec, 'charge'))).toHaveLength(1);
-        const row = await idem.inspect(spec);
+        const row = await idem.get(spec);
         expect(row).toMatchObject({ state: 'completed', fence: 1 });
       } finally {
         await pool.end();

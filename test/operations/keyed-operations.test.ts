@@ -81,7 +81,7 @@ describe.each(recordings.flatMap((recording) => adapterFactories.map((factory) =
       expect(second.value).toEqual(first.value);
       expect(runs).toBe(1);
       expect(await effectCount(key)).toBe(1);
-      const row = await idem.inspect({ tenant: 'acme', operation: 'create-order', key });
+      const row = await idem.get({ tenant: 'acme', operation: 'create-order', key });
       expect(row?.state).toBe('completed');
       expect(row?.result).toBe(JSON.stringify(first.value));
     });
@@ -100,7 +100,7 @@ describe.each(recordings.flatMap((recording) => adapterFactories.map((factory) =
       expect((failure as OperationFailedError).retryable).toBe(true);
       expect((failure as OperationFailedError).cause).toBe(transient);
       expect(await effectCount(key)).toBe(0);
-      expect(await idem.inspect({ tenant: 'acme', operation: 'create-order', key })).toBeNull();
+      expect(await idem.get({ tenant: 'acme', operation: 'create-order', key })).toBeNull();
 
       const permanent = await idem
         .run(spec, () => Promise.reject(new TypeError('bug')))
@@ -230,7 +230,7 @@ describe.each(recordings.flatMap((recording) => adapterFactories.map((factory) =
         })
         .catch(() => undefined);
       expect(await effectCount(key)).toBe(0);
-      expect(await idem.inspect({ tenant: 'acme', operation: 'user-tx', key })).toBeNull();
+      expect(await idem.get({ tenant: 'acme', operation: 'user-tx', key })).toBeNull();
 
       const result = await adapter.userTransaction((tx) =>
         idem.runIn(tx, spec, async (inner) => insertEffect(inner, key)),
@@ -265,7 +265,7 @@ describe.each(recordings.flatMap((recording) => adapterFactories.map((factory) =
       // The sweeper clears the stored result but keeps the tombstone; the answer stays the same.
       const swept = await idem.sweep();
       expect(swept.cleared).toBeGreaterThanOrEqual(1);
-      expect((await idem.inspect(spec))?.result).toBeNull();
+      expect((await idem.get(spec))?.result).toBeNull();
       expect(isExpired(await idem.run(spec, handler).catch((e: unknown) => e))).toBe(true);
       // A different payload inside the tombstone is still refused as a reused key.
       expect(

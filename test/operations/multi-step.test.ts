@@ -8,7 +8,7 @@ import { isFenced, isInProgress } from '../../src/core/errors.js';
 import { deriveKey } from '../../src/core/keys.js';
 import { createIdem } from '../../src/operations/idem.js';
 import { defaultHeartbeatMs } from '../../src/steps/engine.js';
-import { createClient, currentIdempotencyKey } from '../../src/client/index.js';
+import { createResilientClient, currentIdempotencyKey } from '../../src/client/index.js';
 import { createTestSchema, databaseUrl, type TestSchema } from '../support/database.js';
 import { partitionable } from '../support/partition.js';
 import { startFakeProvider, type FakeProvider } from '../support/fake-provider.js';
@@ -56,7 +56,7 @@ describe('multi-step operations', () => {
 
   it("a step's outgoing calls carry its derived key without being told (idem/client)", async () => {
     const idem = createIdem({ sql: fromPg(db.pool), schema: db.schema });
-    const client = createClient({ baseUrl: provider.url });
+    const client = createResilientClient({ baseUrl: provider.url });
     const key = `ms-client-${randomBytes(4).toString('hex')}`;
     const spec = { tenant: 'acme', operation: 'pay', key, request: { amount: 7 } };
     const seenBefore = provider.calls.length;

@@ -93,13 +93,13 @@ describe('multi-step failures', () => {
     expect(isOperationFailed(first)).toBe(true);
     expect((first as OperationFailedError).retryable).toBe(false);
     expect(sqlStateOf((first as Error).cause)).toBe('22021');
-    expect(await idem.inspect(spec(key))).toBeNull(); // nothing left behind: not pending, not stuck
+    expect(await idem.get(spec(key))).toBeNull(); // nothing left behind: not pending, not stuck
     expect(await stuck()).toBe(0);
 
     const second = await attempt(); // runs again (and fails the same way, still leaving nothing)
     expect(isOperationFailed(second)).toBe(true);
     expect(runs).toBe(2);
-    expect(await idem.inspect(spec(key))).toBeNull();
+    expect(await idem.get(spec(key))).toBeNull();
     // Once the cause is fixed, the same key works.
     const fixed = await idem.steps(spec(key), (op) => op.step('note', async () => 'ok'));
     expect(fixed).toMatchObject({ value: 'ok', replayed: false });
@@ -121,7 +121,7 @@ describe('multi-step failures', () => {
     expect(failure.failure).toContain('invalid byte sequence');
     expect(sqlStateOf(failure.cause)).toBe('22021');
 
-    const row = await idem.inspect(spec(key));
+    const row = await idem.get(spec(key));
     expect(row).toMatchObject({ state: 'failed', errorStep: 'record-charge', lockedUntil: null });
     expect(row?.error).toContain('invalid byte sequence');
     const steps = await stepRows(key);
@@ -148,7 +148,7 @@ describe('multi-step failures', () => {
       )
       .catch((e: unknown) => e);
     expect(first).toMatchObject({ code: 'IDEM_STEP_FAILED', step: 'charge' });
-    expect(await idem.inspect(spec(key))).toMatchObject({
+    expect(await idem.get(spec(key))).toMatchObject({
       state: 'failed',
       errorStep: 'charge',
       error: 'TypeError: the provider refused the request shape',
@@ -186,7 +186,7 @@ describe('multi-step failures', () => {
     };
     const first = await idem.steps(spec(key), body).catch((e: unknown) => e);
     expect(first).toMatchObject({ code: 'IDEM_OPERATION_FAILED', retryable: true });
-    const row = await idem.inspect(spec(key));
+    const row = await idem.get(spec(key));
     expect(row).toMatchObject({ state: 'pending', recoveryPoint: 'charge', error: null });
     expect(row!.lockedUntil).toBeLessThanOrEqual(Date.now());
     expect(await stuck()).toBe(before + 1); // waiting for its retry: this one does count
@@ -218,7 +218,7 @@ describe('multi-step failures', () => {
         })
         .then(
           () => undefined,
-          async (e: unknown) => ({ error: e, row: await idem.inspect(spec(key)) }),
+          async (e: unknown) => ({ error: e, row: await idem.get(spec(key)) }),
         );
     };
     const busy = (await failWith(503))!;

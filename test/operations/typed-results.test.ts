@@ -161,7 +161,7 @@ describe('step results across a resume', () => {
     const effects = await db.pool.query(`SELECT 1 FROM "${db.schema}".effects WHERE key = $1`, [key]);
     expect(effects.rowCount).toBe(0);
     expect(await stored(key)).toEqual([]);
-    expect(await idem.inspect(spec(key))).toBeNull();
+    expect(await idem.get(spec(key))).toBeNull();
   });
 
   it("a call's result that would not resume as itself fails the operation for good, naming the call", async () => {

@@ -4,7 +4,7 @@ import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { fromPg } from '../../src/adapters/pg.js';
 import { run } from '../../src/cli/commands/outbox.js';
-import { createDispatcher } from '../../src/outbox/dispatcher.js';
+import { createOutboxDispatcher } from '../../src/outbox/dispatcher.js';
 import { createOutbox, type Outbox } from '../../src/outbox/outbox.js';
 import { createTestSchema, databaseUrl, type TestSchema } from '../support/database.js';
 import { RecordingPublisher } from './support.js';
@@ -32,7 +32,7 @@ async function parkTwo(topic: string): Promise<[string, string]> {
   const publisher = new RecordingPublisher();
   publisher.refuse = () => true;
   publisher.permanent = true;
-  await createDispatcher({ sql, publisher, schema: db.schema, topics: [topic] }).drain();
+  await createOutboxDispatcher({ sql, publisher, schema: db.schema, topics: [topic] }).drain();
   return [ids[0]!, ids[1]!];
 }
 
@@ -68,10 +68,10 @@ describe('idem outbox', () => {
       { env: { ...process.env, DATABASE_URL: databaseUrl() } },
     );
     expect(stdout).toContain('revived 1 dead events, released 1 events');
-    const revived = await outbox.read(deadId);
+    const revived = await outbox.get({ id: deadId });
     expect(revived).toMatchObject({ deadAt: null, attempts: 0 });
     const publisher = new RecordingPublisher();
-    await createDispatcher({
+    await createOutboxDispatcher({
       sql: fromPg(db.pool),
       publisher,
       schema: db.schema,

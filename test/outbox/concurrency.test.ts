@@ -3,7 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { adapterFactories, prepareAdapter } from '../support/adapters.js';
 import { fromPg } from '../../src/adapters/pg.js';
 import type { Sql } from '../../src/core/sql.js';
-import { createDispatcher, type OutboxDispatcher } from '../../src/outbox/dispatcher.js';
+import { createOutboxDispatcher, type OutboxDispatcher } from '../../src/outbox/dispatcher.js';
 import { createOutbox, type Outbox } from '../../src/outbox/outbox.js';
 import { createTestSchema, databaseUrl, type TestSchema } from '../support/database.js';
 import { orderViolations, RecordingPublisher } from './support.js';
@@ -38,7 +38,7 @@ describe('two dispatchers at once', () => {
     publisher.refuse = () => Math.random() < 0.3;
     publisher.delay = () => sleep(Math.floor(Math.random() * 3));
     const start = (name: string): OutboxDispatcher =>
-      createDispatcher({
+      createOutboxDispatcher({
         sql,
         publisher,
         schema: db.schema,
@@ -90,7 +90,7 @@ describe('dispatchers in parallel', () => {
     const overlap = new Promise<void>((resolve) => (overlapped = resolve));
     const keysInFlight: Set<string>[] = [];
     const accepted: { id: string; key: string }[] = [];
-    const dispatcher = createDispatcher({
+    const dispatcher = createOutboxDispatcher({
       sql,
       schema: db.schema,
       topics: [topic],
@@ -132,7 +132,7 @@ describe('LISTEN/NOTIFY', () => {
   it('wakes the dispatcher at commit, long before its poll', async () => {
     const topic = 'notify';
     const publisher = new RecordingPublisher();
-    const dispatcher = createDispatcher({
+    const dispatcher = createOutboxDispatcher({
       sql,
       publisher,
       schema: db.schema,
@@ -155,7 +155,7 @@ describe('LISTEN/NOTIFY', () => {
 
   it('a notification for another topic does not wake a dispatcher of other topics', async () => {
     const publisher = new RecordingPublisher();
-    const dispatcher = createDispatcher({
+    const dispatcher = createOutboxDispatcher({
       sql,
       publisher,
       schema: db.schema,
@@ -200,7 +200,7 @@ describe('outbox.add on every adapter', () => {
         const { rows } = await adapter.sql.query(`SELECT id::text AS id FROM "${schema}".outbox`);
         expect(rows.map((r) => r.id)).toEqual([id]);
         const publisher = new RecordingPublisher();
-        await createDispatcher({ sql: adapter.sql, publisher, schema }).drain();
+        await createOutboxDispatcher({ sql: adapter.sql, publisher, schema }).drain();
         expect(publisher.accepted.map((e) => e.payload)).toEqual([{ n: 1 }]);
       } finally {
         await adapter.close();

@@ -4,7 +4,7 @@ import { fromPg } from '../../src/adapters/pg.js';
 import { ManualClock } from '../../src/core/clock.js';
 import type { Sql } from '../../src/core/sql.js';
 import { createBackoff } from '../../src/core/resilience/backoff.js';
-import { createDispatcher, dispatcherBackoff } from '../../src/outbox/dispatcher.js';
+import { createOutboxDispatcher, dispatcherBackoff } from '../../src/outbox/dispatcher.js';
 import { createOutbox, type Outbox } from '../../src/outbox/outbox.js';
 import { createTestSchema, type TestSchema } from '../support/database.js';
 import { orderViolations, RecordingPublisher } from './support.js';
@@ -27,7 +27,7 @@ let topicCounter = 0;
 const newTopic = () => `t${++topicCounter}`;
 
 function dispatcherFor(topic: string, publisher: RecordingPublisher, extra: Record<string, unknown> = {}) {
-  return createDispatcher({
+  return createOutboxDispatcher({
     sql,
     publisher,
     schema: db.schema,
@@ -94,7 +94,7 @@ describe('outbox.add', () => {
       attempts: 0,
     });
     expect(event.createdAt).toBe(clock.now());
-    expect((await outbox.read(id))?.publishedAt).toBe(clock.now());
+    expect((await outbox.get({ id: id }))?.publishedAt).toBe(clock.now());
   });
 
   it('addMany keeps array order within a key', async () => {
@@ -171,7 +171,7 @@ describe('dispatcher', () => {
       clock.advance(60_000);
     }
     expect(dead).toHaveLength(1);
-    const record = await outbox.read(dead[0]!);
+    const record = await outbox.get({ id: dead[0]! });
     expect(record).toMatchObject({ attempts: 3, lastError: 'Error: refused e0', publishedAt: null });
     expect(record?.deadAt).not.toBeNull();
     expect(publisher.accepted.map((e) => `${e.key}/${e.type}`)).toEqual(['fine/e0', 'fine/e1']);
@@ -194,7 +194,7 @@ describe('dispatcher', () => {
     expect(poison[2]!.id).toBe([...more.keys()].find((id) => poison.some((p) => p.id === id)));
     expect(orderViolations(poison, order)).toEqual([]);
     expect(poison[0]!.attempts).toBe(0);
-    expect((await outbox.read(dead[0]!))?.deadAt).toBeNull();
+    expect((await outbox.get({ id: dead[0]! }))?.deadAt).toBeNull();
   });
 
   it('a non-retryable failure parks the event at once', async () => {
@@ -236,8 +236,8 @@ describe('dispatcher', () => {
     expect(await outbox.sweep({ olderThanMs: 7_200_000 })).toEqual({ deleted: 0, cleared: 0 });
     clock.advance(3_600_001);
     // The deprecated name answers the count, as before.
-    expect(await outbox.cleanup({ retentionMs: 7_200_000, batchSize: 1 })).toBeGreaterThanOrEqual(3);
-    expect(await outbox.read(pendingId)).not.toBeNull();
+    expect((await outbox.sweep({ olderThanMs: 7_200_000, batchSize: 1 })).deleted).toBeGreaterThanOrEqual(3);
+    expect(await outbox.get({ id: pendingId })).not.toBeNull();
   });
 
   it('with retention 0 a published event is deleted as it is marked', async () => {
@@ -246,7 +246,7 @@ describe('dispatcher', () => {
     const publisher = new RecordingPublisher();
     await dispatcherFor(topic, publisher, { publishedRetentionMs: 0 }).drain();
     expect(publisher.accepted).toHaveLength(2);
-    for (const id of order.keys()) expect(await outbox.read(id)).toBeNull();
+    for (const id of order.keys()) expect(await outbox.get({ id: id })).toBeNull();
   });
 
   it('a hot key fills whole batches', async () => {
@@ -292,7 +292,7 @@ describe('dispatcher', () => {
     const topic = newTopic();
     const [id] = [...(await addEvents(topic, ['k'], 1)).keys()];
     let aborted = false;
-    const dispatcher = createDispatcher({
+    const dispatcher = createOutboxDispatcher({
       sql,
       schema: db.schema,
       clock,
@@ -312,7 +312,7 @@ describe('dispatcher', () => {
     const result = await dispatcher.runOnce();
     expect(result.outage).toBeDefined();
     expect(aborted).toBe(true);
-    expect(await outbox.read(id!)).toMatchObject({ attempts: 0, publishedAt: null, deadAt: null });
+    expect(await outbox.get({ id: id! })).toMatchObject({ attempts: 0, publishedAt: null, deadAt: null });
   });
 
   it('backoff grows exponentially to its cap, with jitter between half and the whole delay', () => {

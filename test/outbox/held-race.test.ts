@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { fromPg } from '../../src/adapters/pg.js';
 import { ManualClock } from '../../src/core/clock.js';
 import type { Sql } from '../../src/core/sql.js';
-import { createDispatcher } from '../../src/outbox/dispatcher.js';
+import { createOutboxDispatcher } from '../../src/outbox/dispatcher.js';
 import { createOutbox, type Outbox } from '../../src/outbox/outbox.js';
 import type { OutboxEvent, PublishResult } from '../../src/outbox/types.js';
 import { createTestSchema, type TestSchema } from '../support/database.js';
@@ -55,7 +55,7 @@ describe('a dispatcher with a clock behind another', () => {
       },
     };
     const dispatcherAt = (clock: ManualClock) =>
-      createDispatcher({
+      createOutboxDispatcher({
         sql,
         publisher,
         schema: db.schema,
@@ -95,7 +95,7 @@ describe('a dispatcher with a clock behind another', () => {
     // head, between and next of the key; o0, o1 and o2 of the other.
     expect(await running).toMatchObject({ claimed: 6, published: 6 });
     expect(accepted).toEqual([head, others[0], between, others[1], next, others[2]]);
-    expect((await outbox.read(next))?.publishedAt).not.toBeNull();
+    expect((await outbox.get({ id: next }))?.publishedAt).not.toBeNull();
     // The dispatcher behind took nothing and moved nothing of the key held by the other.
     expect(meanwhile).toMatchObject({ claimed: 0, held: 0 });
     // Nothing left to publish again, by either dispatcher, however late.
@@ -139,7 +139,7 @@ describe('an event whose row changed while its batch was at the broker', () => {
       });
       const accepted: string[] = [];
       let touched = 0;
-      const dispatcher = createDispatcher({
+      const dispatcher = createOutboxDispatcher({
         sql,
         schema: db.schema,
         topics: [topic],

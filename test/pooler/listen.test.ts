@@ -11,7 +11,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { fromPg } from '../../src/adapters/pg.js';
 import { isIdemError } from '../../src/core/errors.js';
 import { migrate } from '../../src/migrate/migrate.js';
-import { createDispatcher, type OutboxDispatcher } from '../../src/outbox/dispatcher.js';
+import { createOutboxDispatcher, type OutboxDispatcher } from '../../src/outbox/dispatcher.js';
 import { NotificationListener } from '../../src/outbox/listener.js';
 import { createOutbox } from '../../src/outbox/outbox.js';
 import type { OutboxEvent, Publisher, PublishResult } from '../../src/outbox/types.js';
@@ -52,7 +52,7 @@ describe.skipIf(!binary)('the dispatcher’s LISTEN behind PgBouncer in transact
 
   function start(topic: string, listen: string, errors: { error: unknown; where: string }[]) {
     const publisher = new TimingPublisher();
-    const dispatcher = createDispatcher({
+    const dispatcher = createOutboxDispatcher({
       sql: fromPg(pool, { prepare: false }),
       schema,
       publisher,

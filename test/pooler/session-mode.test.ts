@@ -1,6 +1,6 @@
 /**
  * PgBouncer in session mode: a client keeps one server connection for its whole session, so named
- * prepared statements and LISTEN work through it, and docs/deployment.md says so. This checks it.
+ * prepared statements and LISTEN work through it, and docs/operations/deployment.md says so. This checks it.
  */
 import { randomBytes } from 'node:crypto';
 import pg from 'pg';
@@ -8,7 +8,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { fromPg } from '../../src/adapters/pg.js';
 import { migrate } from '../../src/migrate/migrate.js';
 import { createIdem } from '../../src/operations/idem.js';
-import { createDispatcher } from '../../src/outbox/dispatcher.js';
+import { createOutboxDispatcher } from '../../src/outbox/dispatcher.js';
 import { createOutbox } from '../../src/outbox/outbox.js';
 import type { OutboxEvent, PublishResult } from '../../src/outbox/types.js';
 import { databaseUrl } from '../support/database.js';
@@ -53,7 +53,7 @@ describe.skipIf(!binary)('PgBouncer in session mode', () => {
     const errors: unknown[] = [];
     const published: string[] = [];
     const sql = fromPg(pool);
-    const dispatcher = createDispatcher({
+    const dispatcher = createOutboxDispatcher({
       sql,
       schema,
       publisher: {

@@ -15,7 +15,7 @@ import { isCommitOutcomeUnknown, isOperationFailed } from '../../src/core/errors
 import { classifyFailure } from '../../src/core/failures.js';
 import type { Queryable } from '../../src/core/sql.js';
 import { isRetryable } from '../../src/core/retryable.js';
-import { withIdempotency } from '../../src/http/node-http.js';
+import { idempotency as nodeIdempotency } from '../../src/http/node-http.js';
 import { createIdem, type Idem } from '../../src/operations/idem.js';
 import { createTestSchema, databaseUrl, type TestSchema } from '../support/database.js';
 import { createEffects, effectsOf } from './support/effects.js';
@@ -143,7 +143,7 @@ describe('an unknown COMMIT outcome is resolved by the retry with the same key',
     expect(isOperationFailed(error)).toBe(true);
     expect(isRetryable(error)).toBe(true);
     expect((await effectsOf(db.pool, db.schema, [key])).get(key)).toBe(0);
-    expect(await idem.inspect({ tenant: 'acme', operation: 'terminate', key })).toBeNull();
+    expect(await idem.get({ tenant: 'acme', operation: 'terminate', key })).toBeNull();
     const retry = await run();
     expect(retry).toMatchObject({ replayed: false, value: { attempt: 2 } });
     expect((await effectsOf(db.pool, db.schema, [key])).get(key)).toBe(1);
@@ -155,9 +155,12 @@ describe('over HTTP (node:http integration)', () => {
   let base: string;
 
   beforeAll(async () => {
-    const handler = withIdempotency(
-      { idem, tenant: () => 'acme', route: '/payments', onError: () => undefined },
-      async (req, res) => {
+    const handler = nodeIdempotency({
+      idem,
+      tenant: () => 'acme',
+      route: '/payments',
+      onError: () => undefined,
+      handler: async (req, res) => {
         const { key, amount } = req.body as { key: string; amount: number };
         await req.idem!.tx.query(`INSERT INTO "${db.schema}".effects (key, amount) VALUES ($1, $2)`, [
           key,
@@ -165,7 +168,7 @@ describe('over HTTP (node:http integration)', () => {
         ]);
         res.writeHead(201, { 'content-type': 'application/json' }).end(JSON.stringify({ key, amount }));
       },
-    );
+    });
     server = createServer((req, res) => void handler(req, res));
     await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
     base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;

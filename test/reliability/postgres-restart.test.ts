@@ -15,7 +15,7 @@ import { afterAll, beforeAll, expect, it } from 'vitest';
 import { fromPg } from '../../src/adapters/pg.js';
 import { isRetryable } from '../../src/core/retryable.js';
 import { startEmbeddedPostgres, type EmbeddedDatabase } from '../../src/embedded/embedded-postgres.js';
-import { withIdempotency } from '../../src/http/node-http.js';
+import { idempotency as nodeIdempotency } from '../../src/http/node-http.js';
 import { migrate } from '../../src/migrate/migrate.js';
 import { createIdem } from '../../src/operations/idem.js';
 import { createEffects, effectsOf } from './support/effects.js';
@@ -38,9 +38,12 @@ beforeAll(async () => {
   await migrate(fromPg(pool), { schema });
   await createEffects(pool, schema);
   const idem = createIdem({ sql: fromPg(pool), schema });
-  const handler = withIdempotency(
-    { idem, tenant: () => 'acme', route: '/payments', onError: (e) => handlerErrors.push(e) },
-    async (req, res) => {
+  const handler = nodeIdempotency({
+    idem,
+    tenant: () => 'acme',
+    route: '/payments',
+    onError: (e) => handlerErrors.push(e),
+    handler: async (req, res) => {
       const { key, amount } = req.body as { key: string; amount: number };
       try {
         await req.idem!.tx.query(`INSERT INTO ${schema}.effects (key, amount) VALUES ($1, $2)`, [
@@ -57,7 +60,7 @@ beforeAll(async () => {
       }
       res.writeHead(201, { 'content-type': 'application/json' }).end(JSON.stringify({ key, amount }));
     },
-  );
+  });
   server = createServer((req, res) => void handler(req, res));
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;

@@ -106,7 +106,7 @@ async function holdKey(key: string, recording: Recording): Promise<{ release(): 
 }
 
 async function nothingStored(key: string, operation = 'transfer') {
-  expect(await idem.inspect({ tenant: 'acme', operation, key })).toBeNull();
+  expect(await idem.get({ tenant: 'acme', operation, key })).toBeNull();
   expect((await effectsOf(db.pool, db.schema, [key])).get(key)).toBe(0);
 }
 

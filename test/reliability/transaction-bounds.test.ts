@@ -35,8 +35,8 @@ const settings = `SELECT current_setting('statement_timeout') AS statement, curr
 /**
  * node-postgres emits `error` on a client whose session the server ends (25P03 here) while the
  * client is checked out; an ORM's own checkout (Kysely's) listens for nothing, and the event would
- * end the process. A listener on every client the pool opens is the pool hygiene docs/deployment.md
- * asks for; `fromPg` listens on its own checkouts.
+ * end the process. A listener on every client the pool opens is the pool hygiene
+ * docs/operations/high-availability.md asks for; `fromPg` listens on its own checkouts.
  */
 function guarded(pool: pg.Pool): pg.Pool {
   pool.on('error', () => undefined);
@@ -79,7 +79,7 @@ function drivers(): {
       name: 'postgres.js',
       // postgres.js 3.4.9 throws an uncaught TypeError (connection.js nextWrite) when the server
       // ends a session inside `sql.begin`: porsager/postgres#1208, documented in
-      // docs/deployment.md, "High availability". The bounds are set (the case above); the case
+      // docs/operations/high-availability.md. The bounds are set (the case above); the case
       // where the server uses them would test the driver's crash, not idem.
       endsSilentSessions: false,
       sql: (timeouts) => {
@@ -110,7 +110,7 @@ describe.each(drivers())('$name', ({ sql: makeSql, endsSilentSessions }) => {
     const inside = await sql.transaction(
       async (tx) => (await tx.query<{ statement: string; idle: string }>(settings)).rows[0],
     );
-    expect(inside).toEqual({ statement: '30s', idle: '15s' });
+    expect(inside).toEqual({ statement: '10s', idle: '15s' });
     // Outside idem's transaction the session is untouched (transaction-local).
     const outside = await sql.query<{ statement: string; idle: string }>(settings);
     expect(outside.rows[0]).toEqual({ statement: '0', idle: '0' });

@@ -17,14 +17,14 @@ import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { fromPg } from '../../src/adapters/pg.js';
 import { createCells, type Cells } from '../../src/cells/index.js';
-import { work } from '../../src/claims/worker.js';
+import { createClaimsWorker } from '../../src/claims/worker.js';
 import { consolePlugin } from '../../src/console/plugin.js';
 import { isIdemError } from '../../src/core/errors.js';
 import { startEmbeddedPostgres, type EmbeddedDatabase } from '../../src/embedded/embedded-postgres.js';
 import { createInbox } from '../../src/inbox/inbox.js';
 import { quoteSchema } from '../../src/core/schema-name.js';
-import { createDispatcher, type OutboxDispatcher } from '../../src/outbox/dispatcher.js';
-import { inDatabasePublisher } from '../../src/outbox/publishers/in-database.js';
+import { createOutboxDispatcher, type OutboxDispatcher } from '../../src/outbox/dispatcher.js';
+import { createInDatabasePublisher } from '../../src/outbox/publishers/in-database.js';
 import { databaseUrl } from '../support/database.js';
 
 const tenantsOf = { a: ['acme', 'apex'], b: ['bolt', 'brio'] } as const;
@@ -124,13 +124,13 @@ describe('cells: one idem per group of tenants, each on its own PostgreSQL', () 
     const workerErrors: Record<'a' | 'b', unknown[]> = { a: [], b: [] };
     // Each cell's workers, on its own database only.
     const dispatchers: Record<string, OutboxDispatcher> = cells.map((cell) =>
-      createDispatcher({
+      createOutboxDispatcher({
         sql: cell.sql,
         schema,
         pollIntervalMs: 50,
         outageBackoff: { baseMs: 100, maxMs: 1000 },
         onError: (error) => workerErrors[cell.name as 'a' | 'b'].push(error),
-        publisher: inDatabasePublisher({
+        publisher: createInDatabasePublisher({
           inbox: createInbox({ sql: cell.sql, schema }),
           subscribers: [
             {
@@ -151,24 +151,22 @@ describe('cells: one idem per group of tenants, each on its own PostgreSQL', () 
     for (const dispatcher of Object.values(dispatchers)) await dispatcher.start();
     const workers = Object.values(
       cells.map((cell) =>
-        work(
-          cell.claims,
-          'receipts',
-          async (tx, task) => {
+        createClaimsWorker({
+          claims: cell.claims,
+          queue: 'receipts',
+          handler: async (tx, task) => {
             const { payment } = task.payload as { payment: string };
             await tx.query(`INSERT INTO ${s}.receipts (tenant_id, payment_id) VALUES ($1, $2)`, [
               task.tenant,
               payment,
             ]);
           },
-          {
-            signal: stop.signal,
-            pollIntervalMs: 50,
-            onError: (error) => workerErrors[cell.name as 'a' | 'b'].push(error),
-          },
-        ),
+          pollIntervalMs: 50,
+          onError: (error) => workerErrors[cell.name as 'a' | 'b'].push(error),
+        }),
       ),
     );
+    for (const worker of workers) await worker.start();
 
     // Clients: every payment requested twice at once, retried on failure (same key), until done.
     const errors: Record<'a' | 'b', unknown[]> = { a: [], b: [] };
@@ -238,7 +236,7 @@ describe('cells: one idem per group of tenants, each on its own PostgreSQL', () 
     );
     stop.abort();
     for (const dispatcher of Object.values(dispatchers)) await dispatcher.stop();
-    await Promise.all(workers);
+    await Promise.all(workers.map((worker) => worker.stop()));
     expect(workerErrors.a).toEqual([]);
 
     for (const [name, pool] of [

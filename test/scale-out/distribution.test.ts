@@ -26,7 +26,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { fromPg } from '../../src/adapters/pg.js';
 import { renderClaimStatements } from '../../src/claims/statements.js';
 import { createClaims } from '../../src/claims/claims.js';
-import { work } from '../../src/claims/worker.js';
+import { createClaimsWorker } from '../../src/claims/worker.js';
 import { ManualClock } from '../../src/core/clock.js';
 import type { QueryOptions, Row, Sql, Transaction } from '../../src/core/sql.js';
 import { createInbox } from '../../src/inbox/inbox.js';
@@ -36,9 +36,9 @@ import { migrationScript } from '../../src/migrate/migrate.js';
 import { quoteSchema } from '../../src/core/schema-name.js';
 import { createIdem } from '../../src/operations/idem.js';
 import { renderStatements } from '../../src/operations/statements.js';
-import { createDispatcher } from '../../src/outbox/dispatcher.js';
+import { createOutboxDispatcher } from '../../src/outbox/dispatcher.js';
 import { createOutbox } from '../../src/outbox/outbox.js';
-import { inDatabasePublisher } from '../../src/outbox/publishers/in-database.js';
+import { createInDatabasePublisher } from '../../src/outbox/publishers/in-database.js';
 import { renderOutboxStatements } from '../../src/outbox/statements.js';
 import type { Publisher } from '../../src/outbox/types.js';
 import {
@@ -47,7 +47,7 @@ import {
   createWebhookSender,
   recordHeaders,
   silentLogger,
-  standardWebhooksVerifier,
+  createStandardWebhooksVerifier,
 } from '../../src/webhooks/index.js';
 import { listParkedEntities } from '../../src/webhooks/entities.js';
 import { senderStatements } from '../../src/webhooks/sender/statements.js';
@@ -438,7 +438,7 @@ describe('a schema distributable on tenant_id', () => {
     // The dispatcher scoped to tenants, into the inbox (the first publish of each key fails once).
     const inbox = createInbox({ sql, schema, clock });
     let failures = 0;
-    const inDatabase = inDatabasePublisher({
+    const inDatabase = createInDatabasePublisher({
       inbox,
       subscribers: [{ consumer: 'ledger', handler: async () => {} }],
     });
@@ -448,7 +448,14 @@ describe('a schema distributable on tenant_id', () => {
           ? events.map((e) => ({ id: e.id, ok: false as const, error: new Error('once') }))
           : inDatabase.publish(events, signal),
     };
-    const dispatcher = createDispatcher({ sql, schema, clock, publisher, tenants, backoff: { baseMs: 1 } });
+    const dispatcher = createOutboxDispatcher({
+      sql,
+      schema,
+      clock,
+      publisher,
+      tenants,
+      backoff: { baseMs: 1 },
+    });
     await dispatcher.drain();
     clock.advance(10_000);
     const dispatched = await dispatcher.drain();
@@ -457,7 +464,7 @@ describe('a schema distributable on tenant_id', () => {
     await inbox.handle({ tenant: 'acme', consumer: 'ledger', messageId: 'm-1' }, async () => {});
     await inbox.handle({ tenant: 'acme', consumer: 'ledger', messageId: 'm-1' }, async () => {});
     await inbox.markDead({ tenant: 'acme', consumer: 'ledger', messageId: 'm-2', attempts: 3, error: 'x' });
-    await inbox.read({ tenant: 'acme', consumer: 'ledger', messageId: 'm-2' });
+    await inbox.get({ tenant: 'acme', consumer: 'ledger', messageId: 'm-2' });
 
     // Webhooks: a receiver source per tenant, order-aware processing with a gap and a skip.
     const receiver = createWebhookReceiver({
@@ -468,7 +475,7 @@ describe('a schema distributable on tenant_id', () => {
       sources: Object.fromEntries(
         tenants.map((tenant) => [
           `billing-${tenant}`,
-          { verifier: standardWebhooksVerifier({ secrets: [standardSecret] }), tenant },
+          { verifier: createStandardWebhooksVerifier({ secrets: [standardSecret] }), tenant },
         ]),
       ),
     });
@@ -540,7 +547,7 @@ describe('a schema distributable on tenant_id', () => {
       }
       await sender.drain();
       await sender.deliver({ tenant: 'acme', id: 'msg-2', type: 'invoice.paid', payload: {} });
-      await sender.attempts('msg-1', 'main', { tenant: 'acme' });
+      await sender.listAttempts({ messageId: 'msg-1', endpointId: 'main', tenant: 'acme' });
       await sender.endpointsOf('acme').update('main', { eventTypes: null });
       await sender.endpointsOf('acme').disable('main', 'test');
       await sender.endpointsOf('acme').enable('main');
@@ -551,25 +558,30 @@ describe('a schema distributable on tenant_id', () => {
     }
 
     // Claims: a worker scoped to tenants; heartbeats, failures, batches of one tenant.
-    const controller = new AbortController();
     let done = 0;
-    await work(
+    let allDone!: () => void;
+    const eight = new Promise<void>((resolve) => (allDone = resolve));
+    const worker = createClaimsWorker({
       claims,
-      'receipts',
-      async () => {
-        if (++done >= 8) controller.abort();
+      queue: 'receipts',
+      handler: async () => {
+        if (++done >= 8) allDone();
         return null;
       },
-      { tenants, signal: controller.signal, pollIntervalMs: 1 },
-    );
+      tenants,
+      pollIntervalMs: 1,
+    });
+    await worker.start();
+    await eight;
+    await worker.stop();
     await claims.enqueue({ tenant: 'acme', queue: 'mail', key: 'm-1', payload: {} });
     await claims.enqueue({ tenant: 'acme', queue: 'mail', key: 'm-2', payload: {} });
     const [task] = await claims.claim('mail', { tenant: 'acme' });
     await claims.heartbeat(task!);
     await claims.fail(task!, new Error('no'), { retryable: false });
     await claims.redrive(task!.id, { tenant: 'acme' });
-    await claims.get(task!.id, { tenant: 'acme' });
-    await claims.find('acme', 'mail', 'm-1');
+    await claims.get({ id: task!.id, tenant: 'acme' });
+    await claims.get({ tenant: 'acme', queue: 'mail', key: 'm-1' });
     const batch = await claims.claim('mail', { tenant: 'acme', limit: 5 });
     await claims.completeMany(batch);
     const next = await claims.completeAndClaim([], 'mail', { tenant: 'acme' });

@@ -14,7 +14,7 @@ import { ManualClock } from '../../src/core/clock.js';
 import { createInbox } from '../../src/inbox/inbox.js';
 import { migrate, migrations } from '../../src/migrate/migrate.js';
 import { quoteSchema } from '../../src/core/schema-name.js';
-import { createDispatcher } from '../../src/outbox/dispatcher.js';
+import { createOutboxDispatcher } from '../../src/outbox/dispatcher.js';
 import { createOutbox } from '../../src/outbox/outbox.js';
 import type { OutboxEvent, Publisher } from '../../src/outbox/types.js';
 import {
@@ -23,7 +23,7 @@ import {
   createWebhookSender,
   recordHeaders,
   silentLogger,
-  standardWebhooksVerifier,
+  createStandardWebhooksVerifier,
   type WebhookEvent,
 } from '../../src/webhooks/index.js';
 import { createTestSchema, databaseUrl, type TestSchema } from '../support/database.js';
@@ -109,7 +109,7 @@ describe('rows written before migration 0008', () => {
     expect(ran).toBe(0);
 
     const { seen, publisher } = recorder();
-    await createDispatcher({ sql, schema, publisher }).drain();
+    await createOutboxDispatcher({ sql, schema, publisher }).drain();
     expect(seen.map((e) => [e.tenant, e.id, e.payload])).toEqual([
       ['', '0190f5b4-7c1e-7000-8000-0000000000aa', { n: 1 }],
     ]);
@@ -128,7 +128,7 @@ describe('rows written before migration 0008', () => {
       sql,
       schema,
       logger: silentLogger,
-      sources: { billing: standardWebhooksVerifier({ secrets: [standardSecret] }) },
+      sources: { billing: createStandardWebhooksVerifier({ secrets: [standardSecret] }) },
     });
     const again = await receiver.receive('billing', {
       headers: recordHeaders(signed.headers),
@@ -170,7 +170,7 @@ describe('the same id under two tenants', () => {
     expect(new Set(runs.map((r) => r.split(':')[1])).size).toBe(3);
     // An inbox bound to a tenant uses it for messages that name none.
     const acme = createInbox({ sql: fromPg(db.pool), schema: db.schema, clock, tenant: 'acme' });
-    expect(await acme.read({ consumer: 'billing', messageId: 'm-1' })).toMatchObject({ tenant: 'acme' });
+    expect(await acme.get({ consumer: 'billing', messageId: 'm-1' })).toMatchObject({ tenant: 'acme' });
   });
 
   it('outbox: ids and ordering keys are per tenant; a dispatcher scoped to a tenant publishes only its events', async () => {
@@ -183,12 +183,12 @@ describe('the same id under two tenants', () => {
         await outbox.add(tx, { tenant, topic: 'orders', key: 'o-1', type: 'second', payload: { tenant } });
       }
     });
-    expect((await outbox.read(id, { tenant: 'globex' }))?.payload).toEqual({ tenant: 'globex' });
-    expect(await outbox.read(id)).toBeNull(); // the default tenant has no such event
+    expect((await outbox.get({ id: id, tenant: 'globex' }))?.payload).toEqual({ tenant: 'globex' });
+    expect(await outbox.get({ id: id })).toBeNull(); // the default tenant has no such event
 
     // acme's first event dies: acme's key o-1 is parked, globex's key o-1 is not.
     const acme = recorder((e) => e.tenant === 'acme');
-    const scoped = createDispatcher({
+    const scoped = createOutboxDispatcher({
       sql,
       schema: db.schema,
       clock,
@@ -198,7 +198,7 @@ describe('the same id under two tenants', () => {
     await scoped.drain();
     expect(acme.seen.map((e) => [e.tenant, e.type])).toEqual([['acme', 'first']]);
     const all = recorder();
-    await createDispatcher({ sql, schema: db.schema, clock, publisher: all.publisher }).drain();
+    await createOutboxDispatcher({ sql, schema: db.schema, clock, publisher: all.publisher }).drain();
     expect(all.seen.map((e) => [e.tenant, e.type])).toEqual([
       ['globex', 'first'],
       ['globex', 'second'],
@@ -206,7 +206,7 @@ describe('the same id under two tenants', () => {
     expect(await outbox.stats({ tenant: 'acme' })).toMatchObject({ dead: 1, parked: 1 });
     expect(await outbox.redrive({ tenant: 'acme' })).toEqual({ revived: 1, released: 1 });
     const after = recorder();
-    await createDispatcher({ sql, schema: db.schema, clock, publisher: after.publisher }).drain();
+    await createOutboxDispatcher({ sql, schema: db.schema, clock, publisher: after.publisher }).drain();
     expect(after.seen.map((e) => [e.tenant, e.type])).toEqual([
       ['acme', 'first'],
       ['acme', 'second'],
@@ -234,7 +234,7 @@ describe('the same id under two tenants', () => {
         );
       },
     };
-    const result = await createDispatcher({
+    const result = await createOutboxDispatcher({
       sql,
       schema: db.schema,
       clock,
@@ -243,9 +243,9 @@ describe('the same id under two tenants', () => {
     }).drain();
     expect(result).toMatchObject({ published: 1, retried: 1 });
     expect(waves.map((w) => w.length)).toEqual([1, 1]);
-    expect(await outbox.read(id, { tenant: 't-works' })).toMatchObject({ attempts: 0 });
-    expect((await outbox.read(id, { tenant: 't-works' }))?.publishedAt).not.toBeNull();
-    expect(await outbox.read(id, { tenant: 't-fails' })).toMatchObject({ attempts: 1, publishedAt: null });
+    expect(await outbox.get({ id: id, tenant: 't-works' })).toMatchObject({ attempts: 0 });
+    expect((await outbox.get({ id: id, tenant: 't-works' }))?.publishedAt).not.toBeNull();
+    expect(await outbox.get({ id: id, tenant: 't-fails' })).toMatchObject({ attempts: 1, publishedAt: null });
   });
 
   it('webhooks: a delivery id and an entity version are per tenant of the source', async () => {
@@ -256,9 +256,12 @@ describe('the same id under two tenants', () => {
       clock,
       logger: silentLogger,
       sources: {
-        'stripe-acme': { verifier: standardWebhooksVerifier({ secrets: [standardSecret] }), tenant: 'acme' },
+        'stripe-acme': {
+          verifier: createStandardWebhooksVerifier({ secrets: [standardSecret] }),
+          tenant: 'acme',
+        },
         'stripe-globex': {
-          verifier: standardWebhooksVerifier({ secrets: [standardSecret] }),
+          verifier: createStandardWebhooksVerifier({ secrets: [standardSecret] }),
           tenant: 'globex',
         },
       },
@@ -377,7 +380,9 @@ describe('the same id under two tenants', () => {
           )
         ).rows[0]!.n,
       );
-    expect(await outbox.cleanup({ capturedByCdc: true, retentionMs: 3_600_000, tenants: ['cdc-a'] })).toBe(1);
+    expect(
+      (await outbox.sweep({ capturedByCdc: true, olderThanMs: 3_600_000, tenants: ['cdc-a'] })).deleted,
+    ).toBe(1);
     expect([await count('cdc-a'), await count('cdc-b')]).toEqual([0, 1]);
   });
 

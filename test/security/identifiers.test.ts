@@ -18,12 +18,12 @@ import { createInbox } from '../../src/inbox/inbox.js';
 import { migrate, migrations, migrationScript } from '../../src/migrate/migrate.js';
 import { createIdemMetrics } from '../../src/observability/prometheus.js';
 import { createIdem } from '../../src/operations/idem.js';
-import { createDispatcher } from '../../src/outbox/dispatcher.js';
+import { createOutboxDispatcher } from '../../src/outbox/dispatcher.js';
 import { createOutbox } from '../../src/outbox/outbox.js';
 import { createWebhookProcessor } from '../../src/webhooks/processor.js';
 import { createWebhookReceiver } from '../../src/webhooks/receiver.js';
 import { createWebhookSender } from '../../src/webhooks/sender/sender.js';
-import { standardWebhooksVerifier } from '../../src/webhooks/verify/standard-webhooks.js';
+import { createStandardWebhooksVerifier } from '../../src/webhooks/verify/standard-webhooks.js';
 import { createSagas, defineSaga, step } from '../../src/workflow/index.js';
 import { createTestSchema, databaseUrl, type TestSchema } from '../support/database.js';
 
@@ -60,7 +60,7 @@ const refusesInvalidArgument = (error: unknown) =>
 /** Every API that takes a schema name, called with `schema`. Sync throws and rejections both count. */
 function constructors(schema: string): [string, () => unknown][] {
   const sql = fromPg(db.pool);
-  const verifier = standardWebhooksVerifier({
+  const verifier = createStandardWebhooksVerifier({
     secrets: ['whsec_' + Buffer.from('x'.repeat(32)).toString('base64')],
   });
   return [
@@ -71,8 +71,8 @@ function constructors(schema: string): [string, () => unknown][] {
     ['createOutbox', () => createOutbox({ schema })],
     ['createInbox', () => createInbox({ sql, schema })],
     [
-      'createDispatcher',
-      () => createDispatcher({ sql, schema, publisher: { name: 'none', publish: async () => [] } }),
+      'createOutboxDispatcher',
+      () => createOutboxDispatcher({ sql, schema, publisher: { name: 'none', publish: async () => [] } }),
     ],
     ['createClaims', () => createClaims({ sql, schema })],
     ['createSagas', () => createSagas({ sql, schema })],
@@ -175,9 +175,9 @@ describe('hostile names in every bound position are data', () => {
         name,
       }));
       expect(result.value).toEqual({ name });
-      expect((await idem.inspect({ tenant: name, operation: name, key }))?.state).toBe('completed');
+      expect((await idem.get({ tenant: name, operation: name, key }))?.state).toBe('completed');
       // LIKE-style wildcards match nothing else.
-      if (name !== '%') expect(await idem.inspect({ tenant: '%', operation: name, key })).toBeNull();
+      if (name !== '%') expect(await idem.get({ tenant: '%', operation: name, key })).toBeNull();
       expect((await inbox.handle({ consumer: name, messageId: name }, async () => 'ran')).duplicate).toBe(
         false,
       );

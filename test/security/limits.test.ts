@@ -9,14 +9,14 @@ import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { fromPg } from '../../src/adapters/pg.js';
 import { defaultMaxBodyBytes } from '../../src/http/options.js';
-import { withIdempotency } from '../../src/http/node-http.js';
+import { idempotency as nodeIdempotency } from '../../src/http/node-http.js';
 import { createIdem } from '../../src/operations/idem.js';
 import { silentLogger } from '../../src/webhooks/logger.js';
-import { nodeWebhookHandler } from '../../src/webhooks/node-http.js';
 import { createWebhookReceiver } from '../../src/webhooks/receiver.js';
-import { standardWebhooksVerifier } from '../../src/webhooks/verify/standard-webhooks.js';
+import { createStandardWebhooksVerifier } from '../../src/webhooks/verify/standard-webhooks.js';
 import { post, rawRequest } from '../hostile/support/raw-http.js';
 import { createTestSchema, type TestSchema } from '../support/database.js';
+import { webhooks as nodeWebhooks } from '../../src/webhooks/node-http.js';
 
 const secret = Buffer.from('limits-test-secret-limits-test-secret');
 let db: TestSchema;
@@ -34,18 +34,23 @@ const listen = (server: Server) =>
 beforeAll(async () => {
   db = await createTestSchema();
   const idem = createIdem({ sql: fromPg(db.pool), schema: db.schema });
-  const handler = withIdempotency({ idem, tenant: () => 'acme', route: '/orders' }, async (_req, res) => {
-    handled++;
-    res.writeHead(201, { 'content-type': 'application/json' }).end('{"ok":true}');
+  const handler = nodeIdempotency({
+    idem,
+    tenant: () => 'acme',
+    route: '/orders',
+    handler: async (_req, res) => {
+      handled++;
+      res.writeHead(201, { 'content-type': 'application/json' }).end('{"ok":true}');
+    },
   });
   api = createServer((req, res) => void handler(req, res));
   const receiver = createWebhookReceiver({
     sql: fromPg(db.pool),
     schema: db.schema,
     logger: silentLogger,
-    sources: { billing: standardWebhooksVerifier({ secrets: [secret] }) },
+    sources: { billing: createStandardWebhooksVerifier({ secrets: [secret] }) },
   });
-  hooks = createServer((req, res) => void nodeWebhookHandler(receiver, 'billing')(req, res));
+  hooks = createServer((req, res) => void nodeWebhooks({ receiver: receiver, source: 'billing' })(req, res));
   [apiPort, hookPort] = await Promise.all([listen(api), listen(hooks)]);
 });
 afterAll(async () => {

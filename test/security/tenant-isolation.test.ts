@@ -13,14 +13,14 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { fromPg } from '../../src/adapters/pg.js';
 import { createClaims } from '../../src/claims/claims.js';
 import { consolePlugin } from '../../src/console/plugin.js';
-import { withIdempotency } from '../../src/http/node-http.js';
+import { idempotency as nodeIdempotency } from '../../src/http/node-http.js';
 import { createInbox } from '../../src/inbox/inbox.js';
 import { createIdem, type Idem } from '../../src/operations/idem.js';
 import { createOutbox } from '../../src/outbox/outbox.js';
 import { silentLogger } from '../../src/webhooks/logger.js';
 import { createWebhookReceiver } from '../../src/webhooks/receiver.js';
 import { recordHeaders } from '../../src/webhooks/headers.js';
-import { standardWebhooksVerifier } from '../../src/webhooks/verify/standard-webhooks.js';
+import { createStandardWebhooksVerifier } from '../../src/webhooks/verify/standard-webhooks.js';
 import { createSagas, defineSaga, isSagaStuck, step } from '../../src/workflow/index.js';
 import { createTestSchema, type TestSchema } from '../support/database.js';
 
@@ -77,20 +77,20 @@ describe('requests', () => {
       { tenant: 'tenant_a', what: 'pay 100' },
       { tenant: 'tenant_b', what: 'pay 999' },
     ]);
-    expect((await idem.inspect({ tenant: 'tenant_b', operation: 'pay', key }))?.result).toContain('999');
-    expect(await idem.inspect({ tenant: 'tenant_c', operation: 'pay', key })).toBeNull();
+    expect((await idem.get({ tenant: 'tenant_b', operation: 'pay', key }))?.result).toContain('999');
+    expect(await idem.get({ tenant: 'tenant_c', operation: 'pay', key })).toBeNull();
   });
 
   it("over HTTP: tenant B with tenant A's key and identical body never receives A's stored response", async () => {
     let served = 0;
-    const handler = withIdempotency(
-      // The tenant comes from authentication; here a bearer token names it.
+    const handler = nodeIdempotency({
+      ...// The tenant comes from authentication; here a bearer token names it.
       {
         idem,
         tenant: (req) => /^Bearer (\w+)$/.exec(req.headers.authorization ?? '')?.[1],
         route: '/orders',
       },
-      async (req, res) => {
+      handler: async (req, res) => {
         served++;
         const body = JSON.stringify({
           order: `${req.idem!.tenant}-${served}`,
@@ -98,7 +98,7 @@ describe('requests', () => {
         });
         res.writeHead(201, { 'content-type': 'application/json' }).end(body);
       },
-    );
+    });
     const server: Server = createServer((req, res) => void handler(req, res));
     await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
     const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/orders`;
@@ -251,8 +251,8 @@ describe('webhook receipts (scoped by source)', () => {
       schema: db.schema,
       logger: silentLogger,
       sources: {
-        source_a: standardWebhooksVerifier({ secrets: [secretA] }),
-        source_b: standardWebhooksVerifier({ secrets: [secretB] }),
+        source_a: createStandardWebhooksVerifier({ secrets: [secretA] }),
+        source_b: createStandardWebhooksVerifier({ secrets: [secretB] }),
       },
     });
     const id = `msg_${randomUUID()}`;

@@ -76,7 +76,7 @@ function pgFactory(name: string, url: () => string, prepare: boolean, pipeline =
 
 /**
  * The core contract suite once more through PgBouncer in transaction mode, what managed PostgreSQL
- * puts in front of applications, with named statements off as docs/deployment.md says. Locally
+ * puts in front of applications, with named statements off as docs/operations/deployment.md says. Locally
  * without pgbouncer it is skipped loudly; under CI=true its absence fails the files that use it.
  */
 function pgBouncerFactories(): AdapterFactory[] {

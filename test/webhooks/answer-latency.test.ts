@@ -10,7 +10,7 @@ import {
   createWebhookReceiver,
   recordHeaders,
   silentLogger,
-  standardWebhooksVerifier,
+  createStandardWebhooksVerifier,
   type WebhookReceiver,
 } from '../../src/webhooks/index.js';
 import { createTestSchema, type TestSchema } from '../support/database.js';
@@ -29,7 +29,7 @@ beforeAll(async () => {
     sql: fromPg(db.pool),
     schema: db.schema,
     logger: silentLogger,
-    sources: { billing: standardWebhooksVerifier({ secrets: [standardSecret] }) },
+    sources: { billing: createStandardWebhooksVerifier({ secrets: [standardSecret] }) },
   });
   server = await startServer('fastify', receiver);
 });

@@ -14,7 +14,7 @@ import {
   createWebhookReceiver,
   recordHeaders,
   silentLogger,
-  standardWebhooksVerifier,
+  createStandardWebhooksVerifier,
 } from '../../src/webhooks/index.js';
 import { createTestSchema, databaseUrl, type TestSchema } from '../support/database.js';
 import { signStandard, standardSecret } from './support.js';
@@ -42,7 +42,7 @@ function setUp(source: string, tenant?: string) {
     logger: silentLogger,
     sources: {
       [source]: {
-        verifier: standardWebhooksVerifier({ secrets: [standardSecret] }),
+        verifier: createStandardWebhooksVerifier({ secrets: [standardSecret] }),
         ...(tenant ? { tenant } : {}),
       },
     },
@@ -90,7 +90,7 @@ describe('discarding a webhook receipt', () => {
     await processor.drain({ limit: 1 });
     clock.advance(60_000);
     expect(await processor.drain()).toEqual(['parked']);
-    expect(await processor.parked()).toHaveLength(1);
+    expect(await processor.listParked()).toHaveLength(1);
 
     const discarded = await cli([
       'discard',
@@ -109,7 +109,7 @@ describe('discarding a webhook receipt', () => {
       state: 'dead',
       last_error: 'discarded by an operator: a sender bug sent version 1e15',
     });
-    expect(await processor.parked()).toEqual([]);
+    expect(await processor.listParked()).toEqual([]);
     // Never handled, and nothing of it is left to claim.
     expect(await processor.drain()).toEqual([]);
 
@@ -132,11 +132,11 @@ describe('discarding a webhook receipt', () => {
     await processor.drain();
     clock.advance(60_000);
     await processor.drain();
-    expect(await processor.parked()).toEqual([expect.objectContaining({ waiting: 2 })]);
+    expect(await processor.listParked()).toEqual([expect.objectContaining({ waiting: 2 })]);
 
     const result = await processor.discard({ source: 'ledger-b', deliveryId: 'msg_bogus', reason: 'bogus' });
     expect(result).toEqual({ from: 'waiting', entity: { scope: 'ledger-b', key: 'acct' }, unparked: false });
-    expect(await processor.parked()).toEqual([
+    expect(await processor.listParked()).toEqual([
       expect.objectContaining({ waiting: 1, lowestWaitingVersion: '3' }),
     ]);
     await deliver('msg_2', 2);

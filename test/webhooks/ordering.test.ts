@@ -25,7 +25,7 @@ import {
   InvalidWebhookEventError,
   recordHeaders,
   silentLogger,
-  standardWebhooksVerifier,
+  createStandardWebhooksVerifier,
   type WebhookEvent,
   type WebhookHandler,
   type WebhookHandlers,
@@ -54,7 +54,7 @@ function makeReceiver(at: Clock): WebhookReceiver {
     schema: db.schema,
     clock: at,
     logger: silentLogger,
-    sources: { billing: standardWebhooksVerifier({ secrets: [standardSecret] }) },
+    sources: { billing: createStandardWebhooksVerifier({ secrets: [standardSecret] }) },
   });
 }
 
@@ -187,7 +187,7 @@ describe('state: latest wins', () => {
     await store(snapshot('dup', 1, 'first'), 'msg_dup_a'); // and the first id again: 200, not stored
     expect(await worker.drain({ limit: 1 })).toEqual(['applied', 'duplicate']);
     expect(await history('dup')).toEqual([1]);
-    const [duplicate] = await worker.receipts({ states: ['duplicate'] });
+    const [duplicate] = await worker.listReceipts({ states: ['duplicate'] });
     expect(duplicate).toMatchObject({ deliveryId: 'msg_dup_b', entityKey: 'dup', entityVersion: '1' });
   });
 
@@ -231,17 +231,17 @@ describe('sequence: every version, in order', () => {
     await store(change('gap', 4, 40));
     expect((await worker.drain({ limit: 1 })).sort()).toEqual(['waiting', 'waiting']);
     expect(await history('gap')).toEqual([1]);
-    const [waiting] = await worker.receipts({ states: ['waiting'] });
+    const [waiting] = await worker.listReceipts({ states: ['waiting'] });
     expect(waiting).toMatchObject({ deliveryId: third, entityVersion: '3', attempts: 0, deferrals: 1 });
     expect(waiting!.nextAttemptAt!).toBe(clock.now() + 10 * minute);
-    expect(await worker.parked()).toEqual([]);
+    expect(await worker.listParked()).toEqual([]);
 
     clock.advance(10 * minute - 1);
     expect(await worker.drain()).toEqual([]);
     clock.advance(1);
     // One at a time: claimed together, the second would find the entity busy and wait a moment.
     expect(await worker.drain({ limit: 1 })).toEqual(['parked', 'parked']);
-    const [parked] = await worker.parked();
+    const [parked] = await worker.listParked();
     expect(parked).toMatchObject({
       scope: 'billing',
       key: 'gap',
@@ -251,7 +251,7 @@ describe('sequence: every version, in order', () => {
       lowestWaitingVersion: '3',
     });
     expect(parked!.reason).toMatch(/version 2 has not arrived/);
-    expect((await worker.receipts({ states: ['waiting'] })).map((r) => r.nextAttemptAt)).toEqual([
+    expect((await worker.listReceipts({ states: ['waiting'] })).map((r) => r.nextAttemptAt)).toEqual([
       null,
       null,
     ]);
@@ -271,7 +271,7 @@ describe('sequence: every version, in order', () => {
     expect(await worker.drain({ limit: 1 })).toEqual(['applied', 'applied', 'applied']);
     expect(await history('gap')).toEqual([1, 2, 3, 4]);
     expect(await account('gap')).toMatchObject({ balance: 100 });
-    expect(await worker.parked()).toEqual([]);
+    expect(await worker.listParked()).toEqual([]);
     await new Promise((r) => setTimeout(r, 150)); // one scrape's snapshot is shared for 100 ms
     expect(await parkedGauge()).toBe(0);
     expect((await readWebhooks(console, {})).parked).toEqual([]);
@@ -290,11 +290,11 @@ describe('sequence: every version, in order', () => {
     expect(result).toEqual({ from: '2', through: '3', woken: 1 });
     expect(await worker.drain()).toEqual(['applied']);
     expect(await history('skip')).toEqual([1, 4]);
-    expect(await worker.parked()).toEqual([]);
+    expect(await worker.listParked()).toEqual([]);
 
     await store(change('skip', 3, 3));
     expect(await worker.drain()).toEqual(['invalid']);
-    const [dead] = await worker.receipts({ states: ['dead'] });
+    const [dead] = await worker.listReceipts({ states: ['dead'] });
     expect(dead!.lastError).toMatch(
       /version 3 of billing\/skip arrived after an operator skipped versions 2–3/,
     );
@@ -329,7 +329,7 @@ describe('sequence: every version, in order', () => {
     // Below the first version of an entity that has none applied: refused, not a silent duplicate.
     await store(change('first-low', 7, 1));
     expect(await worker.drain()).toEqual(['invalid']);
-    const [dead] = await worker.receipts({ states: ['dead'] });
+    const [dead] = await worker.listReceipts({ states: ['dead'] });
     expect(dead!.lastError).toMatch(
       /version 7 of billing\/first-low is below the handler's first version 100/,
     );
@@ -359,7 +359,9 @@ describe('sequence: every version, in order', () => {
       clock.advance(5000);
     }
     expect(await history('hold')).toEqual([1, 2]);
-    const [applied] = (await worker.receipts({ states: ['applied'] })).filter((r) => r.entityVersion === '1');
+    const [applied] = (await worker.listReceipts({ states: ['applied'] })).filter(
+      (r) => r.entityVersion === '1',
+    );
     expect(applied!.attempts).toBe(3);
   });
 });
@@ -369,7 +371,7 @@ describe('validation before an event takes effect', () => {
     const worker = processor(handlers);
     await store({ type: 'account.changed', data: { account: 'val', version: 1, delta: 'lots' } });
     expect(await worker.drain()).toEqual(['invalid']);
-    const [dead] = await worker.receipts({ states: ['dead'] });
+    const [dead] = await worker.listReceipts({ states: ['dead'] });
     expect(dead).toMatchObject({
       entityKey: 'val',
       entityVersion: '1',
@@ -391,7 +393,7 @@ describe('validation before an event takes effect', () => {
     expect(await worker.drain({ limit: 1 })).toEqual(['applied', 'invalid']);
     expect(await account('neg')).toMatchObject({ balance: 10 });
     expect(await history('neg')).toEqual([1]);
-    const [dead] = await worker.receipts({ states: ['dead'] });
+    const [dead] = await worker.listReceipts({ states: ['dead'] });
     expect(dead!.lastError).toBe('invalid event: the balance of neg would go below zero');
     expect(dead!.attempts).toBe(1);
   });
@@ -401,7 +403,7 @@ describe('validation before an event takes effect', () => {
     await store({ type: 'account.changed', data: {} });
     await store({ type: 'account.changed', data: { account: 'frac', version: 1.5, delta: 1 } });
     expect(await worker.drain()).toEqual(['invalid', 'invalid']);
-    const errors = (await worker.receipts({ states: ['dead'] })).map((r) => r.lastError).sort();
+    const errors = (await worker.listReceipts({ states: ['dead'] })).map((r) => r.lastError).sort();
     expect(errors[0]).toMatch(
       /^invalid event: a sequence version must be a non-negative integer \(got 1.5\)/,
     );
@@ -413,7 +415,7 @@ describe('validation before an event takes effect', () => {
     await store(change('mixed', 1, 1));
     await store(snapshot('mixed', 2));
     expect(await worker.drain({ limit: 1 })).toEqual(['applied', 'invalid']);
-    const [dead] = await worker.receipts({ states: ['dead'] });
+    const [dead] = await worker.listReceipts({ states: ['dead'] });
     expect(dead!.lastError).toMatch(/ordered by sequence; this event type declares state/);
   });
 

@@ -12,11 +12,11 @@ import type { Transaction } from '../../src/core/sql.js';
 import {
   createWebhookProcessor,
   createWebhookReceiver,
-  githubVerifier,
+  createGithubVerifier,
   normaliseEntity,
   recordHeaders,
   silentLogger,
-  standardWebhooksVerifier,
+  createStandardWebhooksVerifier,
   type WebhookEvent,
   type WebhookHandlers,
   type WebhookProcessorOptions,
@@ -113,9 +113,9 @@ beforeEach(async () => {
     clock,
     logger: silentLogger,
     sources: {
-      billing: standardWebhooksVerifier({ secrets: [standardSecret] }),
-      short: { verifier: standardWebhooksVerifier({ secrets: [standardSecret] }), retentionMs: hour },
-      github: githubVerifier({ secrets: [githubSecret] }),
+      billing: createStandardWebhooksVerifier({ secrets: [standardSecret] }),
+      short: { verifier: createStandardWebhooksVerifier({ secrets: [standardSecret] }), retentionMs: hour },
+      github: createGithubVerifier({ secrets: [githubSecret] }),
     },
   });
   await q(`DELETE FROM $schema.webhook_receipts`);
@@ -222,7 +222,7 @@ describe('order-aware handling', () => {
       data: { customer: 'rb', status: 'older', version: 2 },
     });
     expect(await worker.drain()).toEqual(['superseded']);
-    const [receipt] = await worker.receipts({ states: ['superseded'] });
+    const [receipt] = await worker.listReceipts({ states: ['superseded'] });
     expect(receipt).toMatchObject({
       deliveryId: old,
       entityScope: 'billing',
@@ -270,7 +270,7 @@ describe('retries, dead letters and redrive', () => {
     );
     const id = await store({ type: 'anything' });
     expect(await worker.drain()).toEqual(['retry']);
-    const [pending] = await worker.receipts({ states: ['pending'] });
+    const [pending] = await worker.listReceipts({ states: ['pending'] });
     // random 0.5 with equal jitter: 1000 * 0.5 + 1000 * 0.5 * 0.5 = 750 ms.
     expect(pending!.nextAttemptAt! - clock.now()).toBe(750);
     expect(pending!.lastError).toContain('not yet');
@@ -285,7 +285,7 @@ describe('retries, dead letters and redrive', () => {
     expect(
       (await q(`SELECT count(*)::int AS n FROM $schema.effects WHERE delivery_id = $1`, [id])).rows[0],
     ).toEqual({ n: 1 });
-    const [applied] = await worker.receipts({ states: ['applied'] });
+    const [applied] = await worker.listReceipts({ states: ['applied'] });
     expect(applied).toMatchObject({ deliveryId: id, attempts: 3, lastError: null });
   });
 
@@ -308,13 +308,13 @@ describe('retries, dead letters and redrive', () => {
       clock.advance(10_000);
     }
     expect(outcomes).toEqual(['retry', 'retry', 'dead']);
-    const [dead] = await worker.receipts();
+    const [dead] = await worker.listReceipts();
     expect(dead).toMatchObject({ deliveryId: id, state: 'dead', attempts: 3 });
     expect(dead!.lastError).toContain('bug');
     broken = false;
     expect(await worker.redrive({ source: 'billing' })).toBe(1);
     expect(await worker.drain()).toEqual(['applied']);
-    expect(await worker.receipts()).toEqual([]);
+    expect(await worker.listReceipts()).toEqual([]);
   });
 
   it('an error marked not retryable is a dead letter at once', async () => {
@@ -362,7 +362,7 @@ describe('retries, dead letters and redrive', () => {
       '',
     ]);
     expect(late.rowCount).toBe(0);
-    const [row] = await worker.receipts({ states: ['applied'] });
+    const [row] = await worker.listReceipts({ states: ['applied'] });
     expect(row).toMatchObject({ deliveryId: id, attempts: 2 });
   });
 

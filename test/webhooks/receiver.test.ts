@@ -17,14 +17,10 @@ import { ManualClock } from '../../src/core/clock.js';
 import {
   createWebhookProcessor,
   createWebhookReceiver,
-  expressWebhook,
-  fastifyWebhookHandler,
-  fastifyWebhooks,
-  githubVerifier,
-  honoWebhook,
-  hmacVerifier,
-  standardWebhooksVerifier,
-  stripeVerifier,
+  createGithubVerifier,
+  createHmacVerifier,
+  createStandardWebhooksVerifier,
+  createStripeVerifier,
   type WebhookProcessor,
   type WebhookReceiver,
 } from '../../src/webhooks/index.js';
@@ -49,6 +45,12 @@ import {
   type SignedRequest,
   type TestServer,
 } from './support.js';
+import { webhooks as expressWebhooks } from '../../src/webhooks/express.js';
+import { webhooks as honoWebhooks } from '../../src/webhooks/hono.js';
+import {
+  webhookHandler as fastifyWebhookHandler,
+  webhooks as fastifyWebhooks,
+} from '../../src/webhooks/fastify.js';
 
 const clock = new ManualClock(Date.UTC(2030, 0, 1, 12));
 const logger = capturingLogger();
@@ -99,10 +101,10 @@ beforeAll(async () => {
     logger,
     maxBodyBytes,
     sources: {
-      standard: standardWebhooksVerifier({ secrets: [standardSecret] }),
-      github: githubVerifier({ secrets: [githubSecret] }),
-      stripe: stripeVerifier({ secrets: [stripeSecret] }),
-      generic: hmacVerifier({
+      standard: createStandardWebhooksVerifier({ secrets: [standardSecret] }),
+      github: createGithubVerifier({ secrets: [githubSecret] }),
+      stripe: createStripeVerifier({ secrets: [stripeSecret] }),
+      generic: createHmacVerifier({
         secrets: [hmacSecret],
         header: 'x-signature',
         algorithm: 'sha512',
@@ -319,7 +321,7 @@ describe('the stored receipt', () => {
       schema: 'idem_no_such_schema',
       clock,
       logger,
-      sources: { standard: standardWebhooksVerifier({ secrets: [standardSecret] }) },
+      sources: { standard: createStandardWebhooksVerifier({ secrets: [standardSecret] }) },
     });
     const answer = await broken.receive('standard', {
       headers: {
@@ -363,9 +365,17 @@ describe('raw body already consumed by a parser', () => {
 
   it('Express: express.json() first fails loudly; express.raw() first is fine', async () => {
     const app = express();
-    app.post('/json', express.json(), expressWebhook(receiver, 'standard'));
-    app.post('/text', express.text({ type: '*/*' }), expressWebhook(receiver, 'standard'));
-    app.post('/raw', express.raw({ type: '*/*' }), expressWebhook(receiver, 'standard'));
+    app.post('/json', express.json(), expressWebhooks({ receiver: receiver, source: 'standard' }));
+    app.post(
+      '/text',
+      express.text({ type: '*/*' }),
+      expressWebhooks({ receiver: receiver, source: 'standard' }),
+    );
+    app.post(
+      '/raw',
+      express.raw({ type: '*/*' }),
+      expressWebhooks({ receiver: receiver, source: 'standard' }),
+    );
     const server = await listenNode(createServer(app));
     try {
       await expectLoudFailure(`${server.url}/json`, 'express-json');
@@ -382,7 +392,7 @@ describe('raw body already consumed by a parser', () => {
 
   it('Fastify: a route behind the JSON parser fails loudly', async () => {
     const app = Fastify();
-    app.post('/json', fastifyWebhookHandler(receiver, 'standard'));
+    app.post('/json', fastifyWebhookHandler({ receiver: receiver, source: 'standard' }));
     await app.listen({ host: '127.0.0.1', port: 0 });
     try {
       await expectLoudFailure(
@@ -400,12 +410,12 @@ describe('raw body already consumed by a parser', () => {
       await c.req.json();
       await next();
     });
-    app.post('/json', honoWebhook(receiver, 'standard'));
+    app.post('/json', honoWebhooks({ receiver: receiver, source: 'standard' }));
     app.post('/bytes', async (c, next) => {
       await c.req.arrayBuffer();
       await next();
     });
-    app.post('/bytes', honoWebhook(receiver, 'standard'));
+    app.post('/bytes', honoWebhooks({ receiver: receiver, source: 'standard' }));
     const server = await listenHono(app);
     try {
       await expectLoudFailure(`${server.url}/json`, 'hono-json');
@@ -469,7 +479,7 @@ describe('fastifyWebhooks and the server’s body limit', () => {
   it('never raises it: a server limit below the receiver’s is the one that applies (413, nothing stored)', async () => {
     const serverLimit = 2048; // the receiver's is 4096
     const app = Fastify({ bodyLimit: serverLimit });
-    await app.register(fastifyWebhooks(receiver, { routes: { '/hooks/standard': 'standard' } }));
+    await app.register(fastifyWebhooks({ routes: { '/hooks/standard': 'standard' }, receiver: receiver }));
     const url = await app.listen({ port: 0, host: '127.0.0.1' });
     try {
       const before = await receipts();

@@ -1,6 +1,6 @@
 /**
  * Round trip: events added to the outbox in business transactions, dispatched by the outbox
- * dispatcher through `webhookPublisher`, delivered by our sender as signed
+ * dispatcher through `createWebhookPublisher`, delivered by our sender as signed
  * Standard Webhooks to our receiver on Express, Fastify, Hono and node:http, through a proxy that
  * loses the first answer to every delivery (the receipt is stored, the sender sees 502 and retries
  * with the same webhook-id). Every event takes effect exactly once per receiving service.
@@ -9,15 +9,15 @@ import { createServer } from 'node:http';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { fromPg } from '../../src/adapters/pg.js';
 import { ManualClock } from '../../src/core/clock.js';
-import { createDispatcher, createOutbox } from '../../src/outbox/index.js';
+import { createOutboxDispatcher, createOutbox } from '../../src/outbox/index.js';
 import {
   createWebhookProcessor,
   createWebhookReceiver,
   createWebhookSender,
   generateWebhookSecret,
   silentLogger,
-  standardWebhooksVerifier,
-  webhookPublisher,
+  createStandardWebhooksVerifier,
+  createWebhookPublisher,
 } from '../../src/webhooks/index.js';
 import { createTestSchema, type TestSchema } from '../support/database.js';
 import { count, frameworks, listenNode, startServer, type TestServer } from './support.js';
@@ -86,7 +86,7 @@ it('every event takes effect once, through lost answers and retries, on every fr
     clock,
     logger: silentLogger,
     sources: Object.fromEntries(
-      frameworks.map((f) => [sourceOf(f), standardWebhooksVerifier({ secrets: [secret] })]),
+      frameworks.map((f) => [sourceOf(f), createStandardWebhooksVerifier({ secrets: [secret] })]),
     ),
   });
   const processor = createWebhookProcessor({
@@ -150,8 +150,8 @@ it('every event takes effect once, through lost answers and retries, on every fr
     });
     events.push({ id, invoice });
   }
-  const publisher = webhookPublisher(sender, { notify: false });
-  const dispatcher = createDispatcher({
+  const publisher = createWebhookPublisher({ sender, notify: false });
+  const dispatcher = createOutboxDispatcher({
     sql,
     schema: db.schema,
     clock,
@@ -163,7 +163,7 @@ it('every event takes effect once, through lost answers and retries, on every fr
   expect(dispatched).toMatchObject({ published: events.length, retried: 0, dead: 0 });
   expect((await outbox.stats()).pending).toBe(0);
   // The dispatcher may publish an event again (at-least-once): nothing new is fanned out.
-  const again = await outbox.read(events[0]!.id);
+  const again = await outbox.get({ id: events[0]!.id });
   expect(await publisher.publish([again!], new AbortController().signal)).toEqual([
     { id: events[0]!.id, ok: true },
   ]);
@@ -174,7 +174,7 @@ it('every event takes effect once, through lost answers and retries, on every fr
     await sender.drain({ limit: 16 });
     clock.advance(6 * 60_000);
   }
-  const deliveries = await sender.deliveries();
+  const deliveries = await sender.listDeliveries();
   expect(deliveries).toHaveLength(events.length * frameworks.length);
   expect(deliveries.every((d) => d.state === 'delivered' && d.attempts === 2)).toBe(true);
   for (const proxy of proxies) {

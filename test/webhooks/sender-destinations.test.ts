@@ -156,12 +156,12 @@ describe('deliveries', () => {
     const [result] = await s.deliver(message());
     expect(result).toMatchObject({ outcome: 'failed', attempt: 1, endpointId: id });
     expect(target.seen).toEqual([]);
-    const [delivery] = await s.deliveries({ endpointId: id });
+    const [delivery] = await s.listDeliveries({ endpointId: id });
     expect(delivery).toMatchObject({ state: 'failed', attempts: 1, lastStatus: null });
     expect(delivery!.lastError).toMatch(
       /destination refused: localhost resolves to (127\.0\.0\.1|::1), a loopback address/,
     );
-    const attempts = await s.attempts(delivery!.messageId);
+    const attempts = await s.listAttempts({ messageId: delivery!.messageId });
     expect(attempts).toMatchObject([{ attempt: 1, outcome: 'failed', status: null }]);
     // Not a sign of the endpoint's health: the breaker (one failure opens it) stays closed.
     const [second] = await s.deliver(message());
@@ -175,7 +175,7 @@ describe('deliveries', () => {
     const [result] = await sender().deliver(message());
     expect(result!.outcome).toBe('failed');
     expect(target.seen).toEqual([]);
-    expect((await sender().deliveries())[0]!.lastError).toMatch(
+    expect((await sender().listDeliveries())[0]!.lastError).toMatch(
       /destination refused: 127\.0\.0\.1, a loopback/,
     );
   });

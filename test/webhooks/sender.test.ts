@@ -14,8 +14,8 @@ import {
   generateWebhookKeyPair,
   recordHeaders,
   silentLogger,
-  standardWebhooksVerifier,
-  webhookPublisher,
+  createStandardWebhooksVerifier,
+  createWebhookPublisher,
   type WebhookSender,
   type WebhookSenderOptions,
 } from '../../src/webhooks/index.js';
@@ -132,7 +132,7 @@ describe('retries', () => {
     const timestamps = server.seen.map((s) => Number(s.headers['webhook-timestamp']));
     expect(new Set(timestamps).size).toBe(3);
     // Every attempt verifies with the receiver's verifier at its own time; the first also with the npm package.
-    const verifier = standardWebhooksVerifier({ secrets: [standardSecret] });
+    const verifier = createStandardWebhooksVerifier({ secrets: [standardSecret] });
     for (const s of server.seen) {
       const at = Number(s.headers['webhook-timestamp']) * 1000;
       expect(verifier.verify({ headers: recordHeaders(s.headers), body: s.body }, at).deliveryId).toBe(m.id);
@@ -146,7 +146,7 @@ describe('retries', () => {
       new SvixWebhook(standardSecret).verify(server.seen[0]!.body.toString(), server.seen[0]!.headers),
     ).not.toThrow();
 
-    const attempts = await sender.attempts(m.id);
+    const attempts = await sender.listAttempts({ messageId: m.id });
     expect(attempts.map((a) => [a.attempt, a.status, a.outcome, a.retryAfterMs])).toEqual([
       [1, 500, 'retry', null],
       [2, 429, 'retry', 900_000],
@@ -156,7 +156,7 @@ describe('retries', () => {
       expect(a.endpointId).toBe(endpointId);
       expect(a.latencyMs).toBeGreaterThan(0);
     }
-    const [delivery] = await sender.deliveries({ messageId: m.id });
+    const [delivery] = await sender.listDeliveries({ messageId: m.id });
     expect(delivery).toMatchObject({ state: 'delivered', attempts: 3, lastStatus: 204 });
   });
 
@@ -211,7 +211,7 @@ describe('retries', () => {
     await subscriber(['hang']);
     const [result] = await sender.deliver(message());
     expect(result).toMatchObject({ outcome: 'retry', status: undefined });
-    const [attempt] = await sender.attempts(result!.messageId);
+    const [attempt] = await sender.listAttempts({ messageId: result!.messageId });
     expect(attempt).toMatchObject({ status: null, outcome: 'retry' });
     expect(attempt!.error).toMatch(/abort|timeout/i);
     expect(attempt!.latencyMs).toBeGreaterThanOrEqual(150);
@@ -233,9 +233,11 @@ describe('410 Gone and the circuit breaker', () => {
     });
     const endpoint = await sender.endpoints.get(gone.id);
     expect(endpoint).toMatchObject({ enabled: false, disabledReason: 'gone: the endpoint answered 410' });
-    const states = await sender.deliveries({ endpointId: gone.id });
+    const states = await sender.listDeliveries({ endpointId: gone.id });
     expect(states.map((d) => d.state)).toEqual(['cancelled', 'cancelled', 'cancelled']);
-    expect((await sender.attempts(first.id, gone.id)).map((a) => a.outcome)).toEqual(['gone']);
+    expect(
+      (await sender.listAttempts({ messageId: first.id, endpointId: gone.id })).map((a) => a.outcome),
+    ).toEqual(['gone']);
     // Nothing more goes there, even for new messages; the healthy endpoint gets everything.
     clock.advance(86_400_000);
     await sender.deliver(message());
@@ -262,7 +264,7 @@ describe('410 Gone and the circuit breaker', () => {
     const blocked = await sender.runOnce(1);
     expect(blocked[0]).toMatchObject({ outcome: 'circuit-open' });
     expect(server.seen).toHaveLength(3);
-    const [delivery] = await sender.deliveries({ messageId: blocked[0]!.messageId });
+    const [delivery] = await sender.listDeliveries({ messageId: blocked[0]!.messageId });
     expect(delivery).toMatchObject({
       state: 'pending',
       attempts: 0,
@@ -292,13 +294,13 @@ describe('signing, fan-out and the outbox publisher', () => {
     const request = { headers: recordHeaders(seen!.headers), body: seen!.body };
     const at = Number(seen!.headers['webhook-timestamp']) * 1000;
     for (const verifier of [
-      standardWebhooksVerifier({ secrets: [standardSecret] }),
-      standardWebhooksVerifier({ secrets: [standardSecretNext] }),
-      standardWebhooksVerifier({ publicKeys: [pair.publicKey] }),
+      createStandardWebhooksVerifier({ secrets: [standardSecret] }),
+      createStandardWebhooksVerifier({ secrets: [standardSecretNext] }),
+      createStandardWebhooksVerifier({ publicKeys: [pair.publicKey] }),
     ]) {
       expect(verifier.verify(request, at).deliveryId).toBe(seen!.headers['webhook-id']);
     }
-    expect(() => standardWebhooksVerifier({ secrets: ['whsec_b3RoZXI='] }).verify(request, at)).toThrow(
+    expect(() => createStandardWebhooksVerifier({ secrets: ['whsec_b3RoZXI='] }).verify(request, at)).toThrow(
       /signature/,
     );
   });
@@ -331,7 +333,7 @@ describe('signing, fan-out and the outbox publisher', () => {
 
   it('the outbox Publisher: the event id is the webhook-id, republishing adds nothing', async () => {
     const { server } = await subscriber([{ status: 200 }]);
-    const publisher = webhookPublisher(sender, { notify: false });
+    const publisher = createWebhookPublisher({ sender, notify: false });
     const event: OutboxEvent = {
       id: '0190f5b4-7c1e-7000-8000-000000000001',
       topic: 'webhooks',

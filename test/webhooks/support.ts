@@ -13,15 +13,11 @@ import Fastify from 'fastify';
 import { Hono } from 'hono';
 import type pg from 'pg';
 import { Webhook } from 'standardwebhooks';
-import {
-  expressWebhook,
-  fastifyWebhooks,
-  honoWebhook,
-  nodeWebhookHandler,
-  type LogFields,
-  type WebhookLogger,
-  type WebhookReceiver,
-} from '../../src/webhooks/index.js';
+import { type LogFields, type WebhookLogger, type WebhookReceiver } from '../../src/webhooks/index.js';
+import { webhooks as expressWebhooks } from '../../src/webhooks/express.js';
+import { webhooks as honoWebhooks } from '../../src/webhooks/hono.js';
+import { webhooks as nodeWebhooks } from '../../src/webhooks/node-http.js';
+import { webhooks as fastifyWebhooks } from '../../src/webhooks/fastify.js';
 
 export type Framework = 'express' | 'fastify' | 'hono' | 'node';
 export const frameworks: Framework[] = ['express', 'fastify', 'hono', 'node'];
@@ -37,11 +33,14 @@ export async function startServer(framework: Framework, receiver: WebhookReceive
   const sources = receiver.sourceNames();
   if (framework === 'express') {
     const app = express();
-    for (const source of sources) app.post(`/hooks/${source}`, expressWebhook(receiver, source));
+    for (const source of sources)
+      app.post(`/hooks/${source}`, expressWebhooks({ receiver: receiver, source: source }));
     return listenNode(createServer(app));
   }
   if (framework === 'node') {
-    const handlers = new Map(sources.map((s) => [`/hooks/${s}`, nodeWebhookHandler(receiver, s)]));
+    const handlers = new Map(
+      sources.map((s) => [`/hooks/${s}`, nodeWebhooks({ receiver: receiver, source: s })]),
+    );
     return listenNode(
       createServer((req, res) => {
         const handler = handlers.get(req.url ?? '');
@@ -58,14 +57,18 @@ export async function startServer(framework: Framework, receiver: WebhookReceive
   if (framework === 'fastify') {
     const app = Fastify();
     await app.register(
-      fastifyWebhooks(receiver, { routes: Object.fromEntries(sources.map((s) => [`/hooks/${s}`, s])) }),
+      fastifyWebhooks({
+        routes: Object.fromEntries(sources.map((s) => [`/hooks/${s}`, s])),
+        receiver: receiver,
+      }),
     );
     await app.listen({ host: '127.0.0.1', port: 0 });
     const { port } = app.server.address() as AddressInfo;
     return { url: `http://127.0.0.1:${port}`, close: () => app.close() };
   }
   const app = new Hono();
-  for (const source of sources) app.post(`/hooks/${source}`, honoWebhook(receiver, source));
+  for (const source of sources)
+    app.post(`/hooks/${source}`, honoWebhooks({ receiver: receiver, source: source }));
   const server = serve({ fetch: app.fetch, hostname: '127.0.0.1', port: 0 }) as Server;
   await once(server, 'listening');
   const { port } = server.address() as AddressInfo;

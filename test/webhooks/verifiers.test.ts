@@ -8,13 +8,13 @@ import { Webhook } from 'standardwebhooks';
 import { Webhook as SvixWebhook } from 'svix';
 import { describe, expect, it } from 'vitest';
 import {
-  githubVerifier,
-  hmacVerifier,
+  createGithubVerifier,
+  createHmacVerifier,
   isWebhookMalformed,
   isWebhookUnauthorized,
   recordHeaders,
-  standardWebhooksVerifier,
-  stripeVerifier,
+  createStandardWebhooksVerifier,
+  createStripeVerifier,
   type WebhookVerifier,
 } from '../../src/webhooks/index.js';
 import {
@@ -62,7 +62,7 @@ const genericOptions = {
 };
 
 describe('Standard Webhooks verifier', () => {
-  const verifier = standardWebhooksVerifier({ secrets: [standardSecret] });
+  const verifier = createStandardWebhooksVerifier({ secrets: [standardSecret] });
   const body = JSON.stringify({ type: 'invoice.paid', data: { id: 'in_1' } });
 
   it('accepts a v1 signature made by the standardwebhooks package, with id and type', () => {
@@ -88,7 +88,7 @@ describe('Standard Webhooks verifier', () => {
   });
 
   it('rotation: accepts either secret while both are configured, and a header carrying both signatures', () => {
-    const rotating = standardWebhooksVerifier({ secrets: [standardSecret, standardSecretNext] });
+    const rotating = createStandardWebhooksVerifier({ secrets: [standardSecret, standardSecretNext] });
     expect(verify(rotating, signStandard({ id: 'a', body, timestampMs: now })).deliveryId).toBe('a');
     expect(
       verify(rotating, signStandard({ id: 'b', body, timestampMs: now, secret: standardSecretNext }))
@@ -97,7 +97,9 @@ describe('Standard Webhooks verifier', () => {
     // The sender signs with old and new; a receiver that only knows the new one accepts too.
     const next = new Webhook(standardSecretNext).sign('c', new Date(now), body);
     const both = signStandard({ id: 'c', body, timestampMs: now, extraSignatures: [next] });
-    expect(verify(standardWebhooksVerifier({ secrets: [standardSecretNext] }), both).deliveryId).toBe('c');
+    expect(verify(createStandardWebhooksVerifier({ secrets: [standardSecretNext] }), both).deliveryId).toBe(
+      'c',
+    );
   });
 
   it('applies the tolerance to the past and to the future', () => {
@@ -106,7 +108,7 @@ describe('Standard Webhooks verifier', () => {
     expect(verify(verifier, signed(5 * minute - 1000)).deliveryId).toBe('msg_t');
     expect(failure(() => verify(verifier, signed(-5 * minute - 1000))).reason).toBe('timestamp-too-old');
     expect(failure(() => verify(verifier, signed(5 * minute + 1000))).reason).toBe('timestamp-too-new');
-    const narrow = standardWebhooksVerifier({
+    const narrow = createStandardWebhooksVerifier({
       secrets: [standardSecret],
       toleranceSeconds: 600,
       futureToleranceSeconds: 10,
@@ -146,7 +148,7 @@ describe('Standard Webhooks verifier', () => {
 
   it('v1a: verifies ed25519 over bytes that are not valid UTF-8, which the npm package cannot', () => {
     const { privateKey, publicKey } = ed25519Pair();
-    const asymmetric = standardWebhooksVerifier({ publicKeys: [publicKey] });
+    const asymmetric = createStandardWebhooksVerifier({ publicKeys: [publicKey] });
     const binary = Uint8Array.from([0xff, 0xfe, 0x00, 0x80, 0xc3, 0x28]);
     const signed = signStandardV1a({ id: 'msg_bin', body: binary, privateKey, timestampMs: now });
     expect(verify(asymmetric, signed)).toMatchObject({ deliveryId: 'msg_bin', eventType: null });
@@ -188,7 +190,7 @@ describe('Standard Webhooks verifier', () => {
 });
 
 describe('Svix headers (svix-id, svix-timestamp, svix-signature)', () => {
-  const verifier = standardWebhooksVerifier({ secrets: [standardSecret] });
+  const verifier = createStandardWebhooksVerifier({ secrets: [standardSecret] });
   const body = JSON.stringify({ type: 'invoice.paid', data: { id: 'in_1' } });
   /** Signed by the svix package, sent with the header names Svix uses. */
   const svixSigned = (id: string, at = now) => ({
@@ -256,7 +258,7 @@ describe('Svix headers (svix-id, svix-timestamp, svix-signature)', () => {
 });
 
 describe('GitHub verifier', () => {
-  const verifier = githubVerifier({ secrets: [githubSecret] });
+  const verifier = createGithubVerifier({ secrets: [githubSecret] });
   const request = () =>
     signGithub({
       delivery: '72d3162e-cc78-11e3-81ab-4c9367dc0958',
@@ -283,15 +285,15 @@ describe('GitHub verifier', () => {
       },
       body: Buffer.from('Hello, World!'),
     };
-    expect(verify(githubVerifier({ secrets: ["It's a Secret to Everybody"] }), signed).deliveryId).toBe(
+    expect(verify(createGithubVerifier({ secrets: ["It's a Secret to Everybody"] }), signed).deliveryId).toBe(
       '1:d1',
     );
   });
 
   it('rotation, mismatch, and malformed headers', () => {
-    const rotating = githubVerifier({ secrets: ['old-secret', githubSecret] });
+    const rotating = createGithubVerifier({ secrets: ['old-secret', githubSecret] });
     expect(verify(rotating, request()).deliveryId).toContain('123:');
-    expect(failure(() => verify(githubVerifier({ secrets: ['other'] }), request())).reason).toBe(
+    expect(failure(() => verify(createGithubVerifier({ secrets: ['other'] }), request())).reason).toBe(
       'signature-mismatch',
     );
     const r = request();
@@ -314,7 +316,7 @@ describe('GitHub verifier', () => {
 });
 
 describe('Stripe verifier', () => {
-  const verifier = stripeVerifier({ secrets: [stripeSecret] });
+  const verifier = createStripeVerifier({ secrets: [stripeSecret] });
   const body = JSON.stringify({ id: 'evt_1', type: 'invoice.paid', created: 1 });
 
   it('accepts t= and v1=, taking the event id from the verified body', () => {
@@ -330,7 +332,7 @@ describe('Stripe verifier', () => {
     expect(verify(verifier, rolling).deliveryId).toBe('evt_1');
     expect(
       verify(
-        stripeVerifier({ secrets: ['whsec_old', 'whsec_new'] }),
+        createStripeVerifier({ secrets: ['whsec_old', 'whsec_new'] }),
         signStripe({ body, timestampMs: now, secrets: ['whsec_new'] }),
       ).deliveryId,
     ).toBe('evt_1');
@@ -367,7 +369,7 @@ describe('Stripe verifier', () => {
 });
 
 describe('generic HMAC verifier', () => {
-  const verifier = hmacVerifier(genericOptions);
+  const verifier = createHmacVerifier(genericOptions);
   const body = '{"n":1}';
 
   it('configurable header, algorithm, encoding, prefix, id and type headers, signed timestamp', () => {
@@ -381,7 +383,7 @@ describe('generic HMAC verifier', () => {
   });
 
   it('rotation, tolerance both ways, wrong prefix and encoding', () => {
-    const rotating = hmacVerifier({ ...genericOptions, secrets: ['old', hmacSecret] });
+    const rotating = createHmacVerifier({ ...genericOptions, secrets: ['old', hmacSecret] });
     expect(verify(rotating, signGeneric({ id: 'd-2', body, timestampMs: now })).deliveryId).toBe('d-2');
     expect(
       failure(() => verify(verifier, signGeneric({ id: 'd', body, timestampMs: now, secret: 'x' }))).reason,
@@ -405,7 +407,7 @@ describe('generic HMAC verifier', () => {
   });
 
   it('hex, body-only signing with several signatures in the header', () => {
-    const simple = hmacVerifier({
+    const simple = createHmacVerifier({
       secrets: ['k'],
       header: 'x-sig',
       separator: ',',
@@ -419,7 +421,7 @@ describe('generic HMAC verifier', () => {
 
 describe('errors carry no header value', () => {
   it('messages name headers, never their values', () => {
-    const verifier = standardWebhooksVerifier({ secrets: [standardSecret] });
+    const verifier = createStandardWebhooksVerifier({ secrets: [standardSecret] });
     const signed = signStandard({ id: 'msg_x', body: '{}', timestampMs: now });
     const sig = signed.headers['webhook-signature']!;
     const bad = { ...signed, headers: { ...signed.headers, 'webhook-timestamp': 'SECRET-LOOKING-VALUE' } };

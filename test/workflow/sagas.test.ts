@@ -1,6 +1,6 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { fromPg } from '../../src/adapters/pg.js';
-import { assertOk, createClient } from '../../src/client/index.js';
+import { assertOk, createResilientClient } from '../../src/client/index.js';
 import { currentIdempotencyKey } from '../../src/core/key-context.js';
 import { ManualClock } from '../../src/core/clock.js';
 import { isFenced, isInProgress, isKeyReused } from '../../src/core/errors.js';
@@ -34,7 +34,7 @@ describe('sagas', () => {
   let provider: Provider;
   let clock: SteppingClock;
   let counter = 0;
-  const http = createClient({ breaker: false, maxAttempts: 1 });
+  const http = createResilientClient({ breaker: false, maxAttempts: 1 });
 
   beforeAll(async () => {
     db = await createTestSchema({ poolSize: 8 });

@@ -2,7 +2,7 @@ import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { fromPg } from '../../src/adapters/pg.js';
-import { createClient } from '../../src/client/index.js';
+import { createResilientClient } from '../../src/client/index.js';
 import { isKeyReused } from '../../src/core/errors.js';
 import { createIdem } from '../../src/operations/idem.js';
 import {
@@ -130,7 +130,7 @@ describe('seed scenario 7: an activity finishes its external call, then its proc
 
   it('runActivity in-process: replays, refuses other arguments, and runActivitySteps keys each step', async () => {
     const idem = createIdem({ sql: fromPg(db.pool), schema: db.schema });
-    const client = createClient({ baseUrl: provider.url, breaker: false });
+    const client = createResilientClient({ baseUrl: provider.url, breaker: false });
     const context = fakeContext({ activityId: 'ship-1', activityType: 'ship' });
     let calls = 0;
     const ship = () =>

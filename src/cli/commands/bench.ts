@@ -1,7 +1,7 @@
 /** `idem bench [--quick] [--only name]… [--merge]`: runs the benchmark suite in bench/ (a checkout of the repository). */
 import { spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
-import { fileURLToPath } from 'node:url';
+import { packagePath } from '../../core/package-files.js';
 import { parseCommand } from '../args.js';
 
 const usage = `usage: idem bench [--quick] [--only NAME]… [--merge]
@@ -22,7 +22,7 @@ export async function run(argv: string[]): Promise<number> {
     merge: { type: 'boolean' },
   });
   if (args.exitCode !== undefined) return args.exitCode;
-  const runner = fileURLToPath(new URL('../../../bench/run.ts', import.meta.url));
+  const runner = packagePath('bench', 'run.ts');
   if (!existsSync(runner)) {
     console.error('idem bench runs from a checkout of the idem repository (bench/ is not in the package)');
     return 2;

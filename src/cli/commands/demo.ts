@@ -5,24 +5,24 @@
  * by path and runs it in this process; anywhere else it says where the demo is instead.
  */
 import { existsSync } from 'node:fs';
-import { resolve } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { pathToFileURL } from 'node:url';
+import { packagePath, packageRoot, runsFromSource } from '../../core/package-files.js';
 
 type DemoCommand = { run(argv: string[]): Promise<number> };
 
-/** The demo's command, by path: `src/cli/commands/` (or `dist/cli/commands/`) is three folders below the root. */
-const demoCommand = new URL('../../../demo/command.ts', import.meta.url);
+/** The demo's command, by path, from the package's root (a checkout). */
+const demoCommand = () => packagePath('demo', 'command.ts');
 
 export async function run(argv: string[]): Promise<number> {
-  const inCheckout = existsSync(fileURLToPath(demoCommand));
+  const inCheckout = existsSync(demoCommand());
   // A compiled CLI (dist, or an installed package) cannot load the demo's TypeScript.
-  const fromSource = import.meta.url.endsWith('.ts');
+  const fromSource = runsFromSource;
   if (inCheckout && fromSource) {
     // A computed specifier: no library module imports the demo (test/layout checks it).
-    const demo = (await import(demoCommand.href)) as DemoCommand;
+    const demo = (await import(pathToFileURL(demoCommand()).href)) as DemoCommand;
     return demo.run(argv);
   }
-  const root = resolve(fileURLToPath(new URL('../../../', import.meta.url)));
+  const root = packageRoot();
   const where = inCheckout
     ? `the demo runs from this checkout's TypeScript source: run \`npm start\` (or \`npm run idem -- demo\`) in ${root}`
     : "the payments demo is not part of the installed package: it lives in idem's source repository; clone it, then run `npm ci && npm start` there";

@@ -22,7 +22,7 @@ export async function run(argv: string[]): Promise<number> {
   const db = await openDatabase();
   try {
     await checkMigrated(db, schema);
-    const row = await createIdem({ sql: db.sql, schema }).inspect({ tenant, operation, key });
+    const row = await createIdem({ sql: db.sql, schema }).get({ tenant, operation, key });
     if (!row) {
       console.log('no such key');
       return 1;

@@ -61,10 +61,7 @@ export async function run(argv: string[]): Promise<number> {
         return 0;
       }
       default: {
-        const deleted = await outbox.cleanup({
-          retentionMs,
-          capturedByCdc: values.cdc,
-        });
+        const { deleted } = await outbox.sweep({ olderThanMs: retentionMs, capturedByCdc: values.cdc });
         console.log(`deleted ${deleted} rows`);
         return 0;
       }

@@ -22,7 +22,7 @@ export interface ConsoleSummary {
 
 /**
  * Counts that matter to an operator. The outbox, receipts, tasks and sagas counts read partial
- * indexes of unfinished rows; the requests and inbox counts scan their tables (see docs/console.md
+ * indexes of unfinished rows; the requests and inbox counts scan their tables (see docs/operations/console.md
  * for the measured cost and the partial indexes that would make them cheap).
  */
 export async function readSummary(db: ConsoleDatabase): Promise<ConsoleSummary> {

@@ -39,7 +39,7 @@ export interface InDatabasePublisherOptions<Client = unknown> {
  * retry after a partial failure runs only the subscribers that did not commit).
  *
  * @example
- * const publisher = inDatabasePublisher({
+ * const publisher = createInDatabasePublisher({
  *   inbox,
  *   subscribers: [{ consumer: 'billing', topics: ['orders'], handler: async (tx, event) => { ... } }],
  * });
@@ -90,7 +90,7 @@ export class InDatabasePublisher<Client = unknown> implements Publisher {
   }
 }
 
-export function inDatabasePublisher<Client>(
+export function createInDatabasePublisher<Client>(
   options: InDatabasePublisherOptions<Client>,
 ): InDatabasePublisher<Client> {
   return new InDatabasePublisher(options);

@@ -119,6 +119,6 @@ export class NatsPublisher implements Publisher {
   }
 }
 
-export function natsPublisher(options: NatsPublisherOptions): NatsPublisher {
+export function createNatsPublisher(options: NatsPublisherOptions): NatsPublisher {
   return new NatsPublisher(options);
 }

@@ -39,8 +39,8 @@ const channelLevelCodes = new Set([403, 404, 405, 406]);
 
 /**
  * @example
- * const publisher = rabbitMqPublisher({ connection: 'amqp://localhost' });
- * const dispatcher = createDispatcher({ sql, publisher });
+ * const publisher = createRabbitMqPublisher({ connection: 'amqp://localhost' });
+ * const dispatcher = createOutboxDispatcher({ sql, publisher });
  */
 export class RabbitMqPublisher implements Publisher {
   readonly name = 'rabbitmq';
@@ -211,7 +211,7 @@ export class RabbitMqPublisher implements Publisher {
   }
 }
 
-export function rabbitMqPublisher(options: RabbitMqPublisherOptions): RabbitMqPublisher {
+export function createRabbitMqPublisher(options: RabbitMqPublisherOptions): RabbitMqPublisher {
   return new RabbitMqPublisher(options);
 }
 

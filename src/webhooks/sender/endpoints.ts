@@ -67,9 +67,9 @@ export class WebhookEndpoints {
     return decode(rows[0]!);
   }
 
-  async get(id: string): Promise<WebhookEndpoint | undefined> {
+  async get(id: string): Promise<WebhookEndpoint | null> {
     const { rows } = await this.sql.query(this.statements.getEndpoint, [id, this.tenant]);
-    return rows[0] ? decode(rows[0]) : undefined;
+    return rows[0] ? decode(rows[0]) : null;
   }
 
   async list(): Promise<WebhookEndpoint[]> {

@@ -12,8 +12,10 @@
 import type { OutboxEvent, Publisher, PublishResult } from '../../outbox/types.js';
 import type { WebhookMessage, WebhookSender } from './sender.js';
 
-/** Options of `webhookPublisher`. */
+/** Options of `createWebhookPublisher`. */
 export interface WebhookPublisherOptions {
+  /** The sender that stores and delivers the webhooks (`createWebhookSender`). */
+  sender: WebhookSender;
   /**
    * The body of the webhook for an event. Default: the Standard Webhooks payload structure
    * `{ type, timestamp, data }` with the event's type, creation time and payload.
@@ -23,8 +25,15 @@ export interface WebhookPublisherOptions {
   notify?: boolean;
 }
 
-/** An outbox `Publisher` that hands events to a `WebhookSender`. The outbox event id becomes the `webhook-id`. */
-export function webhookPublisher(sender: WebhookSender, options: WebhookPublisherOptions = {}): Publisher {
+/**
+ * An outbox `Publisher` that hands events to a `WebhookSender`. The outbox event id becomes the
+ * `webhook-id`.
+ *
+ * @example
+ * const dispatcher = createOutboxDispatcher({ sql, publisher: createWebhookPublisher({ sender }) });
+ */
+export function createWebhookPublisher(options: WebhookPublisherOptions): Publisher {
+  const { sender } = options;
   const payload =
     options.payload ??
     ((event: OutboxEvent) => ({

@@ -224,7 +224,7 @@ export class WebhookSender<Client = unknown> extends TableModule<Client, SenderS
   }
 
   /** Deliveries, optionally of one message, endpoint or tenant. */
-  async deliveries(
+  async listDeliveries(
     options: { messageId?: string; endpointId?: string; limit?: number; tenant?: string } = {},
   ): Promise<WebhookDelivery[]> {
     if (options.tenant !== undefined) validateTenant(options.tenant);
@@ -237,15 +237,22 @@ export class WebhookSender<Client = unknown> extends TableModule<Client, SenderS
     return rows.map(decodeDelivery);
   }
 
-  /** The logged HTTP attempts of a message (of the sender's tenant unless `tenant` is given), in order. */
-  async attempts(
-    messageId: string,
-    endpointId?: string,
-    options: { tenant?: string } = {},
-  ): Promise<WebhookDeliveryAttempt[]> {
+  /**
+   * The logged HTTP attempts of a message (to one endpoint, or every one; of the sender's tenant
+   * unless `tenant` is given), in order.
+   */
+  async listAttempts(options: {
+    messageId: string;
+    endpointId?: string;
+    tenant?: string;
+  }): Promise<WebhookDeliveryAttempt[]> {
     const tenant = options.tenant ?? this.tenant;
     validateTenant(tenant);
-    const { rows } = await this.sql.query(this.statements.attempts, [messageId, endpointId ?? null, tenant]);
+    const { rows } = await this.sql.query(this.statements.attempts, [
+      options.messageId,
+      options.endpointId ?? null,
+      tenant,
+    ]);
     return rows.map(decodeAttempt);
   }
 

@@ -62,7 +62,7 @@ export function generateWebhookSecret(): string {
   return `whsec_${randomBytes(32).toString('base64')}`;
 }
 
-/** A new ed25519 pair: `whsk_` for the sender, `whpk_` for receivers (`standardWebhooksVerifier({ publicKeys })`). */
+/** A new ed25519 pair: `whsk_` for the sender, `whpk_` for receivers (`createStandardWebhooksVerifier({ publicKeys })`). */
 export function generateWebhookKeyPair(): { secretKey: string; publicKey: string } {
   const { privateKey } = generateKeyPairSync('ed25519');
   const seed = privateKey.export({ format: 'der', type: 'pkcs8' }).subarray(ed25519Pkcs8Prefix.length);

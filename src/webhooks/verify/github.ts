@@ -17,7 +17,7 @@ import {
 } from './common.js';
 import type { Secret, VerifiedDelivery, WebhookRequest, WebhookVerifier } from './types.js';
 
-/** Options of `githubVerifier`. */
+/** Options of `createGithubVerifier`. */
 export interface GithubOptions {
   /** Webhook secrets (UTF-8 text or bytes). List the old and the new one while rotating. */
   secrets: Secret[];
@@ -31,8 +31,8 @@ export interface GithubOptions {
 const signatureHeader = 'x-hub-signature-256';
 
 /** Verifies GitHub's `X-Hub-Signature-256`. */
-export function githubVerifier(options: GithubOptions): WebhookVerifier {
-  const keys = utf8Keys(options.secrets, 'githubVerifier');
+export function createGithubVerifier(options: GithubOptions): WebhookVerifier {
+  const keys = utf8Keys(options.secrets, 'createGithubVerifier');
   return {
     scheme: 'github',
     retentionMs: options.retentionMs ?? defaultRetentionMs,

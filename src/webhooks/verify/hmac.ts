@@ -29,7 +29,7 @@ export interface SignedParts {
   deliveryId?: string;
 }
 
-/** Options of `hmacVerifier`. */
+/** Options of `createHmacVerifier`. */
 export interface HmacOptions extends ToleranceOptions {
   /** Secrets (UTF-8 text or bytes). List the old and the new one while rotating. */
   secrets: Secret[];
@@ -68,22 +68,22 @@ export interface HmacOptions extends ToleranceOptions {
 }
 
 /** Verifies an HMAC signature of a configurable shape. */
-export function hmacVerifier(options: HmacOptions): WebhookVerifier {
-  const keys = utf8Keys(options.secrets, 'hmacVerifier');
+export function createHmacVerifier(options: HmacOptions): WebhookVerifier {
+  const keys = utf8Keys(options.secrets, 'createHmacVerifier');
   const algorithm = options.algorithm ?? 'sha256';
   if (!getHashes().includes(algorithm))
-    throw new InvalidArgumentError(`hmacVerifier: unknown hash ${algorithm}`);
+    throw new InvalidArgumentError(`createHmacVerifier: unknown hash ${algorithm}`);
   const encoding = options.encoding ?? 'hex';
   const header = options.header.toLowerCase();
   const prefix = options.prefix ?? '';
   const idHeader = options.deliveryIdHeader?.toLowerCase();
   if (!idHeader && !options.deliveryId) {
-    throw new InvalidArgumentError('hmacVerifier: give deliveryIdHeader or deliveryId');
+    throw new InvalidArgumentError('createHmacVerifier: give deliveryIdHeader or deliveryId');
   }
   const typeHeader = options.eventTypeHeader?.toLowerCase();
   const timestampHeader = options.timestamp?.header.toLowerCase();
   const timestampUnitMs = options.timestamp?.unit === 'ms' ? 1 : 1000;
-  const tolerance = resolveTolerance(options, 'hmacVerifier');
+  const tolerance = resolveTolerance(options, 'createHmacVerifier');
   const signedContent =
     options.signedContent ??
     ((parts: SignedParts) =>

@@ -32,7 +32,7 @@ import {
 } from './common.js';
 import type { Secret, ToleranceOptions, VerifiedDelivery, WebhookRequest, WebhookVerifier } from './types.js';
 
-/** Options of `standardWebhooksVerifier`. At least one secret or public key is required. */
+/** Options of `createStandardWebhooksVerifier`. At least one secret or public key is required. */
 export interface StandardWebhooksOptions extends ToleranceOptions {
   /**
    * Symmetric secrets for `v1` signatures: `whsec_<base64>` (the prefix is optional) or raw key
@@ -92,13 +92,15 @@ export function decodeStandardPublicKey(key: string | KeyObject): KeyObject {
 }
 
 /** Verifies Standard Webhooks `v1` and `v1a` signatures. */
-export function standardWebhooksVerifier(options: StandardWebhooksOptions): WebhookVerifier {
+export function createStandardWebhooksVerifier(options: StandardWebhooksOptions): WebhookVerifier {
   const keys = (options.secrets ?? []).map(decodeStandardSecret);
   const publicKeys = (options.publicKeys ?? []).map(decodeStandardPublicKey);
   if (keys.length === 0 && publicKeys.length === 0) {
-    throw new InvalidArgumentError('standardWebhooksVerifier: at least one secret or public key is required');
+    throw new InvalidArgumentError(
+      'createStandardWebhooksVerifier: at least one secret or public key is required',
+    );
   }
-  const tolerance = resolveTolerance(options, 'standardWebhooksVerifier');
+  const tolerance = resolveTolerance(options, 'createStandardWebhooksVerifier');
   return {
     scheme: 'standard-webhooks',
     retentionMs: options.retentionMs ?? defaultRetentionMs,

@@ -19,7 +19,7 @@ import {
 } from './common.js';
 import type { Secret, ToleranceOptions, VerifiedDelivery, WebhookRequest, WebhookVerifier } from './types.js';
 
-/** Options of `stripeVerifier`. */
+/** Options of `createStripeVerifier`. */
 export interface StripeOptions extends ToleranceOptions {
   /** Endpoint secrets (`whsec_…`), used as text. List the old and the new one while rolling. */
   secrets: Secret[];
@@ -30,9 +30,9 @@ export interface StripeOptions extends ToleranceOptions {
 const signatureHeader = 'stripe-signature';
 
 /** Verifies Stripe's `Stripe-Signature`. */
-export function stripeVerifier(options: StripeOptions): WebhookVerifier {
-  const keys = utf8Keys(options.secrets, 'stripeVerifier');
-  const tolerance = resolveTolerance(options, 'stripeVerifier');
+export function createStripeVerifier(options: StripeOptions): WebhookVerifier {
+  const keys = utf8Keys(options.secrets, 'createStripeVerifier');
+  const tolerance = resolveTolerance(options, 'createStripeVerifier');
   return {
     scheme: 'stripe',
     retentionMs: options.retentionMs ?? defaultRetentionMs,

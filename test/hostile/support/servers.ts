@@ -9,12 +9,12 @@ import type { AddressInfo } from 'node:net';
 import Fastify, { type FastifyInstance } from 'fastify';
 import { fromPg } from '../../../src/adapters/pg.js';
 import { idempotency } from '../../../src/http/fastify.js';
-import { withIdempotency } from '../../../src/http/node-http.js';
+import { idempotency as nodeIdempotency } from '../../../src/http/node-http.js';
 import { createIdem } from '../../../src/operations/idem.js';
 import { createWebhookReceiver } from '../../../src/webhooks/receiver.js';
-import { nodeWebhookHandler } from '../../../src/webhooks/node-http.js';
-import { standardWebhooksVerifier } from '../../../src/webhooks/verify/standard-webhooks.js';
+import { createStandardWebhooksVerifier } from '../../../src/webhooks/verify/standard-webhooks.js';
 import { createTestSchema, type TestSchema } from '../../support/database.js';
+import { webhooks as nodeWebhooks } from '../../../src/webhooks/node-http.js';
 
 export const webhookSecret =
   'whsec_' + Buffer.from('hostile-input-test-secret-0123456789').toString('base64');
@@ -51,15 +51,19 @@ export async function startSurfaces(): Promise<Surfaces> {
   const log = (error: unknown) =>
     logged.push(error instanceof Error ? `${error.name}: ${error.message}\n${error.stack}` : String(error));
 
-  const handler = withIdempotency(
-    { idem, tenant: () => 'acme', route: '/orders', maxBodyBytes: 256 * 1024, onError: log },
-    async (req, res) => {
+  const handler = nodeIdempotency({
+    idem,
+    tenant: () => 'acme',
+    route: '/orders',
+    maxBodyBytes: 256 * 1024,
+    onError: log,
+    handler: async (req, res) => {
       await req.idem!.tx.query(`INSERT INTO "${schema}".orders (via, body) VALUES ('node', $1)`, [
         JSON.stringify(req.body ?? null),
       ]);
       res.writeHead(201, { 'content-type': 'application/json' }).end(JSON.stringify({ ok: true }));
     },
-  );
+  });
   const node = createServer((req, res) => void handler(req, res));
 
   const app: FastifyInstance = Fastify({ logger: false });
@@ -75,14 +79,16 @@ export async function startSurfaces(): Promise<Surfaces> {
   const receiver = createWebhookReceiver({
     sql: fromPg(pool),
     schema,
-    sources: { billing: standardWebhooksVerifier({ secrets: [webhookSecret] }) },
+    sources: { billing: createStandardWebhooksVerifier({ secrets: [webhookSecret] }) },
     maxBodyBytes: 64 * 1024,
     logger: {
       warn: (message, fields) => logged.push(`${message} ${JSON.stringify(fields)}`),
       error: (message, fields) => logged.push(`${message} ${JSON.stringify(fields)}`),
     },
   });
-  const webhook = createServer((req, res) => void nodeWebhookHandler(receiver, 'billing')(req, res));
+  const webhook = createServer(
+    (req, res) => void nodeWebhooks({ receiver: receiver, source: 'billing' })(req, res),
+  );
 
   const [nodePort, webhookPort] = await Promise.all([listen(node), listen(webhook)]);
   const fastifyPort = (app.server.address() as AddressInfo).port;

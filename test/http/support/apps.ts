@@ -27,7 +27,7 @@ import type { IdempotencyContext } from '../../../src/http/context.js';
 import { idempotency as expressIdempotency } from '../../../src/http/express.js';
 import { idempotency as fastifyIdempotency } from '../../../src/http/fastify.js';
 import { idempotency as honoIdempotency, type IdemVariables } from '../../../src/http/hono.js';
-import { withIdempotency, type IdempotentRequest } from '../../../src/http/node-http.js';
+import { idempotency as nodeIdempotency, type IdempotentRequest } from '../../../src/http/node-http.js';
 import type { IdempotencyOptions } from '../../../src/http/options.js';
 import { nestFrameworks } from '../../nestjs/support/apps.js';
 import { business, type Reply } from './business.js';
@@ -281,9 +281,12 @@ const nodeHttpFramework: Framework = {
       handler: Handler,
       overrides: Partial<IdempotencyOptions<IncomingMessage>> = {},
     ) => {
-      const listener = withIdempotency({ ...base, ...overrides, route }, (req, res) =>
-        handler(req, res, pattern.exec((req.url ?? '').split('?')[0]!)!.slice(1)),
-      );
+      const listener = nodeIdempotency({
+        ...base,
+        ...overrides,
+        route,
+        handler: (req, res) => handler(req, res, pattern.exec((req.url ?? '').split('?')[0]!)!.slice(1)),
+      });
       routes.push({ method, pattern, listener });
     };
     const gate = (req: IncomingMessage) => req.headers['x-test-gate'] as string | undefined;

@@ -7,9 +7,9 @@
 import pg from 'pg';
 import { fromPg } from '../../../src/adapters/pg.js';
 import { createInbox } from '../../../src/inbox/inbox.js';
-import { createDispatcher } from '../../../src/outbox/dispatcher.js';
-import { inDatabasePublisher } from '../../../src/outbox/publishers/in-database.js';
-import { rabbitMqPublisher } from '../../../src/outbox/publishers/rabbitmq.js';
+import { createOutboxDispatcher } from '../../../src/outbox/dispatcher.js';
+import { createInDatabasePublisher } from '../../../src/outbox/publishers/in-database.js';
+import { createRabbitMqPublisher } from '../../../src/outbox/publishers/rabbitmq.js';
 import type { Publisher } from '../../../src/outbox/types.js';
 import { crash, env, say } from './env.js';
 
@@ -18,11 +18,11 @@ const pool = new pg.Pool({ connectionString: env('DATABASE_URL'), max: 4 });
 const sql = fromPg(pool);
 const inner: Publisher =
   env('TRANSPORT') === 'rabbitmq'
-    ? rabbitMqPublisher({
+    ? createRabbitMqPublisher({
         connection: env('AMQP_URL'),
         route: () => ({ exchange: '', routingKey: env('QUEUE') }),
       })
-    : inDatabasePublisher({
+    : createInDatabasePublisher({
         inbox: createInbox({ sql, schema }),
         subscribers: [
           {
@@ -47,6 +47,6 @@ const publisher: Publisher = {
   },
 };
 say('ready');
-await createDispatcher({ sql, publisher, schema, batchSize: Number(process.env.BATCH ?? 500) }).drain();
+await createOutboxDispatcher({ sql, publisher, schema, batchSize: Number(process.env.BATCH ?? 500) }).drain();
 say('drained without crashing');
 process.exit(3);

@@ -2,14 +2,14 @@
 import pg from 'pg';
 import { fromPg } from '../../../src/adapters/pg.js';
 import { createInbox } from '../../../src/inbox/inbox.js';
-import { consumeJetStream } from '../../../src/inbox/jetstream-consumer.js';
+import { createJetStreamConsumer } from '../../../src/inbox/jetstream-consumer.js';
 import { crash, env, say } from './env.js';
 
 const schema = env('SCHEMA');
 const pool = new pg.Pool({ connectionString: env('DATABASE_URL'), max: 2 });
 const inbox = createInbox({ sql: fromPg(pool), schema });
 
-await consumeJetStream({
+const consumer = createJetStreamConsumer({
   inbox,
   consumer: env('CONSUMER'),
   connection: { servers: env('NATS_URL') },
@@ -22,4 +22,5 @@ await consumeJetStream({
     message.raw.ackAck = () => crash('committed, not acked');
   },
 });
+await consumer.start();
 say('ready');

@@ -6,14 +6,14 @@ import amqp from 'amqplib';
 import pg from 'pg';
 import { fromPg } from '../../../src/adapters/pg.js';
 import { createInbox } from '../../../src/inbox/inbox.js';
-import { consumeRabbitMq } from '../../../src/inbox/rabbitmq-consumer.js';
+import { createRabbitMqConsumer } from '../../../src/inbox/rabbitmq-consumer.js';
 import { crash, env, say } from './env.js';
 
 const schema = env('SCHEMA');
 const pool = new pg.Pool({ connectionString: env('DATABASE_URL'), max: 2 });
 const inbox = createInbox({ sql: fromPg(pool), schema });
 
-await consumeRabbitMq({
+const consumer = createRabbitMqConsumer({
   inbox,
   consumer: env('CONSUMER'),
   queue: env('QUEUE'),
@@ -34,4 +34,5 @@ await consumeRabbitMq({
     await tx.query(`INSERT INTO "${schema}".effects (message_id) VALUES ($1)`, [message.id]);
   },
 });
+await consumer.start();
 say('ready');

@@ -9,7 +9,7 @@
  */
 import pg from 'pg';
 import { fromPg } from '../../../src/adapters/pg.js';
-import { assertOk, createClient } from '../../../src/client/index.js';
+import { assertOk, createResilientClient } from '../../../src/client/index.js';
 import { createIdem } from '../../../src/operations/idem.js';
 import { runActivityCall, type ActivityContextLike } from '../../../src/workflow/temporal.js';
 
@@ -22,7 +22,7 @@ const env = (name: string): string => {
 const pool = new pg.Pool({ connectionString: env('DATABASE_URL'), max: 2 });
 // A short lease: the retry after a SIGKILL takes the dead attempt over once it lapses.
 const idem = createIdem({ sql: fromPg(pool), schema: env('SCHEMA'), waitMs: 10_000, leaseMs: 500 });
-const payments = createClient({ baseUrl: env('PROVIDER_URL'), breaker: false });
+const payments = createResilientClient({ baseUrl: env('PROVIDER_URL'), breaker: false });
 
 // What Context.current() would be inside a Temporal worker.
 const context: ActivityContextLike = {
