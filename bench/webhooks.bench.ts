@@ -22,7 +22,6 @@ import {
   createWebhookProcessor,
   createWebhookReceiver,
   recordHeaders,
-  silentLogger,
   createStandardWebhooksVerifier,
 } from '../src/webhooks/index.js';
 import { round } from './lib/measure.js';
@@ -152,7 +151,6 @@ export default async function webhooksBench(ctx: BenchContext): Promise<BenchSec
   const receiver = createWebhookReceiver({
     sql,
     schema,
-    logger: silentLogger,
     sources: { billing: createStandardWebhooksVerifier({ secrets: [secret] }) },
   });
   const app = Fastify({ logger: false });
@@ -290,7 +288,6 @@ export default async function webhooksBench(ctx: BenchContext): Promise<BenchSec
   const processor = createWebhookProcessor({
     sql,
     schema,
-    logger: silentLogger,
     concurrency: 8,
     handlers: {
       billing: {
@@ -335,7 +332,6 @@ export default async function webhooksBench(ctx: BenchContext): Promise<BenchSec
     const ordered = createWebhookProcessor({
       sql,
       schema,
-      logger: silentLogger,
       concurrency: 8,
       entityBusyRetryMs: 50,
       handlers: {

@@ -6,10 +6,12 @@
  */
 import type { Claims } from '../src/claims/claims.js';
 import { createClaimsWorker, type ClaimsWorker } from '../src/claims/worker.js';
+import type { IdemEvents } from '../src/core/event-channel.js';
 
 export function createReceiptWorker(
   claims: Claims,
   demoSchema: string,
+  events: IdemEvents,
 ): ClaimsWorker<{ paymentId: string }, void, unknown> {
   return createClaimsWorker<{ paymentId: string }, void, unknown>({
     claims,
@@ -22,6 +24,6 @@ export function createReceiptWorker(
     },
     batchSize: 10,
     pollIntervalMs: 250,
-    onError: (e) => console.error('receipt worker:', e),
+    events,
   });
 }

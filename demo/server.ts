@@ -11,6 +11,7 @@ import type { AddressInfo } from 'node:net';
 import Fastify, { type FastifyError, type FastifyInstance, type FastifyReply } from 'fastify';
 import pg from 'pg';
 import { fromPg, pgConnectionDefaults } from '../src/adapters/pg.js';
+import { createEvents } from '../src/core/event-channel.js';
 import { createClaims } from '../src/claims/claims.js';
 import { createResilientClient } from '../src/client/client.js';
 import { isRetryable } from '../src/core/retryable.js';
@@ -29,7 +30,6 @@ import { checkWebhookSecret, demoWebhookSecret, readConfig, type DemoConfig } fr
 import { definePayments, registerPayments } from './payments.js';
 import { createCompleter } from '../src/operations/completer.js';
 import { startProvider, type FakeCardProvider } from './provider.js';
-import { countingWebhookLogger } from './metrics.js';
 import { createInbox } from '../src/inbox/inbox.js';
 import { createReceiptWorker } from './receipts.js';
 import { refundHandlers } from './refunds.js';
@@ -98,18 +98,26 @@ export async function startDemo(overrides: DemoOverrides = {}): Promise<DemoHand
     await migrate(sql, { schema });
     await pool.query(demoSchemaSql(demoSchema));
 
-    const metrics = createIdemMetrics({ sql, schema });
-    const idem = createIdem({
-      sql,
-      schema,
-      leaseMs: config.leaseMs,
-      waitMs: 2000,
-      onEvent: (event) => metrics.onOperation(event),
-    });
+    // One event channel for every module: the metrics count from it (operations, the ledger's
+    // duplicates, webhook refusals, completions); a failure a worker survives, which nobody else
+    // listens to, is one line on stderr.
+    const events = createEvents();
+    const metrics = createIdemMetrics({ sql, schema, events });
+    // What an operator wants in the demo's log: refusals and dead letters, one JSON line each
+    // (names, codes and reasons only: never a header's value, a signature or a body).
+    const logLine = (message: string, fields: object) =>
+      console.warn(JSON.stringify({ level: 'warn', message, ...fields }));
+    events.on('webhook:rejected', ({ message, ...fields }) =>
+      logLine('webhook rejected', { ...fields, error: message }),
+    );
+    events.on('webhook:dead', (fields) => logLine('webhook receipt dead', fields));
+    events.on('outbox:dead', ({ event, error }) =>
+      logLine('outbox event dead', { id: event.id, topic: event.topic, error }),
+    );
+    const idem = createIdem({ sql, schema, events, leaseMs: config.leaseMs, waitMs: 2000 });
     const outbox = createOutbox({ sql, schema });
-    // The ledger's inbox counts the duplicates it acknowledges (idem_inbox_duplicates_total).
-    const inbox = createInbox({ sql, schema, onDuplicate: (m) => metrics.inboxDuplicate(m.consumer) });
-    const claims = createClaims({ sql, schema, leaseMs: 10_000 });
+    const inbox = createInbox({ sql, schema, events });
+    const claims = createClaims({ sql, schema, events, leaseMs: 10_000 });
 
     // Where this process reaches the demo; known once it listens (PORT=0, HOST=…).
     let localUrl = `http://127.0.0.1:${config.port}`;
@@ -149,7 +157,7 @@ export async function startDemo(overrides: DemoOverrides = {}): Promise<DemoHand
       batchSize: 100,
       maxAttempts: 20,
       backoff: { baseMs: 200, maxMs: 10_000 },
-      onError: (error, where) => console.error(`outbox ${where}:`, (error as Error).message),
+      events,
     });
     await dispatcher.start();
     cleanups.push(() => dispatcher.stop());
@@ -160,20 +168,22 @@ export async function startDemo(overrides: DemoOverrides = {}): Promise<DemoHand
       sources: { provider: createStandardWebhooksVerifier({ secrets: [config.webhookSecret] }) },
       // The app's own 64 KiB, not the receiver's 1 MiB default: refund events are a few hundred bytes.
       maxBodyBytes: 64 * 1024,
-      // Every refusal is logged with its code and reason: counted by reason, then logged as before.
-      logger: countingWebhookLogger(metrics),
-      onReceipt: () => processor.notify(),
+      // Every refusal is an event (`webhook:rejected`), counted by reason by the metrics.
+      events,
     });
+    // A stored receipt wakes the processor at once, rather than at its next poll.
+    events.on('webhook:received', () => processor.notify());
     const processor = createWebhookProcessor({
       sql,
       schema,
       handlers: refundHandlers(demoSchema, outbox),
+      events,
       pollIntervalMs: 500,
       backoff: { baseMs: 500, maxMs: 10_000 },
     });
     await processor.start();
     cleanups.push(() => processor.stop());
-    const receipts = createReceiptWorker(claims, demoSchema);
+    const receipts = createReceiptWorker(claims, demoSchema, events);
     await receipts.start();
     cleanups.push(() => receipts.stop());
 
@@ -189,8 +199,7 @@ export async function startDemo(overrides: DemoOverrides = {}): Promise<DemoHand
     const completer = createCompleter({
       idem,
       pollIntervalMs: config.completerPollMs,
-      onCompletion: (completion) => metrics.completion(completion),
-      onError: (error) => console.error('completer:', (error as Error).message),
+      events,
     });
     await completer.start();
     cleanups.push(() => completer.stop());
@@ -270,7 +279,7 @@ export async function startDemo(overrides: DemoOverrides = {}): Promise<DemoHand
             ...(status === 400 ? { detail: error.message } : {}),
           });
       });
-      await api.register(idempotency, { idem, tenant: (request) => request.tenant, waitMs: 2000 });
+      await api.register(idempotency, { idem, events, tenant: (request) => request.tenant, waitMs: 2000 });
       registerPayments(api, {
         demoSchema,
         outbox,

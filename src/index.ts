@@ -62,4 +62,12 @@ export {
 } from './operations/outcome.js';
 export type { RequestRow } from './operations/request-row.js';
 export type { SweepOptions, SweepResult } from './operations/sweep.js';
-export type { OperationEvent, OperationEventKind, OperationObserver } from './observability/events.js';
+export type { OperationEvent, OperationEventKind } from './observability/events.js';
+export {
+  createEvents,
+  type IdemEvents,
+  type IdemEventMap,
+  type IdemEventName,
+  type IdemEventListener,
+  type IdemErrorEvent,
+} from './core/event-channel.js';

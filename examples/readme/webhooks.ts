@@ -1,7 +1,7 @@
 // The example of docs/guide/webhooks.md. `npm run typecheck` compiles it,
 // test/docs/guide-examples.test.ts checks the guide shows it as it is and runs it against PostgreSQL.
 import type { Express } from 'express';
-import type { Sql } from 'idem';
+import { createEvents, type Sql } from 'idem';
 import { webhooks } from 'idem/express';
 import * as hooks from 'idem/webhooks';
 
@@ -22,13 +22,15 @@ const handlers: hooks.WebhookHandlers = {
 
 export async function billingWebhooks(app: Express, sql: Sql, secret: string, schema = 'idem') {
   // In: verify first, store once per (source, webhook-id), answer 202 at once; workers apply it.
-  const processor = hooks.createWebhookProcessor({ sql, schema, handlers });
+  const events = createEvents(); // one channel for every module of the app
+  const processor = hooks.createWebhookProcessor({ sql, schema, handlers, events });
   const receiver = hooks.createWebhookReceiver({
     sql,
     schema,
+    events,
     sources: { billing: hooks.createStandardWebhooksVerifier({ secrets: [secret] }) },
-    onReceipt: () => processor.notify(),
   });
+  events.on('webhook:received', (e) => e.duplicate || processor.notify()); // apply it now, not at the next poll
   app.post('/webhooks/billing', webhooks({ receiver, source: 'billing' })); // before express.json()
   await processor.start();
 

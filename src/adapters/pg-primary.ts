@@ -32,6 +32,7 @@
  * pool.on('error', (error) => console.warn('idle connection lost', error.message));
  * const idem = createIdem({ sql: fromPg(pool) });
  */
+import type { IdemEvents } from '../core/event-channel.js';
 
 /** A host to try. */
 export interface PrimaryHost {
@@ -69,11 +70,20 @@ export interface PrimaryClientOptions {
    */
   preferLastPrimary?: boolean;
   /**
-   * Called for every host refused during a connect, with why (`'in recovery (a standby)'`,
-   * `'read-only (transaction_read_only = on)'`, or the connection error). Default: nothing.
-   * For logs and metrics; it must not throw.
+   * Where each host refused during a connect is reported, with why: a `primary:refused` event
+   * (`createEvents()`). Default: none.
    */
-  onRefused?: (host: Required<PrimaryHost>, reason: string) => void;
+  events?: IdemEvents;
+}
+
+declare module '../core/event-channel.js' {
+  interface IdemEventMap {
+    /**
+     * `primaryClient` refused a host while connecting, with why (`'in recovery (a standby)'`,
+     * `'read-only (transaction_read_only = on)'`, or the connection error); it tries the next.
+     */
+    'primary:refused': { host: string; port: number; reason: string };
+  }
 }
 
 /** A host `primaryClient` tried, and why it was refused. */
@@ -221,11 +231,7 @@ export function primaryClient<C extends PgClientClass>(Client: C, options: Prima
       });
       const refuse = (host: Required<PrimaryHost>, reason: string) => {
         refused.push({ host: host.host, port: host.port, reason });
-        try {
-          options.onRefused?.(host, reason);
-        } catch {
-          // a logging hook must not change the outcome
-        }
+        options.events?.emit('primary:refused', { host: host.host, port: host.port, reason });
       };
       for (const host of this.#order()) {
         if (gaveUp) break;

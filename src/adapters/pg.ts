@@ -11,6 +11,7 @@
  */
 import type { PoolClient } from 'pg';
 import { PreparedStatementsUnsupportedError } from '../core/errors.js';
+import { unheardEvents, type IdemEvents } from '../core/event-channel.js';
 import { classifyFailure } from '../core/failures.js';
 import { isPreparedStatementMismatch } from '../core/prepared-statements.js';
 import type { QueryOptions, QueryResult, Row, Sql, Transaction } from '../core/sql.js';
@@ -56,16 +57,17 @@ export interface PgAdapterOptions {
    *
    * Left on behind a pooler that cannot keep them, the first statement that fails for it throws
    * `PreparedStatementsUnsupportedError` (retryable: nothing was committed) and `fromPg` sends
-   * every later statement unnamed, after one warning (`onPreparedStatementsOff`). `fromPgClient`
+   * every later statement unnamed, after one warning (an `error` event, see `events`). `fromPgClient`
    * keeps no such memory between transactions: pass `prepare: false` there.
    * User statements are never prepared by idem, whatever this says.
    */
   prepare?: boolean;
   /**
-   * Called once when `fromPg` turns named statements off after a pooler refused one, with the
-   * error that showed it. Default: a `console.warn` that names the setting.
+   * Where the adapter reports what it survived (`createEvents()`): once, when it turns named
+   * statements off after a pooler refused one, an `error` event (source `pg`, where `prepare`)
+   * with the refusal, whose message names the setting. Default: none, and that line goes to stderr.
    */
-  onPreparedStatementsOff?: (error: PreparedStatementsUnsupportedError) => void;
+  events?: IdemEvents;
   /**
    * Bounds on every transaction `fromPg` opens for idem (keyed operations, steps, the outbox,
    * claims, webhooks, sagas): a transaction-local `statement_timeout` and
@@ -155,10 +157,9 @@ export function fromPg<Client extends PgClientLike = PoolClient>(
   pool: PgPoolLike<Client>,
   options: PgAdapterOptions = {},
 ): Sql<Client> {
-  const warn =
-    options.onPreparedStatementsOff ??
-    ((error: PreparedStatementsUnsupportedError) =>
-      console.warn(`[idem] named prepared statements turned off for this pool: ${error.message}`));
+  const events = options.events ?? unheardEvents;
+  const warn = (error: PreparedStatementsUnsupportedError) =>
+    events.emit('error', { source: 'pg', where: 'prepare', error });
   const prepare: PrepareState = {
     enabled: options.prepare ?? true,
     turnOff(error) {

@@ -6,6 +6,7 @@
  * dispatchers and workers against its own database, so nothing ever reads across cells.
  */
 import type { Clock } from '../core/clock.js';
+import type { IdemEvents } from '../core/event-channel.js';
 import { InvalidArgumentError } from '../core/errors.js';
 import type { Sql } from '../core/sql.js';
 import { validateTenant } from '../core/tenant.js';
@@ -35,14 +36,19 @@ export interface CellsOptions<Client = unknown> {
   schema?: string;
   /** Time source for every handle. Default: the system clock. */
   clock?: Clock;
+  /**
+   * Where every handle reports (`createEvents()`), as each module's `events` option: one channel
+   * for every cell. Default: none, and a survived failure is written to stderr, one line.
+   */
+  events?: IdemEvents;
   /** Options of each cell's `Idem` (keyed operations), as `createIdem` takes them. */
-  idem?: Omit<IdemOptions<Client>, 'sql' | 'schema' | 'clock'>;
+  idem?: Omit<IdemOptions<Client>, 'sql' | 'schema' | 'clock' | 'events'>;
   /** Options of each outbox handle, as `createOutbox` takes them. */
-  outbox?: Omit<OutboxOptions, 'sql' | 'schema' | 'clock' | 'tenant'>;
+  outbox?: Omit<OutboxOptions, 'sql' | 'schema' | 'clock' | 'events' | 'tenant'>;
   /** Options of each inbox handle, as `createInbox` takes them. */
-  inbox?: Omit<InboxOptions<Client>, 'sql' | 'schema' | 'clock' | 'tenant'>;
+  inbox?: Omit<InboxOptions<Client>, 'sql' | 'schema' | 'clock' | 'events' | 'tenant'>;
   /** Options of each cell's `Claims`, as `createClaims` takes them. */
-  claims?: Omit<ClaimsOptions<Client>, 'sql' | 'schema' | 'clock'>;
+  claims?: Omit<ClaimsOptions<Client>, 'sql' | 'schema' | 'clock' | 'events'>;
 }
 
 /** One cell: its database and the handles on it. */
@@ -116,7 +122,7 @@ export class Cells<Client = unknown> {
           `cell name ${JSON.stringify(name)} must be 1–100 of A–Z a–z 0–9 _ . -`,
         );
       }
-      const common = { sql, schema: options.schema, clock: options.clock };
+      const common = { sql, schema: options.schema, clock: options.clock, events: options.events };
       this.cells.set(name, {
         name,
         sql,
@@ -155,7 +161,13 @@ export class Cells<Client = unknown> {
     const known = this.routes.get(tenant);
     if (known && known.cell.name === name) return known;
     const cell = this.cells.get(name)!;
-    const common = { sql: cell.sql, schema: this.options.schema, clock: this.options.clock, tenant };
+    const common = {
+      sql: cell.sql,
+      schema: this.options.schema,
+      clock: this.options.clock,
+      events: this.options.events,
+      tenant,
+    };
     const route: TenantCell<Client> = {
       tenant,
       cell,

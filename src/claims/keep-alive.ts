@@ -1,3 +1,4 @@
+import type { IdemEvents } from '../core/event-channel.js';
 import { isFenced } from '../core/errors.js';
 import { sleepUnlessAborted } from '../core/resilience/sleep.js';
 import type { Claims } from './claims.js';
@@ -21,8 +22,12 @@ export interface KeepAliveOptions {
   task: ClaimedTask;
   /** Time between heartbeats. Default a third of the lease, so two can fail before it lapses. */
   intervalMs?: number;
-  /** Called when a heartbeat fails for another reason than a lost lease (it is retried). */
-  onError?: (error: unknown) => void;
+  /**
+   * Where a heartbeat that failed for another reason than a lost lease is reported (it is retried
+   * at the next interval): an `error` event, source `keep-alive`, where `heartbeat`. Default: the
+   * channel of `claims` (its `events` option).
+   */
+  events?: IdemEvents;
 }
 
 /**
@@ -45,6 +50,7 @@ export function createKeepAlive(options: KeepAliveOptions): KeepAlive {
   const lost = new AbortController();
   const stopped = new AbortController();
   const intervalMs = options.intervalMs ?? Math.max(1, Math.floor(claims.leaseMs / 3));
+  const events = options.events ?? claims.events;
   let loop: Promise<void> | undefined;
   const beat = async () => {
     while (!stopped.signal.aborted) {
@@ -57,7 +63,7 @@ export function createKeepAlive(options: KeepAliveOptions): KeepAlive {
           lost.abort(error);
           return;
         }
-        options.onError?.(error);
+        events.emit('error', { source: 'keep-alive', where: 'heartbeat', error });
       }
     }
   };

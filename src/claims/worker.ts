@@ -1,9 +1,26 @@
+import type { IdemEvents } from '../core/event-channel.js';
 import type { Transaction } from '../core/sql.js';
 import { validateTenants } from '../core/tenant.js';
 import { positive, positiveInteger } from '../core/validate.js';
-import { drainRounds, PollingWorker, type WorkerErrorHandler } from '../core/worker/polling-worker.js';
+import { drainRounds, PollingWorker } from '../core/worker/polling-worker.js';
 import type { Claims, RunOutcome } from './claims.js';
 import type { ClaimedTask } from './task.js';
+
+declare module '../core/event-channel.js' {
+  interface IdemEventMap {
+    /**
+     * A claims worker ran a task and it settled: `completed` (the handler's writes and the
+     * completion committed), `ready` (failed, retried after backoff), `dead` (failed for good:
+     * a dead letter) or `fenced` (its lease was taken over; nothing of this run committed).
+     * `error`: what the handler threw, or the `FencedError`. The task's payload is not included.
+     */
+    'task:settled': {
+      task: { id: string; tenant: string; queue: string; key: string; attempts: number };
+      state: 'completed' | 'ready' | 'dead' | 'fenced';
+      error?: unknown;
+    };
+  }
+}
 
 /** Options of `createClaimsWorker`. */
 export interface ClaimsWorkerOptions<P, R, Client = unknown> {
@@ -20,10 +37,12 @@ export interface ClaimsWorkerOptions<P, R, Client = unknown> {
   batchSize?: number;
   /** Wait after an empty or partial batch, in ms. Default 1000. A full batch polls again at once. */
   pollIntervalMs?: number;
-  /** Sees every task's outcome (completed, retried, dead-lettered or fenced). */
-  onOutcome?: (task: ClaimedTask<P>, outcome: RunOutcome<R>) => void;
-  /** Sees database errors of the loop itself; the loop waits `pollIntervalMs` and goes on. */
-  onError?: WorkerErrorHandler<'batch'>;
+  /**
+   * Where the worker reports: a `task:settled` event per task run, and an `error` (source
+   * `claims-worker`, where `batch`) for a database error of the loop itself, after which the loop
+   * waits `pollIntervalMs` and goes on. Default: the channel of `claims` (its `events` option).
+   */
+  events?: IdemEvents;
   /**
    * Only these tenants' tasks: each claim is one tenant's, pinned to it, taken in turn until the
    * batch is full (a worker per shard of a database distributed by tenant, or per group of
@@ -50,22 +69,24 @@ export class ClaimsWorker<P, R, Client> extends PollingWorker {
   private nextTenant = 0;
 
   private readonly claims: Claims<Client>;
+  private readonly events: IdemEvents;
   private readonly queue: string;
   private readonly handler: (tx: Transaction<Client>, task: ClaimedTask<P>) => Promise<R>;
 
-  constructor(private readonly options: ClaimsWorkerOptions<P, R, Client>) {
+  constructor(options: ClaimsWorkerOptions<P, R, Client>) {
     // One loop; `start`, `stop` (at once when idle, after the batch in flight otherwise) and
     // `notify` (tasks were enqueued) are the polling worker's own.
     super({
       clock: options.claims.clock,
       pollIntervalMs: () => this.pollIntervalMs,
-      onError: (error) => options.onError?.(error, 'batch'),
+      onError: (error) => this.events.emit('error', { source: 'claims-worker', where: 'batch', error }),
       round: async () => {
         const claimed = (await this.runOnce()).length;
         return { idleMs: claimed < this.batchSize ? this.pollIntervalMs : 0 };
       },
     });
     ({ claims: this.claims, queue: this.queue, handler: this.handler } = options);
+    this.events = options.events ?? options.claims.events;
     this.batchSize = positiveInteger('batchSize', options.batchSize ?? 10);
     this.pollIntervalMs = positive('pollIntervalMs', options.pollIntervalMs ?? 1000);
     this.tenants = validateTenants(options.tenants);
@@ -77,7 +98,14 @@ export class ClaimsWorker<P, R, Client> extends PollingWorker {
     return Promise.all(
       tasks.map(async (task) => {
         const outcome = await this.claims.run(task, this.handler);
-        this.options.onOutcome?.(task, outcome);
+        if (this.events.has('task:settled')) {
+          const { id, tenant, queue, key, attempts } = task;
+          this.events.emit('task:settled', {
+            task: { id, tenant, queue, key, attempts },
+            state: outcome.state,
+            ...('error' in outcome ? { error: outcome.error } : {}),
+          });
+        }
         return outcome;
       }),
     );

@@ -1,4 +1,5 @@
 import { systemClock, type Clock } from '../core/clock.js';
+import { createEvents, type IdemEvents } from '../core/event-channel.js';
 import { validateKey } from '../core/keys.js';
 import { positiveInteger } from '../core/validate.js';
 import type { BackoffOptions } from '../core/resilience/backoff.js';
@@ -47,20 +48,39 @@ export interface ClientOptions {
    * `bare` (`key`, as Stripe documents it). Default `sf-string`.
    */
   keyFormat?: 'sf-string' | 'bare';
-  /** Sees every retry before its wait (for logs and metrics). */
-  onRetry?: (event: RetryEvent) => void;
+  /**
+   * Where every retry is reported before its wait, as a `client:retry` event (for logs and
+   * metrics). Default: none (pass the application's channel, `createEvents()`).
+   */
+  events?: IdemEvents;
 }
 
-/** One planned retry. */
+/** One planned retry: the payload of `client:retry`. */
 export interface RetryEvent {
-  url: string;
-  method: string;
+  /** The URL called; absent for `retry`. */
+  url?: string;
+  /** The request's method, upper-case; absent for `retry`. */
+  method?: string;
   /** The attempt that failed (1 = first). */
   attempt: number;
+  /** The wait before the next attempt, in ms. */
   delayMs: number;
+  /** Why, e.g. `http 503` or `ECONNRESET` (see `classifyError`). */
   reason: string;
   /** True when the delay came from the downstream's Retry-After. */
   fromRetryAfter: boolean;
+  /** What the failed attempt threw; absent when it was answered (a 503, a 429). */
+  error?: unknown;
+}
+
+declare module '../core/event-channel.js' {
+  interface IdemEventMap {
+    /**
+     * The resilient client (or `retry`) is about to wait `delayMs` and try again after a
+     * retryable failure. Only retries are reported: the final outcome is the caller's.
+     */
+    'client:retry': RetryEvent;
+  }
 }
 
 /** `fetch`'s init plus the client's own per-call options. */
@@ -111,8 +131,10 @@ export class ResilientClient {
   private readonly maxRetryAfterMs: number;
   private readonly timeoutMs: number;
   private readonly keyHeader: string;
+  private readonly events: IdemEvents;
 
   constructor(private readonly options: ClientOptions = {}) {
+    this.events = options.events ?? createEvents();
     this.fetchImpl = options.fetch ?? ((input, init) => globalThis.fetch(input, init));
     this.clock = options.clock ?? systemClock;
     this.budget =
@@ -168,13 +190,14 @@ export class ResilientClient {
       if (!this.budget.tryRetry()) return settle(outcome);
       const delayMs =
         retryAfter === undefined ? jitter.next() : retryDelay(0, retryAfter, this.maxRetryAfterMs);
-      this.options.onRetry?.({
+      this.events.emit('client:retry', {
         url: url.href,
         method,
         attempt,
         delayMs,
         reason: outcome.classification.reason,
         fromRetryAfter: retryAfter !== undefined,
+        ...(outcome.response ? {} : { error: outcome.error }),
       });
       // Free the connection: an unread body keeps the socket busy.
       await outcome.response?.body?.cancel().catch(() => undefined);

@@ -1,10 +1,12 @@
 import { systemClock, type Clock } from '../core/clock.js';
+import { unheardEvents, type IdemEvents } from '../core/event-channel.js';
 import type { BackoffOptions } from '../core/resilience/backoff.js';
 import { retryDelay } from '../core/resilience/retry-after.js';
 import { sleepUnlessAborted } from '../core/resilience/sleep.js';
 import { DecorrelatedJitter } from './backoff.js';
 import { classifyError } from '../core/resilience/classify.js';
 import type { RetryBudget } from './retry-budget.js';
+import type {} from './client.js'; // the `client:retry` event
 
 /** Options of `retry`. */
 export interface RetryOptions {
@@ -27,8 +29,11 @@ export interface RetryOptions {
    * longer ask is capped to it. Default 30000.
    */
   maxRetryAfterMs?: number;
-  /** Called before each wait. */
-  onRetry?: (error: unknown, attempt: number, delayMs: number) => void;
+  /**
+   * Where every retry is reported before its wait, as a `client:retry` event (with `error`, the
+   * attempt's throw). Default: none.
+   */
+  events?: IdemEvents;
   /** Stops waiting and gives up (rethrowing the last error) when aborted. */
   signal?: AbortSignal;
 }
@@ -44,6 +49,7 @@ export async function retry<T>(fn: (attempt: number) => Promise<T>, options: Ret
   const isRetryable = options.isRetryable ?? ((e: unknown) => classifyError(e).retryable);
   const maxRetryAfterMs = options.maxRetryAfterMs ?? 30_000;
   const jitter = new DecorrelatedJitter(options.backoff);
+  const events = options.events ?? unheardEvents;
   options.budget?.recordRequest();
   for (let attempt = 1; ; attempt++) {
     try {
@@ -53,7 +59,15 @@ export async function retry<T>(fn: (attempt: number) => Promise<T>, options: Ret
       const asked = (error as { retryAfterMs?: unknown } | null)?.retryAfterMs;
       if (options.budget && !options.budget.tryRetry()) throw error;
       const delayMs = typeof asked === 'number' ? retryDelay(0, asked, maxRetryAfterMs) : jitter.next();
-      options.onRetry?.(error, attempt, delayMs);
+      if (events.has('client:retry')) {
+        events.emit('client:retry', {
+          attempt,
+          delayMs,
+          reason: classifyError(error).reason,
+          fromRetryAfter: typeof asked === 'number',
+          error,
+        });
+      }
       await sleepUnlessAborted(clock, delayMs, options.signal);
       if (options.signal?.aborted) throw error;
     }

@@ -3,6 +3,7 @@
  * `clock`), resolved once with its statements rendered for the schema.
  */
 import { systemClock, type Clock } from './clock.js';
+import { createEvents, type IdemEvents } from './event-channel.js';
 import { defaultSchema } from './schema-name.js';
 import type { Sql } from './sql.js';
 
@@ -14,6 +15,13 @@ export interface StoreOptions<Client = unknown> {
   schema?: string;
   /** Time for due times, leases, backoff and retention. Default: the system clock. */
   clock?: Clock;
+  /**
+   * Where the module reports what happened and the failures it survived (`createEvents()`; pass
+   * one channel to every module of an application). Default: a channel of the module's own
+   * (its `events`), with no listener until you add one: a survived failure is written to stderr,
+   * one line.
+   */
+  events?: IdemEvents;
 }
 
 /** `StoreOptions` resolved, with the module's statements. */
@@ -21,6 +29,7 @@ export interface Store<Client, Statements> {
   sql: Sql<Client>;
   schema: string;
   clock: Clock;
+  events: IdemEvents;
   statements: Statements;
 }
 
@@ -30,7 +39,13 @@ export function openStore<Client, Statements>(
   render: (schema: string) => Statements,
 ): Store<Client, Statements> {
   const schema = options.schema ?? defaultSchema;
-  return { sql: options.sql, schema, clock: options.clock ?? systemClock, statements: render(schema) };
+  return {
+    sql: options.sql,
+    schema,
+    clock: options.clock ?? systemClock,
+    events: options.events ?? createEvents(),
+    statements: render(schema),
+  };
 }
 
 /**
@@ -44,6 +59,8 @@ export abstract class TableModule<Client, Statements> {
   readonly schema: string;
   /** Time of due times, leases, backoff and retention. */
   readonly clock: Clock;
+  /** Where the module reports what happened and the failures it survived (`StoreOptions.events`). */
+  readonly events: IdemEvents;
   protected readonly statements: Statements;
 
   protected constructor(options: StoreOptions<Client>, render: (schema: string) => Statements) {
@@ -51,6 +68,7 @@ export abstract class TableModule<Client, Statements> {
       sql: this.sql,
       schema: this.schema,
       clock: this.clock,
+      events: this.events,
       statements: this.statements,
     } = openStore(options, render));
   }

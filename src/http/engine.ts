@@ -112,38 +112,50 @@ interface RunState {
  */
 export class HttpIdempotency<Req, Client = unknown> {
   readonly options: ResolvedOptions<Req, Client>;
-  private readonly onError: (error: unknown) => void;
+  /** The `source` of the `error` events this engine reports: `http`, or `nestjs` for the interceptor. */
+  private readonly source: string;
 
-  constructor(options: IdempotencyOptions<Req, Client> & { onError?: (error: unknown) => void }) {
+  constructor(options: IdempotencyOptions<Req, Client>, source = 'http') {
     this.options = resolveOptions(options);
-    this.onError = options.onError ?? ((error) => console.error('[idem/http]', error));
+    this.source = source;
+  }
+
+  /**
+   * Reports a failure the integration survived (one it answers 500 or 503 for, a response it
+   * could not send) as an `error` event on `options.events`, with this engine's source.
+   */
+  reportError(where: string, error: unknown): void {
+    this.options.events.emit('error', { source: this.source, where, error });
   }
 
   /** A copy with some options replaced, for one route. */
   with(overrides: Partial<IdempotencyOptions<Req, Client>>): HttpIdempotency<Req, Client> {
     const base = this.options;
-    return new HttpIdempotency<Req, Client>({
-      idem: base.idem,
-      tenant: base.tenant,
-      operation: base.operation,
-      methods: [...base.methods],
-      required: base.required,
-      keyHeader: base.keyHeader,
-      maxBodyBytes: base.maxBodyBytes,
-      fingerprint: { exclude: base.exclude, query: base.includeQuery },
-      replayHeaders: [...base.replayHeaders],
-      store: base.store,
-      waitMs: base.waitMs,
-      retention: base.retention,
-      mode: base.mode,
-      ...(base.recording ? { recording: base.recording } : {}),
-      readFirst: base.readFirst,
-      resource: base.resource,
-      problemTypeBase: base.problemTypeBase,
-      onError: this.onError,
-      ...(overrides.singleTenant ? { tenant: undefined } : {}),
-      ...overrides,
-    });
+    return new HttpIdempotency<Req, Client>(
+      {
+        idem: base.idem,
+        tenant: base.tenant,
+        operation: base.operation,
+        methods: [...base.methods],
+        required: base.required,
+        keyHeader: base.keyHeader,
+        maxBodyBytes: base.maxBodyBytes,
+        fingerprint: { exclude: base.exclude, query: base.includeQuery },
+        replayHeaders: [...base.replayHeaders],
+        store: base.store,
+        waitMs: base.waitMs,
+        retention: base.retention,
+        mode: base.mode,
+        ...(base.recording ? { recording: base.recording } : {}),
+        readFirst: base.readFirst,
+        resource: base.resource,
+        problemTypeBase: base.problemTypeBase,
+        events: base.events,
+        ...(overrides.singleTenant ? { tenant: undefined } : {}),
+        ...overrides,
+      },
+      this.source,
+    );
   }
 
   /** Whether the method is covered. */
@@ -335,7 +347,9 @@ export class HttpIdempotency<Req, Client = unknown> {
       afterHandler: state.invoked,
     });
     if (isDiscard(cause) && state.transientFailure !== undefined && !isFenced(error)) {
-      this.onError(state.transientFailure);
+      // Answered 503 and reported like any other: during a failover every request gets here, so
+      // it reaches stderr only when nobody listens.
+      this.reportError('handler', state.transientFailure);
       return answer('unavailable', 'the database is unavailable; nothing was lost: retry with the same key', {
         retryAfterSeconds: 1,
       });
@@ -368,14 +382,14 @@ export class HttpIdempotency<Req, Client = unknown> {
     }
     if (isInvalidKey(error)) return answer('key-malformed', (error as Error).message);
     if (isStepFailed(error)) {
-      if (!error.replayed) this.onError(error);
+      if (!error.replayed) this.reportError('handler', error);
       return answer(
         'step-failed',
         'this request failed for good after part of it had taken effect; it is stored as failed and will not run again with this key',
       );
     }
-    this.onError(error);
     if (state.captured) {
+      this.reportError('commit', error);
       return answer(
         'commit-failed',
         'the request ran but its commit failed, so nothing was stored; retry with the same key',
@@ -385,10 +399,12 @@ export class HttpIdempotency<Req, Client = unknown> {
     // Transient (a lost connection, a timeout, a full or read-only server) or an unknown COMMIT
     // outcome: whatever committed is recorded under the key, so the retry resumes or replays.
     if (isRetryable(error)) {
+      this.reportError('store', error);
       return answer('unavailable', 'the idempotency store is unavailable; retry with the same key', {
         retryAfterSeconds: 1,
       });
     }
+    this.reportError('execute', error);
     return answer('internal', 'the request could not be processed; nothing was stored (see the server log)');
   }
 
@@ -423,7 +439,7 @@ function describe(error: unknown): string {
  * const admission = await engine.admit(view);
  */
 export function createHttpIdempotency<Req, Client = unknown>(
-  options: IdempotencyOptions<Req, Client> & { onError?: (error: unknown) => void },
+  options: IdempotencyOptions<Req, Client>,
 ): HttpIdempotency<Req, Client> {
   return new HttpIdempotency<Req, Client>(options);
 }

@@ -40,10 +40,7 @@ declare global {
 }
 
 /** Options of the Express middleware; `tenant` and `operation` receive the Express request. */
-export type ExpressIdempotencyOptions<Client = unknown> = IdempotencyOptions<Request, Client> & {
-  /** Called with errors idem answers 500/503 for. Default: `console.error`. */
-  onError?: (error: unknown) => void;
-};
+export type ExpressIdempotencyOptions<Client = unknown> = IdempotencyOptions<Request, Client>;
 
 /** The middleware, with `.with(overrides)` for routes that need other options. */
 export interface ExpressIdempotency<Client = unknown> extends RequestHandler {
@@ -61,7 +58,7 @@ function middleware<Client>(engine: HttpIdempotency<Request, Client>): ExpressId
   const handler = (req: Request, res: Response, next: NextFunction) => {
     handle(engine, req, res, next).catch((error: unknown) => {
       // Only reached if sending itself failed: the response may be half-written.
-      console.error('[idem/express]', error);
+      engine.reportError('send', error);
       if (!res.headersSent) next(error);
       else res.destroy();
     });

@@ -62,10 +62,7 @@ declare module 'fastify' {
   }
 }
 
-export type FastifyIdempotencyOptions<Client = unknown> = IdempotencyOptions<FastifyRequest, Client> & {
-  /** Called with errors idem answers 500/503 for. Default: `console.error`. */
-  onError?: (error: unknown) => void;
-};
+export type FastifyIdempotencyOptions<Client = unknown> = IdempotencyOptions<FastifyRequest, Client>;
 
 const stateKey = Symbol('idem.http.fastify');
 

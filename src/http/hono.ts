@@ -31,10 +31,7 @@ export interface IdemVariables<Client = unknown> {
   idem: IdempotencyContext<Client>;
 }
 
-export type HonoIdempotencyOptions<Client = unknown> = IdempotencyOptions<Context, Client> & {
-  /** Called with errors idem answers 500/503 for. Default: `console.error`. */
-  onError?: (error: unknown) => void;
-};
+export type HonoIdempotencyOptions<Client = unknown> = IdempotencyOptions<Context, Client>;
 
 export type HonoIdempotency<Client = unknown> = MiddlewareHandler<{ Variables: IdemVariables<Client> }> & {
   with(overrides: Partial<IdempotencyOptions<Context, Client>>): HonoIdempotency<Client>;

@@ -43,8 +43,6 @@ export type NodeHttpIdempotencyOptions<Client = unknown> = IdempotencyOptions<In
    * Required unless `operation` is given: the raw URL is not an operation name.
    */
   route?: string | ((req: IncomingMessage) => string);
-  /** Called with errors idem answers 500/503 for, and with a handler's error. Default: `console.error`. */
-  onError?: (error: unknown) => void;
   /** The handler the contract wraps: it gets `req.idem` and the parsed `req.body`. */
   handler: IdempotentHandler<Client>;
 };
@@ -61,11 +59,10 @@ export function idempotency<Client = unknown>(
 ): (req: IncomingMessage, res: ServerResponse) => Promise<void> {
   const { handler } = options;
   const engine = new HttpIdempotency<IncomingMessage, Client>(options);
-  const onError = options.onError ?? ((error: unknown) => console.error('[idem/node-http]', error));
   const route = options.route;
   return async (incoming, res) => {
     const req = incoming as IdempotentRequest<Client>;
-    if (!engine.covers(req.method ?? 'GET')) return runHandler(handler, req, res, onError, engine);
+    if (!engine.covers(req.method ?? 'GET')) return runHandler(handler, req, res, engine);
     const view = nodeRequestView(
       req,
       req,
@@ -80,7 +77,7 @@ export function idempotency<Client = unknown>(
     try {
       admission = await engine.admit(view);
     } catch (error) {
-      onError(error);
+      engine.reportError('tenant', error);
       return writeNodeResponse(res, engine.problem('internal', 'the tenant could not be resolved'));
     }
     if (admission.kind === 'answer') return writeNodeResponse(res, admission.response);
@@ -88,27 +85,29 @@ export function idempotency<Client = unknown>(
     const read = await readRequestBody(engine, () => readNodeBody(req, limit), req.headers['content-type']);
     if ('problem' in read) return writeNodeResponse(res, read.problem);
     req.body = read.body;
-    if (admission.kind === 'pass') return runHandler(handler, req, res, onError, engine);
+    if (admission.kind === 'pass') return runHandler(handler, req, res, engine);
 
     await executeCaptured(engine, admission.ticket, read.body, res, (context) => {
       req.idem = context;
-      void runHandler(handler, req, res, onError, engine);
+      void runHandler(handler, req, res, engine);
     });
   };
 }
 
-/** Runs the handler; a throw before it answered becomes a 500 (captured, so never stored). */
+/**
+ * Runs the handler; a throw before it answered becomes a 500 (captured, so never stored), and an
+ * `error` event (where `handler`): node:http has no error handler of its own to tell.
+ */
 async function runHandler<Client>(
   handler: IdempotentHandler<Client>,
   req: IdempotentRequest<Client>,
   res: ServerResponse,
-  onError: (error: unknown) => void,
   engine: HttpIdempotency<IncomingMessage, Client>,
 ): Promise<void> {
   try {
     await handler(req, res);
   } catch (error) {
-    onError(error);
+    engine.reportError('handler', error);
     if (!res.headersSent && !res.writableEnded) {
       writeNodeResponse(res, engine.problem('internal', 'the request handler failed'));
     }

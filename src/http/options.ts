@@ -1,3 +1,4 @@
+import { unheardEvents, type IdemEvents } from '../core/event-channel.js';
 import { InvalidArgumentError } from '../core/errors.js';
 import type { ResourcePointer } from '../core/errors.js';
 import type { Idem } from '../operations/idem.js';
@@ -139,6 +140,12 @@ export interface IdempotencyOptions<Req, Client = unknown> {
   resource?: (response: CapturedResponse) => ResourcePointer | null;
   /** Prefix of the problem `type` URIs. Default `urn:idem:problem:`. */
   problemTypeBase?: string;
+  /**
+   * Where the failures idem answers 500 or 503 for are reported, as `error` events (source `http`,
+   * or `nestjs`; `where` e.g. `handler`, `commit`, `store`). Default: the channel of `idem` (its
+   * `events` option), where an `error` nobody listens to is written to stderr, one line.
+   */
+  events?: IdemEvents;
 }
 
 /** Options with every default applied and checked. */
@@ -162,6 +169,7 @@ export interface ResolvedOptions<Req, Client> {
   readFirst: ReadFirst;
   resource: (response: CapturedResponse) => ResourcePointer | null;
   problemTypeBase: string;
+  events: IdemEvents;
 }
 
 export const singleTenantId = 'default';
@@ -236,5 +244,7 @@ export function resolveOptions<Req, Client>(
     readFirst: options.readFirst ?? 'auto',
     resource: options.resource ?? locationResource,
     problemTypeBase: options.problemTypeBase ?? defaultProblemTypeBase,
+    // An `idem` made by hand (a test double) may have no channel.
+    events: options.events ?? options.idem.events ?? unheardEvents,
   };
 }

@@ -22,12 +22,6 @@ export interface InboxOptions<Client = unknown> extends StoreOptions<Client> {
   /** Whole-transaction retries of `handle` on serialization failure or deadlock. Default 3. */
   transactionRetries?: number;
   /**
-   * Called after `handle` or `handleIn` acknowledged a duplicate without running the handler:
-   * the hook for metrics (`metrics.inboxDuplicate` of `idem/metrics`). A throw here is ignored: a
-   * metric never turns a processed message into a failed one. Default: none.
-   */
-  onDuplicate?: (message: InboxMessage) => void;
-  /**
    * The tenant of messages that name none (`message.tenant`). Default `''`, the default tenant:
    * for consumers that do not separate tenants. A consumer in a database distributed by tenant
    * (Citus) or split into cells names the tenant of each message, so its record lives beside the
@@ -83,13 +77,6 @@ export interface InboxRecord {
   expiresAt: number;
 }
 
-/** In-process counts since this inbox was created. */
-export interface InboxCounters {
-  processed: number;
-  duplicates: number;
-  dead: number;
-}
-
 /**
  * Processed-message records for consumers: a handler runs at most once per (tenant, consumer,
  * message id), because the record commits in the handler's own transaction.
@@ -103,9 +90,7 @@ export interface InboxCounters {
  */
 export class Inbox<Client = unknown> extends TableModule<Client, InboxStatements> {
   readonly retentionMs: number;
-  readonly counters: InboxCounters = { processed: 0, duplicates: 0, dead: 0 };
   private readonly transactionRetries: number;
-  private readonly onDuplicate: InboxOptions['onDuplicate'];
   private readonly tenant: string;
 
   constructor(options: InboxOptions<Client>) {
@@ -113,14 +98,14 @@ export class Inbox<Client = unknown> extends TableModule<Client, InboxStatements
     this.retentionMs = options.retentionMs ?? 30 * day;
     if (!(this.retentionMs > 0)) throw new InvalidArgumentError('retentionMs must be positive');
     this.transactionRetries = options.transactionRetries ?? 3;
-    this.onDuplicate = options.onDuplicate;
     this.tenant = options.tenant ?? defaultTenant;
     validateTenant(this.tenant);
   }
 
   /**
    * Runs `handler` once per (tenant, consumer, message id), in a transaction that also records the id.
-   * A duplicate returns `{ duplicate: true }` without running it (and counts it); a throw rolls
+   * A duplicate returns `{ duplicate: true }` without running it (an `inbox:duplicate` event; a
+   * first delivery's commit is an `inbox:processed` event); a throw rolls
    * back both the record and the handler's writes, so a redelivery runs it again. Ack the
    * message only after this resolves.
    *
@@ -209,7 +194,6 @@ export class Inbox<Client = unknown> extends TableModule<Client, InboxStatements
       new Date(now),
       new Date(now + this.retentionMs),
     ]);
-    if (rowCount === 1) this.counters.dead++;
     return rowCount === 1;
   }
 
@@ -291,17 +275,15 @@ export class Inbox<Client = unknown> extends TableModule<Client, InboxStatements
     validateMessage(message);
   }
 
+  /** Reports what `handle`/`handleIn` did (a listener's throw is the channel's: it changes nothing). */
   private count(message: InboxMessage, result: HandleResult<unknown>): void {
-    if (!result.duplicate) {
-      this.counters.processed++;
-      return;
-    }
-    this.counters.duplicates++;
-    try {
-      this.onDuplicate?.(message);
-    } catch {
-      // A metric must never turn a processed message into a failed one.
-    }
+    const name = result.duplicate ? 'inbox:duplicate' : 'inbox:processed';
+    if (!this.events.has(name)) return;
+    this.events.emit(name, {
+      tenant: this.tenantOf(message),
+      consumer: message.consumer,
+      messageId: message.messageId,
+    });
   }
 }
 
@@ -324,5 +306,21 @@ function validateMessage(message: InboxMessage): void {
     message.messageId.length > 512
   ) {
     throw new InvalidArgumentError('messageId must be 1–512 characters');
+  }
+}
+
+declare module '../core/event-channel.js' {
+  interface IdemEventMap {
+    /**
+     * A message's handler ran and its record was written: after the commit in `handle` (the broker
+     * consumers' and the in-database publisher's deliveries included), when the handler returned in
+     * `handleIn` (the caller's transaction may still roll back).
+     */
+    'inbox:processed': { tenant: string; consumer: string; messageId: string };
+    /**
+     * `handle` or `handleIn` answered a message processed before without running its handler (a
+     * redelivery): the event for metrics (`metrics.inboxDuplicate` of `idem/metrics`).
+     */
+    'inbox:duplicate': { tenant: string; consumer: string; messageId: string };
   }
 }

@@ -8,7 +8,6 @@ export {
   type DeadMessage,
   type HandleResult,
   type InboxContext,
-  type InboxCounters,
   type InboxMessage,
   type InboxOptions,
   type InboxRecord,
@@ -18,7 +17,6 @@ export {
   type RabbitMqConsumer,
   attemptsHeader,
   type AmqpReceivedMessage,
-  type ConsumerCounters,
   type RabbitMqConsumerOptions,
 } from './rabbitmq-consumer.js';
 export {

@@ -10,7 +10,8 @@ import type { JetStreamMessage, NatsConnectionLike } from '../brokers/nats-types
 import type { Transaction } from '../core/sql.js';
 import { describeError } from '../core/describe-error.js';
 import type { Inbox, InboxContext } from './inbox.js';
-import { ConsumerInbox, type ConsumerCounters } from './consumer-inbox.js';
+import type { IdemEvents } from '../core/event-channel.js';
+import { ConsumerInbox } from './consumer-inbox.js';
 import { resolveRetry, type ConsumerRetryOptions, type ResolvedRetry } from './retry.js';
 
 /** A delivery as the handler sees it. */
@@ -53,8 +54,13 @@ export interface JetStreamConsumerOptions<Client = unknown> extends ConsumerRetr
   concurrency?: number;
   /** Messages pulled per request. Default 64. */
   maxMessages?: number;
-  /** Errors the consumer survives. Default: console.error. */
-  onError?: (error: unknown) => void;
+  /**
+   * Where the consumer reports: `inbox:retried` and `inbox:dead` for the deliveries it `nak`ed or
+   * `term`ed, and the errors it survives (a failed ack, the consumer deleted under it) as `error`
+   * events with source `jetstream-consumer`. (`inbox:processed` and `inbox:duplicate` come from
+   * the inbox.) Default: the inbox's channel (`inbox.events`).
+   */
+  events?: IdemEvents;
   /**
    * The tenant of a message, for its inbox record. Default: the `Idem-Tenant` header (idem's NATS
    * publisher sets it for events of a named tenant), else the inbox's `tenant`.
@@ -63,7 +69,6 @@ export interface JetStreamConsumerOptions<Client = unknown> extends ConsumerRetr
 }
 
 export class JetStreamConsumer<Client = unknown> {
-  readonly counters: ConsumerCounters;
   private readonly retry: ResolvedRetry;
   private readonly inbox: ConsumerInbox<Client, JetStreamReceivedMessage>;
   private nc: NatsConnection | undefined;
@@ -78,11 +83,7 @@ export class JetStreamConsumer<Client = unknown> {
   constructor(private readonly options: JetStreamConsumerOptions<Client>) {
     this.retry = resolveRetry(options);
     this.owned = 'servers' in options.connection;
-    this.inbox = new ConsumerInbox(
-      { ...options, recordDead: this.retry.recordDead },
-      `jetstream ${options.stream}/${options.durable}`,
-    );
-    this.counters = this.inbox.counters;
+    this.inbox = new ConsumerInbox({ ...options, recordDead: this.retry.recordDead }, 'jetstream-consumer');
   }
 
   async start(): Promise<void> {
@@ -115,7 +116,7 @@ export class JetStreamConsumer<Client = unknown> {
     if (info.config.ack_wait) this.ackWaitMs = info.config.ack_wait / 1_000_000;
     this.messages = await consumer.consume({ max_messages: this.options.maxMessages ?? 64 });
     // The iterator ends on close; it throws if the consumer is deleted under us: report, not crash.
-    this.loop = this.run(this.messages).catch((error: unknown) => this.inbox.report(error));
+    this.loop = this.run(this.messages).catch((error: unknown) => this.inbox.report(error, 'consume'));
   }
 
   /** Stops pulling, lets running handlers finish (and ack), and drains an owned connection. */
@@ -129,7 +130,7 @@ export class JetStreamConsumer<Client = unknown> {
     const limit = Math.max(1, this.options.concurrency ?? 1);
     const running = new Set<Promise<void>>();
     for await (const message of messages) {
-      const work = this.deliver(message).catch((error: unknown) => this.inbox.report(error));
+      const work = this.deliver(message).catch((error: unknown) => this.inbox.report(error, 'delivery'));
       running.add(work);
       void work.finally(() => running.delete(work));
       if (running.size >= limit) await Promise.race(running);
@@ -154,22 +155,25 @@ export class JetStreamConsumer<Client = unknown> {
     const tenant = this.options.tenant
       ? this.options.tenant(message)
       : raw.headers?.get('Idem-Tenant') || undefined;
-    let duplicate: boolean;
     const heartbeat = setInterval(() => raw.working(), Math.max(100, this.ackWaitMs / 3));
     try {
-      duplicate = await this.inbox.handle(id, tenant, message);
+      await this.inbox.handle(id, tenant, message);
     } catch (error) {
       clearInterval(heartbeat);
       // The database, not the message, failed: redeliver whatever the count (the consumer has
       // no max_deliver), so an outage never dead-letters a message that was never really tried.
-      if (isDatabaseOutage(error)) {
-        raw.nak(this.retry.delayFor(attempt));
-        this.counters.retried++;
-        return;
-      }
-      if (this.retry.retryable(error) && attempt < this.retry.maxAttempts) {
-        raw.nak(this.retry.delayFor(attempt));
-        this.counters.retried++;
+      const outage = isDatabaseOutage(error);
+      if (outage || (this.retry.retryable(error) && attempt < this.retry.maxAttempts)) {
+        const retryInMs = this.retry.delayFor(attempt);
+        raw.nak(retryInMs);
+        this.inbox.retried({
+          messageId: id,
+          ...(tenant === undefined ? {} : { tenant }),
+          attempt,
+          retryInMs,
+          error: describeError(error, 1000),
+          outage,
+        });
         return;
       }
       const reason = describeError(error, 1000);
@@ -182,7 +186,13 @@ export class JetStreamConsumer<Client = unknown> {
       });
       if (this.termWithReason) raw.term(reason);
       else raw.term();
-      this.counters.dead++;
+      this.inbox.dead({
+        messageId: id,
+        ...(tenant === undefined ? {} : { tenant }),
+        attempts: attempt,
+        error: reason,
+        origin: `${raw.info.stream}/${raw.subject}`,
+      });
       return;
     }
     clearInterval(heartbeat);
@@ -190,9 +200,8 @@ export class JetStreamConsumer<Client = unknown> {
     // message comes back and the inbox answers "duplicate".
     try {
       await raw.ackAck();
-      this.inbox.acked(duplicate);
     } catch (error) {
-      this.inbox.report(error);
+      this.inbox.report(error, 'ack');
     }
   }
 }

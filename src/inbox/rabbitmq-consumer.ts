@@ -10,7 +10,8 @@ import type { Transaction } from '../core/sql.js';
 import { describeError } from '../core/describe-error.js';
 import { connectAmqp } from '../brokers/amqp-connect.js';
 import type { AmqpChannelModel, AmqpConsumeMessage } from '../brokers/amqp-types.js';
-import { ConsumerInbox, type ConsumerCounters } from './consumer-inbox.js';
+import type { IdemEvents } from '../core/event-channel.js';
+import { ConsumerInbox } from './consumer-inbox.js';
 import type { Inbox, InboxContext } from './inbox.js';
 import {
   MessageWithoutIdError,
@@ -54,17 +55,19 @@ export interface RabbitMqConsumerOptions<Client = unknown> extends ConsumerRetry
   assertQueue?: boolean;
   /** Default `<queue>.dead`. */
   deadLetterQueue?: string;
-  /** Errors the consumer survives (connection loss, failed acks). Default: console.error. */
-  onError?: (error: unknown) => void;
+  /**
+   * Where the consumer reports: `inbox:retried` and `inbox:dead` for the deliveries it sent back
+   * or gave up on, and the errors it survives (connection loss, failed acks) as `error` events
+   * with source `rabbitmq-consumer`. (`inbox:processed` and `inbox:duplicate` come from the
+   * inbox.) Default: the inbox's channel (`inbox.events`).
+   */
+  events?: IdemEvents;
   /**
    * The tenant of a delivery, for its inbox record. Default: the `idem-tenant` header (idem's
    * RabbitMQ publisher sets it for events of a named tenant), else the inbox's `tenant`.
    */
   tenant?: (message: AmqpReceivedMessage) => string | undefined;
 }
-
-// Public here since before the JetStream consumer shared it.
-export type { ConsumerCounters } from './consumer-inbox.js';
 
 /** Header carrying the number of failed deliveries so far. */
 export const attemptsHeader = 'x-idem-attempts';
@@ -82,7 +85,6 @@ export const outagesHeader = 'x-idem-outages';
  * await consumer.stop();
  */
 export class RabbitMqConsumer<Client = unknown> {
-  readonly counters: ConsumerCounters;
   private readonly retry: ResolvedRetry;
   private readonly inbox: ConsumerInbox<Client, AmqpReceivedMessage>;
   private readonly deadLetterQueue: string;
@@ -97,11 +99,7 @@ export class RabbitMqConsumer<Client = unknown> {
   constructor(private readonly options: RabbitMqConsumerOptions<Client>) {
     this.retry = resolveRetry(options);
     this.deadLetterQueue = options.deadLetterQueue ?? `${options.queue}.dead`;
-    this.inbox = new ConsumerInbox(
-      { ...options, recordDead: this.retry.recordDead },
-      `rabbitmq ${options.queue}`,
-    );
-    this.counters = this.inbox.counters;
+    this.inbox = new ConsumerInbox({ ...options, recordDead: this.retry.recordDead }, 'rabbitmq-consumer');
   }
 
   /** Name of the retry queue for a delay. */
@@ -140,10 +138,10 @@ export class RabbitMqConsumer<Client = unknown> {
   private async connect(): Promise<void> {
     const model = await connectAmqp(this.options.connection);
     this.model = model;
-    model.on('error', (error: unknown) => this.inbox.report(error));
+    model.on('error', (error: unknown) => this.inbox.report(error, 'connection'));
     model.on('close', () => this.lost(model));
     const channel = await model.createConfirmChannel();
-    channel.on('error', (error: unknown) => this.inbox.report(error));
+    channel.on('error', (error: unknown) => this.inbox.report(error, 'channel'));
     channel.on('close', () => this.lost(model));
     await channel.prefetch(this.options.prefetch ?? 16);
     await this.declare(channel);
@@ -156,7 +154,9 @@ export class RabbitMqConsumer<Client = unknown> {
           this.lost(model);
           return;
         }
-        const work = this.deliver(channel, message).catch((error: unknown) => this.inbox.report(error));
+        const work = this.deliver(channel, message).catch((error: unknown) =>
+          this.inbox.report(error, 'delivery'),
+        );
         this.inflight.add(work);
         void work.finally(() => this.inflight.delete(work));
       },
@@ -200,7 +200,7 @@ export class RabbitMqConsumer<Client = unknown> {
     const delay = Math.min(30_000, 250 * 2 ** this.reconnects++);
     this.reconnectTimer = setTimeout(() => {
       this.connect().catch((error: unknown) => {
-        this.inbox.report(error);
+        this.inbox.report(error, 'reconnect');
         this.scheduleReconnect();
       });
     }, delay);
@@ -232,45 +232,65 @@ export class RabbitMqConsumer<Client = unknown> {
       raw,
     };
     const tenant = this.options.tenant ? this.options.tenant(message) : headerTenant(headers['idem-tenant']);
-    let duplicate: boolean;
     try {
-      duplicate = await this.inbox.handle(id, tenant, message);
+      await this.inbox.handle(id, tenant, message);
     } catch (error) {
       if (isDatabaseOutage(error)) {
         // The database, not the message, failed: redeliver without spending an attempt, waiting
         // longer each time the same message meets the outage.
         const outages = (Number(headers[outagesHeader] ?? 0) || 0) + 1;
-        await this.redeliverLater(channel, raw, failedBefore, error, outages, { [outagesHeader]: outages });
+        await this.redeliverLater(
+          channel,
+          raw,
+          { id, tenant, attempt, outage: true },
+          failedBefore,
+          error,
+          outages,
+          {
+            [outagesHeader]: outages,
+          },
+        );
       } else if (this.retry.retryable(error) && attempt < this.retry.maxAttempts) {
-        await this.redeliverLater(channel, raw, attempt, error);
+        await this.redeliverLater(channel, raw, { id, tenant, attempt, outage: false }, attempt, error);
       } else {
         await this.deadLetter(channel, raw, attempt, error, id, tenant);
       }
       return;
     }
     // Committed (or already committed by an earlier delivery): only now ack.
-    if (this.ack(channel, raw)) this.inbox.acked(duplicate);
+    this.ack(channel, raw);
   }
 
   /**
-   * Sends the message to the retry queue of the delay for `delayAttempt`, recording `attempt`
-   * failed deliveries in its header.
+   * Sends the message to the retry queue of the delay for `delayAttempt`, recording `failed`
+   * failed deliveries in its header (`delivery.attempt` is the delivery that failed).
    */
   private async redeliverLater(
     channel: ConfirmChannel,
     raw: ConsumeMessage,
-    attempt: number,
+    delivery: { id: string; tenant: string | undefined; attempt: number; outage: boolean },
+    failed: number,
     error: unknown,
-    delayAttempt = attempt,
+    delayAttempt = failed,
     extraHeaders: Record<string, unknown> = {},
   ) {
     const delay = this.retry.delayFor(delayAttempt);
+    const reason = describeError(error, 500);
     await publishConfirmed(channel, this.retryQueue(delay), raw, {
       ...extraHeaders,
-      [attemptsHeader]: attempt,
-      'x-idem-last-error': describeError(error, 500),
+      [attemptsHeader]: failed,
+      'x-idem-last-error': reason,
     });
-    if (this.ack(channel, raw)) this.counters.retried++;
+    if (this.ack(channel, raw)) {
+      this.inbox.retried({
+        messageId: delivery.id,
+        ...(delivery.tenant === undefined ? {} : { tenant: delivery.tenant }),
+        attempt: delivery.attempt,
+        retryInMs: delay,
+        error: reason,
+        outage: delivery.outage,
+      });
+    }
   }
 
   private async deadLetter(
@@ -298,7 +318,15 @@ export class RabbitMqConsumer<Client = unknown> {
         headers: stringHeaders(raw.properties.headers),
       });
     }
-    if (this.ack(channel, raw)) this.counters.dead++;
+    if (this.ack(channel, raw)) {
+      this.inbox.dead({
+        messageId: id,
+        ...(tenant === undefined ? {} : { tenant }),
+        attempts: attempt,
+        error: reason,
+        origin: this.options.queue,
+      });
+    }
   }
 
   /** Acks on the channel the message came from; false when that channel is gone (it will be redelivered). */
@@ -308,7 +336,7 @@ export class RabbitMqConsumer<Client = unknown> {
       channel.ack(raw);
       return true;
     } catch (error) {
-      this.inbox.report(error);
+      this.inbox.report(error, 'ack');
       return false;
     }
   }

@@ -44,7 +44,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
     private readonly options: IdemModuleOptions<unknown>,
     private readonly reflector: Reflector,
   ) {
-    this.base = new HttpIdempotency<unknown>({ ...options, methods: everyMethod });
+    this.base = new HttpIdempotency<unknown>({ ...options, methods: everyMethod }, 'nestjs');
   }
 
   intercept(context: ExecutionContext, next: CallHandler): Observable<unknown> {
@@ -158,7 +158,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
 
   private fail(capture: NodeResponseCapture, error: unknown): void {
     // Only reached if the engine itself broke; the response may be half-made.
-    (this.options.onError ?? ((e: unknown) => console.error('[idem/nestjs]', e)))(error);
+    this.base.reportError('intercept', error);
     capture.release();
   }
 }

@@ -42,8 +42,6 @@ export type IdemModuleOptions<Req = NestHttpRequest, Client = unknown> = Omit<
    * whatever its method: the decorator is the opt-in.
    */
   methods?: readonly string[];
-  /** Called with errors idem answers 500/503 for. Default: `console.error`. */
-  onError?: (error: unknown) => void;
   /**
    * The `TransactionHost` of @nestjs-cls/transactional, registered with `TransactionalAdapterIdem`.
    * When set, a transaction-mode handler runs inside idem's transaction as the host's active
@@ -55,5 +53,5 @@ export type IdemModuleOptions<Req = NestHttpRequest, Client = unknown> = Omit<
 
 /** Per-route overrides for `@Idempotent(options)`. */
 export type IdempotentOptions<Req = NestHttpRequest> = Partial<
-  Omit<IdempotencyOptions<Req>, 'idem' | 'methods'>
+  Omit<IdempotencyOptions<Req>, 'idem' | 'methods' | 'events'>
 >;

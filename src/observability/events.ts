@@ -1,4 +1,5 @@
 import { ProxyTracerProvider, SpanStatusCode, trace, type Span } from '@opentelemetry/api';
+import type { IdemEvents } from '../core/event-channel.js';
 import { isIdemError, type OperationScope } from '../core/errors.js';
 
 /** How one call of an operation ended. */
@@ -12,7 +13,7 @@ export type OperationEventKind =
   | 'fenced' // a taken-over holder's write was refused
   | 'failed'; // the handler or the database threw
 
-/** Emitted once per call of `run`, `runIn` or `steps`. */
+/** The `operation` event: emitted once per call of `run`, `runIn` or `steps`. */
 export interface OperationEvent {
   kind: OperationEventKind;
   tenant: string;
@@ -22,9 +23,6 @@ export interface OperationEvent {
   /** For `failed`: whether a retry may succeed. */
   retryable?: boolean;
 }
-
-/** Receives operation events: metrics, logs. It must not throw; it must not log keys' payloads. */
-export type OperationObserver = (event: OperationEvent) => void;
 
 const tracer = trace.getTracer('idem');
 
@@ -39,18 +37,20 @@ export interface ObservedResult {
 
 /**
  * Runs one operation call inside an OpenTelemetry span (a no-op unless the application registered
- * a tracer provider) and reports its outcome to the observer.
+ * a tracer provider) and reports its outcome as an `operation` event on `events`.
  */
 export async function observe<R extends ObservedResult>(
   name: string,
   scope: OperationScope,
-  observer: OperationObserver | undefined,
+  events: IdemEvents,
   call: () => Promise<R>,
 ): Promise<R> {
   const started = performance.now();
   const reportTo = (kind: OperationEventKind, error?: unknown) => {
-    if (!observer) return;
-    report(observer, {
+    // Nobody listens: build no event (this runs on every call).
+    if (!events.has('operation')) return;
+    // The channel skips a listener that throws: it never changes an operation's outcome.
+    events.emit('operation', {
       kind,
       ...names(scope),
       durationMs: performance.now() - started,
@@ -125,11 +125,13 @@ function kindOf(error: unknown): OperationEventKind {
   }
 }
 
-function report(observer: OperationObserver | undefined, event: OperationEvent): void {
-  if (!observer) return;
-  try {
-    observer(event);
-  } catch {
-    // An observer's failure must never change an operation's outcome.
+declare module '../core/event-channel.js' {
+  interface IdemEventMap {
+    /**
+     * A call of `run`, `runIn` or `steps` ended (executed, replayed, refused, failed, …), with its
+     * duration: the event for metrics (`createIdemMetrics` in `idem/metrics`). Spans are emitted
+     * through `@opentelemetry/api` regardless, and cost nothing without a tracer.
+     */
+    operation: OperationEvent;
   }
 }

@@ -1,23 +1,38 @@
 /**
- * Prometheus metrics for idem, with prom-client. Counters come from events (operations, webhook
- * rejections, inbox duplicates); gauges are read from idem's tables when Prometheus scrapes, in one
- * statement, so they are right across every process that shares the database.
+ * Prometheus metrics for idem, with prom-client. Counters subscribe to idem's event channel
+ * (operation outcomes, webhook refusals, inbox duplicates, completions); gauges are idem's snapshot
+ * (observability/snapshot.ts, the console's counts, by the same definitions), read from the tables
+ * when Prometheus scrapes, in one statement, so they are right across every process that shares
+ * the database.
  *
  * @example
- * const metrics = createIdemMetrics({ sql, schema: 'idem' });
- * const idem = createIdem({ sql, onEvent: metrics.onOperation });
+ * const events = createEvents();
+ * const metrics = createIdemMetrics({ sql, schema: 'idem', events });
+ * const idem = createIdem({ sql, events });
  * app.get('/metrics', async (_req, reply) => reply.type(metrics.contentType).send(await metrics.render()));
  */
 import { Counter, Gauge, Histogram, Registry } from 'prom-client';
+import { systemClock, type Clock } from '../core/clock.js';
+import type { IdemEvents } from '../core/event-channel.js';
 import type { Queryable } from '../core/sql.js';
 import { defaultSchema, quoteSchema } from '../core/schema-name.js';
-import type { OperationEvent } from './events.js';
+import { readSnapshot, type IdemSnapshot } from './snapshot.js';
 
 export interface IdemMetricsOptions {
-  /** Where the backlog gauges are read from. Without it, only event counters are exported. */
+  /** Where the gauges (idem's snapshot) are read from. Without it, only the event counters are exported. */
   sql?: Queryable;
   /** Schema of idem's tables. Default `idem`. */
   schema?: string;
+  /**
+   * The clock "stuck" and lag are measured on: pass the one your modules use. Default: the system
+   * clock.
+   */
+  clock?: Clock;
+  /**
+   * The event channel to count from (`createEvents()`, the one passed to your modules). Default:
+   * none; `subscribe(events)` adds one later.
+   */
+  events?: IdemEvents;
   /** Registry to register on. Default: a new one (use `render()`), so several instances never clash. */
   registry?: Registry;
   /** Metric name prefix. Default `idem_`. */
@@ -27,14 +42,11 @@ export interface IdemMetricsOptions {
 export interface IdemMetrics {
   registry: Registry;
   contentType: string;
-  /** Pass as `createIdem({ onEvent })`. */
-  onOperation(event: OperationEvent): void;
-  /** Count a refused webhook delivery by reason (`signature`, `timestamp`, `malformed`, `too-large`). */
-  webhookRejected(reason: string): void;
-  /** Count a duplicate message acknowledged by an inbox without running its handler. */
-  inboxDuplicate(consumer: string): void;
-  /** Pass as `createCompleter({ onCompletion })`: counts what the completer did, by operation. */
-  completion(completion: { scope: { operation: string }; kind: string }): void;
+  /**
+   * Counts the events of `events` (operations, webhook refusals, inbox duplicates, completions);
+   * returns the function that stops. `createIdemMetrics({ events })` subscribes to it already.
+   */
+  subscribe(events: IdemEvents): () => void;
   render(): Promise<string>;
 }
 
@@ -42,8 +54,7 @@ export interface IdemMetrics {
  * Creates the metrics, registered on `registry` (default a new one). See the module's example.
  *
  * @example
- * const metrics = createIdemMetrics({ sql, schema: 'idem' });
- * const idem = createIdem({ sql, onEvent: (event) => metrics.onOperation(event) });
+ * const metrics = createIdemMetrics({ sql, schema: 'idem', events });
  */
 export function createIdemMetrics(options: IdemMetricsOptions = {}): IdemMetrics {
   const registry = options.registry ?? new Registry();
@@ -85,85 +96,107 @@ export function createIdemMetrics(options: IdemMetricsOptions = {}): IdemMetrics
 
   if (options.sql) {
     const sql = options.sql;
-    // One round trip per scrape for every gauge; each count uses a partial index of its table.
-    const snapshot = async () => {
-      const { rows } = await sql.query<Record<string, string | number | null>>(`SELECT
-        (SELECT count(*) FROM ${schema}.outbox WHERE published_at IS NULL AND dead_at IS NULL) AS outbox_backlog,
-        (SELECT extract(epoch FROM now() - min(created_at)) FROM ${schema}.outbox WHERE published_at IS NULL AND dead_at IS NULL) AS outbox_lag,
-        (SELECT count(*) FROM ${schema}.outbox WHERE dead_at IS NOT NULL AND published_at IS NULL) AS outbox_dead,
-        (SELECT count(*) FROM ${schema}.inbox WHERE state = 'dead') AS inbox_dead,
-        (SELECT count(*) FROM ${schema}.webhook_receipts WHERE state IN ('pending', 'processing')) AS receipts_backlog,
-        (SELECT count(*) FROM ${schema}.webhook_receipts WHERE state = 'dead') AS receipts_dead,
-        (SELECT count(*) FROM ${schema}.webhook_receipts WHERE state = 'superseded') AS receipts_superseded,
-        (SELECT count(*) FROM ${schema}.webhook_receipts WHERE state = 'waiting') AS receipts_waiting,
-        (SELECT count(*) FROM ${schema}.webhook_entity_versions WHERE parked_at IS NOT NULL) AS entities_parked,
-        (SELECT count(*) FROM ${schema}.tasks WHERE state = 'dead') AS tasks_dead,
-        (SELECT count(*) FROM ${schema}.requests WHERE state = 'pending' AND locked_until < now()) AS requests_stuck,
-        (SELECT count(*) FROM ${schema}.intents) AS intents_waiting,
-        (SELECT count(*) FROM ${schema}.intents WHERE attempts > 0) AS intents_retrying`);
-      return rows[0] ?? {};
-    };
-    let pending: Promise<Record<string, string | number | null>> | undefined;
-    // Every gauge of one scrape shares one snapshot.
+    const clock = options.clock ?? systemClock;
+    let pending: Promise<IdemSnapshot> | undefined;
+    // Every gauge of one scrape shares one snapshot: one round trip, the console's definitions.
     const shared = () => {
-      pending ??= snapshot().finally(() => setTimeout(() => (pending = undefined), 100));
+      pending ??= readSnapshot(sql, schema, clock.now()).finally(() =>
+        setTimeout(() => (pending = undefined), 100),
+      );
       return pending;
     };
-    const gauge = (name: string, help: string, column: string) =>
+    const gauge = (name: string, help: string, value: (snapshot: IdemSnapshot) => number | null) =>
       new Gauge({
         name: `${prefix}${name}`,
         help,
         registers: [registry],
         async collect() {
-          const value = (await shared())[column];
-          this.set(value === null || value === undefined ? 0 : Number(value));
+          this.set(value(await shared()) ?? 0);
         },
       });
-    gauge('outbox_backlog', 'Outbox events not yet published (excluding dead)', 'outbox_backlog');
-    gauge('outbox_lag_seconds', 'Age of the oldest unpublished outbox event', 'outbox_lag');
-    gauge('outbox_dead', 'Outbox events parked as dead after their last attempt', 'outbox_dead');
-    gauge('inbox_dead', 'Inbox messages recorded as dead', 'inbox_dead');
-    gauge('webhook_receipts_backlog', 'Webhook receipts pending or being processed', 'receipts_backlog');
-    gauge('webhook_receipts_dead', 'Webhook receipts dead-lettered', 'receipts_dead');
+    gauge('outbox_backlog', 'Outbox events not yet published (excluding dead)', (s) => s.outbox.backlog);
+    gauge('outbox_lag_seconds', 'Age of the oldest unpublished outbox event', (s) =>
+      s.outbox.lagMs === null ? 0 : s.outbox.lagMs / 1000,
+    );
+    gauge(
+      'outbox_retrying',
+      'Unpublished outbox events whose publish failed at least once',
+      (s) => s.outbox.retrying,
+    );
+    gauge('outbox_dead', 'Outbox events parked as dead after their last attempt', (s) => s.outbox.dead);
+    gauge('inbox_dead', 'Inbox messages recorded as dead', (s) => s.inbox.dead);
+    gauge(
+      'webhook_receipts_backlog',
+      'Webhook receipts pending or being processed',
+      (s) => s.receipts.backlog,
+    );
+    gauge(
+      'webhook_receipts_stuck',
+      'Webhook receipts being processed past their due time (the worker that claimed them is gone)',
+      (s) => s.receipts.stuck,
+    );
+    gauge('webhook_receipts_dead', 'Webhook receipts dead-lettered', (s) => s.receipts.dead);
     gauge(
       'webhook_receipts_superseded',
       'Webhook receipts recorded as superseded (state events older than the applied version)',
-      'receipts_superseded',
+      (s) => s.receipts.superseded,
     );
     gauge(
       'webhook_receipts_waiting',
       'Webhook receipts waiting for their entity (busy, or an earlier sequence version missing)',
-      'receipts_waiting',
+      (s) => s.receipts.waiting,
     );
     gauge(
       'webhook_entities_parked',
       'Sequence entities parked on a gap: a later version waited past the gap timeout for a missing one',
-      'entities_parked',
+      (s) => s.receipts.parked,
     );
-    gauge('tasks_dead', 'Claimed tasks dead-lettered', 'tasks_dead');
-    gauge('requests_stuck', 'Pending multi-step operations whose lease has lapsed', 'requests_stuck');
+    gauge(
+      'webhook_deliveries_failed',
+      'Webhooks to send whose last attempt failed for good',
+      (s) => s.deliveries.failed,
+    );
+    gauge('tasks_stuck', 'Claimed tasks whose lease lapsed (the worker is gone)', (s) => s.tasks.stuck);
+    gauge('tasks_dead', 'Claimed tasks dead-lettered', (s) => s.tasks.dead);
+    gauge(
+      'requests_stuck',
+      'Pending keyed operations that nobody holds: their lease lapsed',
+      (s) => s.requests.stuck,
+    );
+    gauge('sagas_stuck', "Sagas whose compensation could not finish (an operator's)", (s) => s.sagas.stuck);
+    gauge('sagas_stalled', 'Running sagas that nobody holds: their lease lapsed', (s) => s.sagas.stalled);
     gauge(
       'intents_waiting',
       'Pending defined operations (idem.define): running, or waiting for the completer',
-      'intents_waiting',
+      (s) => s.intents.waiting,
     );
     gauge(
       'intents_retrying',
       'Pending defined operations the completer has already tried at least once (see `idem intents`)',
-      'intents_retrying',
+      (s) => s.intents.retrying,
     );
   }
+
+  const subscribe = (events: IdemEvents) => {
+    const stops = [
+      events.on('operation', (event) => {
+        operations.inc({ operation: event.operation, outcome: event.kind });
+        duration.observe({ operation: event.operation, outcome: event.kind }, event.durationMs / 1000);
+      }),
+      events.on('webhook:rejected', (event) => webhookRejections.inc({ reason: event.reason })),
+      events.on('inbox:duplicate', (event) => inboxDuplicates.inc({ consumer: event.consumer })),
+      events.on('completion', (event) =>
+        completions.inc({ operation: event.scope.operation, outcome: event.kind }),
+      ),
+    ];
+    return () => stops.forEach((stop) => stop());
+  };
+  if (options.events) subscribe(options.events);
 
   return {
     registry,
     contentType: registry.contentType,
-    onOperation(event) {
-      operations.inc({ operation: event.operation, outcome: event.kind });
-      duration.observe({ operation: event.operation, outcome: event.kind }, event.durationMs / 1000);
-    },
-    webhookRejected: (reason) => webhookRejections.inc({ reason }),
-    inboxDuplicate: (consumer) => inboxDuplicates.inc({ consumer }),
-    completion: (c) => completions.inc({ operation: c.scope.operation, outcome: c.kind }),
+    subscribe,
     render: () => registry.metrics(),
   };
 }

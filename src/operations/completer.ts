@@ -20,7 +20,8 @@ import { InvalidArgumentError, isFenced, isStepFailed, type OperationScope } fro
 import { createBackoff, type BackoffOptions } from '../core/resilience/backoff.js';
 import { validateKey, validateName } from '../core/keys.js';
 import { positive, positiveInteger } from '../core/validate.js';
-import { drainRounds, PollingWorker, type WorkerErrorHandler } from '../core/worker/polling-worker.js';
+import type { IdemEvents } from '../core/event-channel.js';
+import { drainRounds, PollingWorker } from '../core/worker/polling-worker.js';
 import { describeFailure } from '../steps/engine.js';
 import type { GiveUpAction } from './definitions.js';
 import type { Idem } from './idem.js';
@@ -38,7 +39,7 @@ export type CompletionKind =
   /** Not abandoned any more (finished by a client's retry, or its holder is alive): left alone. */
   | 'skipped';
 
-/** One intent's attempt, as `drain()` returns it and `onCompletion` sees it. */
+/** One intent's attempt, as `drain()` returns it and the `completion` event carries it. */
 export interface Completion {
   scope: OperationScope;
   kind: CompletionKind;
@@ -81,10 +82,12 @@ export interface CompleterOptions<Client = unknown> {
    * so far. Default: exponential from 1 s to 5 min, equal jitter.
    */
   backoff?: BackoffOptions;
-  /** Sees every intent's attempt. Default none. */
-  onCompletion?: (completion: Completion) => void;
-  /** Errors of the round itself (the database down); the worker waits and goes on. Default `console.error`. */
-  onError?: WorkerErrorHandler<'round'>;
+  /**
+   * Where the completer reports: a `completion` event per intent's attempt, and the errors of a
+   * round itself (the database down: the worker waits and goes on) as `error` events with source
+   * `completer`, where `round`. Default: the `Idem`'s channel (`idem.events`).
+   */
+  events?: IdemEvents;
 }
 
 type DueIntent = {
@@ -104,22 +107,14 @@ export class Completer<Client = unknown> extends PollingWorker {
   private readonly batchSize: number;
   private readonly pollIntervalMs: number;
   private readonly retryDelay: (attempts: number) => number;
-  private readonly onCompletion: ((completion: Completion) => void) | undefined;
-  /** Counts since start, for metrics and tests. */
-  readonly counters: Record<CompletionKind, number> = {
-    completed: 0,
-    compensated: 0,
-    failed: 0,
-    retrying: 0,
-    skipped: 0,
-  };
+  private readonly events: IdemEvents;
 
   constructor(options: CompleterOptions<Client>) {
-    const onError = options.onError ?? ((error) => console.error('[idem/completer]', error));
+    const events = options.events ?? options.idem.events;
     super({
       clock: options.idem.clock,
       pollIntervalMs: () => this.pollIntervalMs,
-      onError: (error) => onError(error, 'round'),
+      onError: (error) => events.emit('error', { source: 'completer', where: 'round', error }),
       round: async () => {
         const done = (await this.runOnce()).length;
         return { idleMs: done < this.batchSize ? this.pollIntervalMs : 0 };
@@ -129,7 +124,7 @@ export class Completer<Client = unknown> extends PollingWorker {
     this.batchSize = positiveInteger('batchSize', options.batchSize ?? 10);
     this.pollIntervalMs = positive('pollIntervalMs', options.pollIntervalMs ?? 1000);
     this.retryDelay = createBackoff(options.backoff, { baseMs: 1000, maxMs: 300_000, jitter: 'equal' });
-    this.onCompletion = options.onCompletion;
+    this.events = events;
   }
 
   /** One round: takes the due intents and runs each once. Returns what became of them. */
@@ -176,8 +171,7 @@ export class Completer<Client = unknown> extends PollingWorker {
     const definition = this.idem.defined.get(row.operation);
     const attempts = row.attempts;
     const report = (completion: Completion): Completion => {
-      this.counters[completion.kind]++;
-      this.onCompletion?.(completion);
+      this.events.emit('completion', completion);
       return completion;
     };
     if (!definition) return report({ scope, kind: 'skipped', attempts });
@@ -292,4 +286,15 @@ export async function decideIntent<Client>(
  */
 export function createCompleter<Client>(options: CompleterOptions<Client>): Completer<Client> {
   return new Completer(options);
+}
+
+declare module '../core/event-channel.js' {
+  interface IdemEventMap {
+    /**
+     * A completer attempted one abandoned intent (`drain()` returns the same): it `completed`,
+     * `compensated`, ended `failed`, is `retrying` after a transient error (`retryInMs`, `error`),
+     * or was `skipped` (finished meanwhile, or its holder is alive).
+     */
+    completion: Completion;
+  }
 }

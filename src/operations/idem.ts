@@ -17,7 +17,8 @@ import { canCommitWith, queryAndCommit, type Queryable, type Sql, type Transacti
 import { isTransactionRetryable, SqlState, sqlStateOf } from '../core/sqlstate.js';
 import { defaultSchema } from '../core/schema-name.js';
 import { nonNegative, positive } from '../core/validate.js';
-import { observe, type OperationObserver } from '../observability/events.js';
+import { observe } from '../observability/events.js';
+import { createEvents, type IdemEvents } from '../core/event-channel.js';
 import { MultiStepRun, type MultiStepEnvironment, type MultiStepOperation } from './multi-step.js';
 import {
   makeDefinition,
@@ -115,7 +116,11 @@ export class Idem<Client = unknown> implements DefinitionHost<Client> {
   private readonly recording: Recording;
   private readonly readFirst: ReadFirst;
   private readonly replayRead = new ReplayReadPolicy();
-  private readonly observer: OperationObserver | undefined;
+  /**
+   * Where this `Idem` reports (`StoreOptions.events`): an `operation` event per call; its
+   * completer's `completion` events and errors too, unless given a channel of its own.
+   */
+  readonly events: IdemEvents;
   /** The statements of defined operations' kept inputs (`intents`). */
   readonly intentStatements: IntentStatements;
   private readonly definitions = new Map<string, OperationDefinition<never, unknown, never>>();
@@ -132,7 +137,7 @@ export class Idem<Client = unknown> implements DefinitionHost<Client> {
     this.retention = options.retention;
     this.recording = recordingOf(options.recording ?? 'commit');
     this.readFirst = readFirstOf(options.readFirst ?? 'auto');
-    this.observer = options.onEvent;
+    this.events = options.events ?? createEvents();
     this.intentStatements = renderIntentStatements(this.schema);
   }
 
@@ -160,7 +165,7 @@ export class Idem<Client = unknown> implements DefinitionHost<Client> {
    */
   async run<T>(spec: OperationSpec, handler: Handler<T, Client>): Promise<OperationResult<T>> {
     const prepared = this.prepare(spec);
-    return observe('idem.run', prepared.scope, this.observer, () =>
+    return observe('idem.run', prepared.scope, this.events, () =>
       this.classifying(() => this.runPrepared(prepared, handler)),
     );
   }
@@ -279,7 +284,7 @@ export class Idem<Client = unknown> implements DefinitionHost<Client> {
     handler: Handler<T, TxClient>,
   ): Promise<OperationResult<T>> {
     const prepared = this.prepare(spec);
-    return observe('idem.runIn', prepared.scope, this.observer, () =>
+    return observe('idem.runIn', prepared.scope, this.events, () =>
       this.classifying(() =>
         prepared.recording === 'claim'
           ? this.claimAndRun(tx, tx, prepared, handler)
@@ -368,7 +373,7 @@ export class Idem<Client = unknown> implements DefinitionHost<Client> {
     body: (op: MultiStepOperation<Client>) => Promise<T | Outcome<T>>,
   ): Promise<OperationResult<T>> {
     const prepared = this.prepare(spec);
-    return observe('idem.steps', prepared.scope, this.observer, () =>
+    return observe('idem.steps', prepared.scope, this.events, () =>
       this.classifying(() => new MultiStepRun<T, Client>(this.stepsEnvironment(), prepared, body).execute()),
     );
   }
@@ -437,7 +442,7 @@ export class Idem<Client = unknown> implements DefinitionHost<Client> {
       retention: { ...definition.retention, ...spec.retention },
     });
     const body = (op: MultiStepOperation<Client>) => definition.body(op, spec.input);
-    return observe('idem.steps', prepared.scope, this.observer, () =>
+    return observe('idem.steps', prepared.scope, this.events, () =>
       this.classifying(() =>
         new MultiStepRun<T, Client>(this.stepsEnvironment(), prepared, body, { intent: input }).execute(),
       ),

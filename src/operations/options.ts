@@ -1,6 +1,5 @@
 import type { FingerprintOptions } from '../core/fingerprint.js';
 import type { StoreOptions } from '../core/store.js';
-import type { OperationObserver } from '../observability/events.js';
 
 /** How `run`/`runIn` record a key; see `IdemOptions.recording`. */
 export type Recording = 'commit' | 'claim';
@@ -93,12 +92,6 @@ export interface IdemOptions<Client = unknown> extends StoreOptions<Client> {
    * reads; `false` never does. The HTTP integrations default to `'auto'` too.
    */
   readFirst?: ReadFirst;
-  /**
-   * Called once per operation call with its outcome (executed, replayed, key-reused, …) and
-   * duration: the hook for metrics (`createIdemMetrics` in `idem/metrics`). Default: none.
-   * Spans are emitted through `@opentelemetry/api` regardless, and cost nothing without a tracer.
-   */
-  onEvent?: OperationObserver;
 }
 
 /** Names one execution of an intent. */

@@ -11,6 +11,7 @@ import { eventsNotMarked, markedRows } from './marked.js';
 import { decodeEvent, defaultPublishedRetentionMs, Outbox } from './outbox.js';
 import { renderOutboxStatements, type OutboxStatements } from './statements.js';
 import type { OutboxEvent, PublishFailure, Publisher, PublishResult } from './types.js';
+import { createEvents, type IdemEvents } from '../core/event-channel.js';
 import type { StoreOptions } from '../core/store.js';
 
 /** How long a batch's transaction may idle beyond `publishTimeoutMs` (its mark's own time). */
@@ -77,9 +78,10 @@ export interface DispatcherOptions extends StoreOptions {
    */
   listenSelfTestIntervalMs?: number;
   /**
-   * How long a self-test notification may take. When it does not arrive, `onError` gets an
-   * `IDEM_LISTEN_DEAF` error that says why, the dispatcher polls every `fallbackPollIntervalMs`
-   * until a later self-test passes, and the LISTEN connection is replaced. Default 5000 ms.
+   * How long a self-test notification may take. When it does not arrive, an `error` event carries
+   * an `IDEM_LISTEN_DEAF` error that says why (source `dispatcher`, where `listen`), the dispatcher
+   * polls every `fallbackPollIntervalMs` until a later self-test passes, and the LISTEN connection
+   * is replaced. Default 5000 ms.
    */
   listenSelfTestTimeoutMs?: number;
   /**
@@ -114,12 +116,6 @@ export interface DispatcherOptions extends StoreOptions {
   concurrency?: number;
   /** Random source for jitter, for tests. Default Math.random. */
   random?: () => number;
-  /** Called after a batch's events were published and marked. */
-  onPublished?: (events: readonly OutboxEvent[]) => void;
-  /** Called when an event is parked as dead. */
-  onDead?: (event: OutboxEvent, error: string) => void;
-  /** Errors the dispatcher survives (database, publisher, listener). Default: console.error. */
-  onError?: (error: unknown, where: 'batch' | 'publish' | 'listen' | 'sweep') => void;
 }
 
 /** What one batch did. */
@@ -139,14 +135,6 @@ export interface BatchResult {
   outage?: unknown;
 }
 
-export interface DispatcherCounters {
-  batches: number;
-  published: number;
-  retried: number;
-  dead: number;
-  outages: number;
-}
-
 /**
  * Publishes the outbox. Run one or several (in one process or many): they share the work with
  * row locks and SKIP LOCKED, and per-key order holds across all of them.
@@ -163,8 +151,8 @@ export interface DispatcherCounters {
  * await dispatcher.stop();
  */
 export class OutboxDispatcher {
-  readonly counters: DispatcherCounters = { batches: 0, published: 0, retried: 0, dead: 0, outages: 0 };
   private readonly sql: Sql;
+  private readonly events: IdemEvents;
   private readonly publisher: Publisher;
   private readonly clock: Clock;
   private readonly statements: OutboxStatements;
@@ -182,7 +170,6 @@ export class OutboxDispatcher {
   private readonly retentionMs: number;
   private readonly sweepIntervalMs: number;
   private readonly concurrency: number;
-  private readonly options: DispatcherOptions;
   private readonly listener: NotificationListener | undefined;
   private readonly worker: PollingWorker;
   /** Outages in a row, per loop: each loop backs off on its own. */
@@ -193,12 +180,12 @@ export class OutboxDispatcher {
   private started = false;
 
   constructor(options: DispatcherOptions) {
-    this.options = options;
     this.sql = options.sql;
     this.publisher = options.publisher;
     this.clock = options.clock ?? systemClock;
+    this.events = options.events ?? createEvents();
     const schema = options.schema ?? defaultSchema;
-    this.outbox = new Outbox({ sql: options.sql, schema, clock: this.clock });
+    this.outbox = new Outbox({ sql: options.sql, schema, clock: this.clock, events: this.events });
     this.statements = renderOutboxStatements(schema);
     this.topics = options.topics ? [...options.topics] : null;
     this.topicsJson = this.topics ? JSON.stringify(this.topics) : null;
@@ -241,7 +228,8 @@ export class OutboxDispatcher {
         },
         // Notifications sent while we were not listening are lost: look now.
         onConnected: () => this.notify(),
-        onError: (error) => this.reportError(error, 'listen'),
+        events: this.events,
+        errorSource: 'dispatcher',
         reconnectDelayMs: (failures) => this.outageBackoff(failures),
         ...(options.listenSelfTestIntervalMs === 0
           ? {}
@@ -259,10 +247,8 @@ export class OutboxDispatcher {
                 options.listenSelfTestTimeoutMs ?? 5000,
               ),
             }),
-        onDeaf: (error) => {
-          this.reportError(error, 'listen');
-          this.notify(); // events may be waiting since the test was sent
-        },
+        // Reported by the listener; events may be waiting since the test was sent.
+        onDeaf: () => this.notify(),
       });
     }
   }
@@ -396,13 +382,14 @@ export class OutboxDispatcher {
         skipped: 0,
         held,
       };
-      if (events.length === 0) return { result, published: [] as OutboxEvent[], dead: [] as DeadEvent[] };
+      if (events.length === 0) return { result, published: [] as OutboxEvent[], retried: [], dead: [] };
 
       const settled = await this.publishInWaves(events);
       const at = this.clock.now();
       const failures: { tenant_id: string; id: string; retry_at: string; error: string; dead: boolean }[] =
         [];
       const dead: DeadEvent[] = [];
+      const retried: RetriedEvent[] = [];
       for (const { event, failure } of settled.failed) {
         const attempts = event.attempts + 1;
         const error = describeError(failure.error);
@@ -413,6 +400,7 @@ export class OutboxDispatcher {
         } else {
           const delay = Math.max(this.backoff(attempts), failure.retryAfterMs ?? 0);
           retryAt = new Date(at + delay).toISOString();
+          retried.push({ event, error, retryInMs: delay });
           this.nextRetryAt = Math.min(this.nextRetryAt, at + delay);
         }
         failures.push({
@@ -462,17 +450,14 @@ export class OutboxDispatcher {
       result.retried = failures.length - dead.length;
       result.skipped = events.length - result.published - failures.length;
       if (settled.outage !== undefined) result.outage = settled.outage;
-      return { result, published: settled.published, dead };
+      return { result, published: settled.published, retried, dead };
     });
-    // Counters and hooks only after COMMIT: until then nothing above is true.
+    // Events only after COMMIT: until then nothing above is true.
     const r = result.result;
-    this.counters.batches++;
-    this.counters.published += r.published;
-    this.counters.retried += r.retried;
-    this.counters.dead += r.dead;
-    if (r.outage !== undefined) this.counters.outages++;
-    if (result.published.length > 0) this.options.onPublished?.(result.published);
-    for (const { event, error } of result.dead) this.options.onDead?.(event, error);
+    if (result.published.length > 0) this.events.emit('outbox:published', { events: result.published });
+    for (const retried of result.retried) this.events.emit('outbox:retried', retried);
+    for (const dead of result.dead) this.events.emit('outbox:dead', dead);
+    if (r.outage !== undefined) this.events.emit('outbox:outage', { error: r.outage });
     return r;
   }
 
@@ -588,9 +573,8 @@ export class OutboxDispatcher {
     }
   }
 
-  private reportError(error: unknown, where: 'batch' | 'publish' | 'listen' | 'sweep'): void {
-    if (this.options.onError) this.options.onError(error, where);
-    else console.error(`[idem outbox] ${where}: ${describeError(error)}`);
+  private reportError(error: unknown, where: 'batch' | 'publish' | 'sweep'): void {
+    this.events.emit('error', { source: 'dispatcher', where, error });
   }
 }
 
@@ -615,4 +599,34 @@ interface Settled {
 interface DeadEvent {
   event: OutboxEvent;
   error: string;
+}
+
+interface RetriedEvent {
+  event: OutboxEvent;
+  error: string;
+  retryInMs: number;
+}
+
+declare module '../core/event-channel.js' {
+  interface IdemEventMap {
+    /** A batch's events were published and marked, after its transaction committed. */
+    'outbox:published': { events: readonly OutboxEvent[] };
+    /**
+     * An event's publish failed and it is scheduled again in `retryInMs` (its backoff, or the
+     * destination's Retry-After when longer), after the batch committed. `error` is
+     * `describeError` of the failure; `event.attempts` counts the attempts before this one.
+     */
+    'outbox:retried': { event: OutboxEvent; error: string; retryInMs: number };
+    /**
+     * An event was parked as dead (its `maxAttempts` spent, or a failure that says
+     * `retryable: false`), after the batch committed: its key waits for a redrive.
+     */
+    'outbox:dead': { event: OutboxEvent; error: string };
+    /**
+     * The publisher could not reach its destination (`publish` threw or timed out): the batch
+     * counted no attempt, and the dispatcher pauses (`outageBackoff`). The error itself is also
+     * an `error` event (source `dispatcher`, where `publish`).
+     */
+    'outbox:outage': { error: unknown };
+  }
 }

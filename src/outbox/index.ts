@@ -26,7 +26,6 @@ export {
   createOutboxDispatcher,
   type OutboxDispatcher,
   type BatchResult,
-  type DispatcherCounters,
   type DispatcherOptions,
   dispatcherBackoff,
 } from './dispatcher.js';

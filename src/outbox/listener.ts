@@ -12,6 +12,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import { pgConnectionDefaults } from '../core/connection-defaults.js';
+import type { IdemEvents } from '../core/event-channel.js';
 import { IdemError, isIdemError } from '../core/errors.js';
 
 /** The subset of `pg.Client` a listener uses. */
@@ -48,7 +49,13 @@ export interface NotificationListenerOptions {
   onNotification(payload: string): void;
   /** Called after every (re)connection: notifications may have been missed while down. */
   onConnected(): void;
-  onError(error: unknown): void;
+  /**
+   * Where the listener reports what it survives (a lost or refused connection, a failed self-test
+   * send, a deaf connection): `error` events with source `errorSource`, where `listen`.
+   */
+  events: IdemEvents;
+  /** The `source` of those `error` events: the module that owns the listener (`dispatcher`). */
+  errorSource: string;
   /** Delay before reconnecting after a lost connection. */
   reconnectDelayMs(failures: number): number;
   /**
@@ -61,7 +68,10 @@ export interface NotificationListenerOptions {
   selfTestIntervalMs?: number;
   /** How long a self-test notification may take before the listener counts as deaf. Default 5000 ms. */
   selfTestTimeoutMs?: number;
-  /** A self-test notification did not arrive: `deaf` is now true. Called at every failed self-test. */
+  /**
+   * A self-test notification did not arrive: `deaf` is now true, and the `ListenerDeafError` was
+   * reported as an `error` event. Called at every failed self-test.
+   */
   onDeaf?(error: ListenerDeafError): void;
   /** A self-test notification arrived after the listener had been deaf. */
   onHearing?(): void;
@@ -85,7 +95,8 @@ export class ListenerDeafError extends IdemError {
  * True for a `ListenerDeafError`, from any copy of the package.
  *
  * @example
- * createOutboxDispatcher({ sql, publisher, listen, onError: (error) => isListenerDeaf(error) && alert(error.message) });
+ * events.on('error', ({ error }) => isListenerDeaf(error) && alert(error.message));
+ * createOutboxDispatcher({ sql, publisher, listen, events });
  */
 export const isListenerDeaf = (e: unknown): e is ListenerDeafError =>
   isIdemError(e) && e.code === 'IDEM_LISTEN_DEAF';
@@ -144,7 +155,7 @@ export class NotificationListener {
       const onLost = (error?: unknown) => {
         if (lost) return;
         lost = true;
-        if (error !== undefined) this.options.onError(error);
+        if (error !== undefined) this.reportError(error);
         if (this.client === client) {
           this.client = undefined;
           this.dropConnection = undefined;
@@ -176,7 +187,7 @@ export class NotificationListener {
       // keep to the interval, so a listener behind a pooler does not reconnect in a tight loop.
       this.scheduleSelfTest(this.deafNow ? this.selfTestIntervalMs : 0);
     } catch (error) {
-      this.options.onError(error);
+      this.reportError(error);
       await client?.end().catch(() => undefined);
       this.scheduleReconnect();
     }
@@ -210,7 +221,7 @@ export class NotificationListener {
     } catch (error) {
       // The application's database is unreachable: nothing is learned about the listener.
       if (this.pendingTest === test) this.pendingTest = undefined;
-      this.options.onError(error);
+      this.reportError(error);
       this.scheduleSelfTest(this.selfTestIntervalMs);
       return;
     }
@@ -237,17 +248,21 @@ export class NotificationListener {
     if (this.pendingTest?.payload !== payload) return;
     this.pendingTest = undefined;
     this.deafNow = true;
-    this.options.onDeaf?.(
-      new ListenerDeafError(
-        `LISTEN on "${this.options.channel}" did not receive its self-test notification within ${timeoutMs} ms: ` +
-          `the LISTEN connection probably goes through a transaction-mode pooler (PgBouncer), which drops ` +
-          `notifications, or the connection is broken. Give the dispatcher a direct connection for LISTEN ` +
-          `(its \`listen\` option; DATABASE_DIRECT_URL for the idem demo). Events are delivered by polling meanwhile.`,
-      ),
+    const deaf = new ListenerDeafError(
+      `LISTEN on "${this.options.channel}" did not receive its self-test notification within ${timeoutMs} ms: ` +
+        `the LISTEN connection probably goes through a transaction-mode pooler (PgBouncer), which drops ` +
+        `notifications, or the connection is broken. Give the dispatcher a direct connection for LISTEN ` +
+        `(its \`listen\` option; DATABASE_DIRECT_URL for the idem demo). Events are delivered by polling meanwhile.`,
     );
+    this.reportError(deaf);
+    this.options.onDeaf?.(deaf);
     // A silently broken connection is replaced; behind a pooler the new one is tested at the interval.
     if (this.dropConnection) this.dropConnection();
     else this.scheduleSelfTest(this.selfTestIntervalMs);
+  }
+
+  private reportError(error: unknown): void {
+    this.options.events.emit('error', { source: this.options.errorSource, where: 'listen', error });
   }
 
   private scheduleReconnect(): void {

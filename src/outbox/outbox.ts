@@ -13,6 +13,7 @@ import {
 import { defaultTenant, validateTenant } from '../core/tenant.js';
 import { defaultSchema } from '../core/schema-name.js';
 import { renderOutboxStatements, type OutboxStatements } from './statements.js';
+import { parseSnapshot } from '../observability/snapshot.js';
 import type { NewOutboxEvent, OutboxEvent } from './types.js';
 import type { StoreOptions } from '../core/store.js';
 
@@ -218,21 +219,22 @@ export class Outbox {
    */
   async stats(options: { topic?: string; tenant?: string } = {}): Promise<OutboxStats> {
     if (options.tenant !== undefined) validateTenant(options.tenant);
-    const { rows } = await this.db().query(this.statements.stats, [
-      new Date(this.clock.now()),
+    const now = this.clock.now();
+    const { rows } = await this.db().query<Record<string, unknown>>(this.statements.stats, [
+      new Date(now),
       options.topic ?? null,
       options.tenant ?? null,
     ]);
-    const r = rows[0] ?? {};
-    const oldest = toMillis(r.oldest_pending);
+    const row = rows[0] ?? {};
+    const { outbox } = parseSnapshot(row, ['outbox'], now);
     return {
-      pending: Number(r.pending ?? 0),
-      due: Number(r.due ?? 0),
-      retrying: Number(r.retrying ?? 0),
-      parked: Number(r.parked ?? 0),
-      dead: Number(r.dead ?? 0),
-      published: Number(r.published ?? 0),
-      oldestPendingAgeMs: oldest === null ? null : Math.max(0, this.clock.now() - oldest),
+      pending: outbox.backlog,
+      due: outbox.due,
+      retrying: outbox.retrying,
+      parked: outbox.parked,
+      dead: outbox.dead,
+      published: Number(row['outbox.published'] ?? 0),
+      oldestPendingAgeMs: outbox.lagMs,
     };
   }
 

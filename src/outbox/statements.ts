@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto';
 import { prepareNames } from '../core/prepared-statements.js';
 import { quoteSchema } from '../core/schema-name.js';
+import { snapshotStatement } from '../observability/snapshot.js';
 
 /**
  * The outbox's SQL, rendered once per schema. One statement per hot path step. Statements about
@@ -103,6 +104,9 @@ export function outboxChannel(schema: string): string {
 }
 
 // jsonb is read as text and parsed by idem, so every driver yields the same values.
+/** `stats`' filters: `$2` a topic, `$3` a tenant, each null for all. */
+const outboxFilter = '($2::text IS NULL OR aggregatetype = $2) AND ($3::text IS NULL OR tenant_id = $3)';
+
 const eventColumns = `tenant_id, id, aggregatetype, aggregateid, type, payload::text AS payload, headers::text AS headers, created_at, attempts`;
 
 export function renderOutboxStatements(schema: string): OutboxStatements {
@@ -181,15 +185,10 @@ function renderTexts(schema: string): Omit<OutboxStatements, 'names'> {
     cleanupTenant: cleanup('published_at < $1 ORDER BY published_at', 'tenant_id = $3 AND '),
     cleanupCaptured: cleanup('created_at < $1 AND dead_at IS NULL', ''),
     cleanupCapturedTenant: cleanup('created_at < $1 AND dead_at IS NULL', 'tenant_id = $3 AND '),
-    stats: `SELECT
-        count(*) FILTER (WHERE published_at IS NULL AND dead_at IS NULL)::bigint AS pending,
-        count(*) FILTER (WHERE published_at IS NULL AND dead_at IS NULL AND available_at <= $1)::bigint AS due,
-        count(*) FILTER (WHERE published_at IS NULL AND dead_at IS NULL AND attempts > 0)::bigint AS retrying,
-        count(*) FILTER (WHERE published_at IS NULL AND dead_at IS NULL AND available_at = 'infinity')::bigint AS parked,
-        count(*) FILTER (WHERE dead_at IS NOT NULL)::bigint AS dead,
-        count(*) FILTER (WHERE published_at IS NOT NULL)::bigint AS published,
-        min(created_at) FILTER (WHERE published_at IS NULL AND dead_at IS NULL) AS oldest_pending
-      FROM ${s}.outbox WHERE ($2::text IS NULL OR aggregatetype = $2) AND ($3::text IS NULL OR tenant_id = $3)`,
+    // The snapshot's outbox counts (observability/snapshot.ts: the console's and the gauges'
+    // definitions), filtered by topic and tenant, plus the published rows kept.
+    stats: `${snapshotStatement(s, ['outbox'], outboxFilter)},
+  (SELECT count(*) FROM ${s}.outbox WHERE published_at IS NOT NULL AND ${outboxFilter}) AS "outbox.published"`,
     read: `SELECT ${eventColumns}, seq, available_at, last_error, published_at, dead_at FROM ${s}.outbox
       WHERE tenant_id = $1 AND id = $2`,
     listDead: `SELECT ${eventColumns}, seq, available_at, last_error, published_at, dead_at FROM ${s}.outbox

@@ -17,7 +17,7 @@ export interface DiscardOptions {
   source: string;
   /** The delivery id it was stored under. */
   deliveryId: string;
-  /** Why: stored as the dead letter's error (`discarded by an operator: …`) and logged. */
+  /** Why: stored as the dead letter's error (`discarded by an operator: …`) and in `webhook:discarded`. */
   reason?: string;
   /** The receipt's tenant. Default `''`, the default tenant. */
   tenant?: string;

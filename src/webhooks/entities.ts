@@ -81,7 +81,7 @@ export interface SkipOptions {
    * below the lowest one waiting, so that one applies next.
    */
   through?: number | bigint | string;
-  /** Why: stored with the skip, shown on a late arrival of a skipped version, and logged. */
+  /** Why: stored with the skip, shown on a late arrival of a skipped version, and in `webhook:gap-skipped`. */
   reason?: string;
   /** The entity's tenant (of the receipts that name it). Default `''`, the default tenant. */
   tenant?: string;

@@ -3,7 +3,7 @@
  * (or beside) `express.json()`. The handler reads the raw bytes itself. When a body parser already
  * ran, a Buffer from `express.raw()` is used as it is (those are the received bytes); anything else
  * (an object from `express.json()`, a string from `express.text()`) fails loudly with
- * `RawBodyUnavailableError`, answered 500 and logged at error level, because the signed bytes are
+ * `RawBodyUnavailableError`, answered 500 and reported as an `error` event, because the signed bytes are
  * gone.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';

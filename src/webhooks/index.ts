@@ -38,7 +38,6 @@ export { createGithubVerifier, type GithubOptions } from './verify/github.js';
 export { createStripeVerifier, type StripeOptions } from './verify/stripe.js';
 export { createHmacVerifier, type HmacOptions, type SignedParts } from './verify/hmac.js';
 export { nodeHeaders, fetchHeaders, recordHeaders, type NodeHeaders } from './headers.js';
-export { consoleLogger, silentLogger, type WebhookLogger, type LogFields } from './logger.js';
 export { problemTypeBase, type WebhookAnswer } from './problem.js';
 export {
   createWebhookReceiver,
@@ -47,6 +46,7 @@ export {
   type WebhookSourceOptions,
   type ResolvedSource,
   type ReceiveOutcome,
+  type WebhookRejectionReason,
 } from './receiver.js';
 export type { WebhookEvent } from './event.js';
 export type { BackoffOptions, Jitter } from '../core/resilience/backoff.js';
@@ -63,6 +63,7 @@ export {
   type ProcessOutcome,
   type WebhookReceipt,
   type RedriveOptions,
+  type WebhookReceiptRef,
 } from './processor.js';
 export type { ParkedEntity, ListParkedOptions, SkipOptions, SkipResult } from './entities.js';
 export type { DiscardOptions, DiscardResult } from './discard.js';
@@ -79,6 +80,7 @@ export {
   type WebhookDelivery,
   type WebhookDeliveryAttempt,
 } from './sender/sender.js';
+export type { WebhookDeliveryRef } from './sender/attempt.js';
 export type { WebhookEndpoints, WebhookEndpoint, NewWebhookEndpoint } from './sender/endpoints.js';
 export {
   DestinationRefusedError,

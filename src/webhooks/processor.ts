@@ -19,9 +19,9 @@ import { toMillis } from '../core/clock.js';
 import { InvalidArgumentError } from '../core/errors.js';
 import type { Transaction } from '../core/sql.js';
 import type { SweepOptions, SweepResult } from '../core/sweeper.js';
-import { validateTenant, validateTenants } from '../core/tenant.js';
+import { defaultTenant, validateTenant, validateTenants } from '../core/tenant.js';
 import { positiveInteger } from '../core/validate.js';
-import { drainRounds, PollingWorker, type WorkerErrorHandler } from '../core/worker/polling-worker.js';
+import { drainRounds, PollingWorker } from '../core/worker/polling-worker.js';
 import { TableModule, type StoreOptions } from '../core/store.js';
 import { createBackoff, type BackoffOptions } from '../core/resilience/backoff.js';
 import {
@@ -34,7 +34,7 @@ import {
 import { discardReceipt, type DiscardOptions, type DiscardResult } from './discard.js';
 import { InvalidWebhookEventError, isInvalidWebhookEvent } from './errors.js';
 import { createEvent, type WebhookEvent } from './event.js';
-import { consoleLogger, errorMessage, type WebhookLogger } from './logger.js';
+import { errorMessage } from './error-message.js';
 import { receiptStatements, type ReceiptStatements } from './statements.js';
 import { sweepReceipts } from './sweep.js';
 
@@ -177,13 +177,6 @@ export interface WebhookProcessorOptions<Client = unknown> extends StoreOptions<
   entityBusyRetryMs?: number;
   /** Random numbers in [0, 1) for jitter. Default `Math.random`. */
   random?: () => number;
-  /** Default: warnings and errors to stderr as JSON. */
-  logger?: WebhookLogger;
-  /**
-   * Errors the workers survive (a claim that failed: the database unreachable). Default: the
-   * logger's `error`.
-   */
-  onError?: WorkerErrorHandler<'batch'>;
   /**
    * Only these tenants' receipts: each claim is one tenant's, pinned to it, taken in turn (workers
    * per shard of a database distributed by tenant, or per group of tenants). Default: every tenant,
@@ -238,6 +231,77 @@ export interface WebhookReceipt {
   waitingSince: number | null;
   processedAt: number | null;
   expiresAt: number;
+}
+
+/** The receipt an event of the processor is about, and the attempt that ended. */
+export interface WebhookReceiptRef {
+  /** The tenant of the source that received it (`''`: the default tenant). */
+  tenant: string;
+  source: string;
+  deliveryId: string;
+  eventType: string | null;
+  /** The handler attempt this claim was (waits for an entity are not counted). */
+  attempt: number;
+}
+
+declare module '../core/event-channel.js' {
+  interface IdemEventMap {
+    /**
+     * A claimed receipt ended without a failure and without an event of its own below: `applied`
+     * (its handler's writes committed), `duplicate` (this entity and version, or this delivery,
+     * were handled already), `unhandled` (no handler for its type), `waiting` (sequence: an
+     * earlier version is missing), `deferred` (its entity was busy with another worker), `parked`
+     * (waiting behind an entity parked before), `lost` (another worker took the claim over).
+     */
+    'webhook:processed': WebhookReceiptRef & {
+      outcome: 'applied' | 'duplicate' | 'unhandled' | 'waiting' | 'deferred' | 'parked' | 'lost';
+    };
+    /** A receipt's handler (or the database) failed; it is retried at `nextAttemptAt` (epoch ms). */
+    'webhook:retried': WebhookReceiptRef & { error: string; nextAttemptAt: number };
+    /**
+     * A receipt became a dead letter: its attempts ran out, its error is not retryable, or the event
+     * was refused as invalid (`invalid`: by `validate`, `InvalidWebhookEventError`, or an entity
+     * that cannot be ordered). `redrive` brings it back.
+     */
+    'webhook:dead': WebhookReceiptRef & { error: string; invalid: boolean };
+    /** A `state` event older than its entity's applied version: recorded, never handled. */
+    'webhook:superseded': WebhookReceiptRef & { entity: { scope: string; key: string; version: string } };
+    /**
+     * A `sequence` entity was parked: this receipt's version waited past the gap timeout for
+     * version `expected`. Once per park; later receipts of the entity wait behind it
+     * (`webhook:processed`, outcome `parked`) until the gap is filled or skipped.
+     */
+    'webhook:parked': WebhookReceiptRef & {
+      entity: { scope: string; key: string; version: string };
+      expected: string;
+      reason: string;
+    };
+    /** An operator's `redrive` put `count` (at least one) dead or unhandled receipts back to pending. */
+    'webhook:redriven': {
+      count: number;
+      states: readonly ('dead' | 'unhandled')[];
+      source?: string;
+      tenant?: string;
+    };
+    /** An operator's `discard` made a pending or waiting receipt a dead letter. */
+    'webhook:discarded': {
+      tenant: string;
+      source: string;
+      deliveryId: string;
+      from: 'pending' | 'waiting';
+      unparked: boolean;
+      reason?: string;
+    };
+    /** An operator's `skip` skipped versions `from`–`through` of a sequence entity and resumed it. */
+    'webhook:gap-skipped': {
+      tenant: string;
+      scope: string;
+      key: string;
+      from: string;
+      through: string;
+      reason?: string;
+    };
+  }
 }
 
 /** Selects receipts to redrive. */
@@ -304,7 +368,6 @@ export class WebhookProcessor<Client = unknown> extends TableModule<Client, Rece
   private readonly entityBusyRetryMs: number;
   private readonly random: () => number;
   private readonly delay: (failures: number) => number;
-  private readonly logger: WebhookLogger;
   private readonly tenants: readonly string[] | undefined;
   /** Where the next claim of a processor scoped to tenants starts, so each gets its turn. */
   private nextTenant = 0;
@@ -320,17 +383,12 @@ export class WebhookProcessor<Client = unknown> extends TableModule<Client, Rece
     this.entityBusyRetryMs = positiveInteger('entityBusyRetryMs', options.entityBusyRetryMs ?? 500);
     this.random = options.random ?? Math.random;
     this.delay = createBackoff(options.backoff, processorBackoff, this.random);
-    this.logger = options.logger ?? consoleLogger;
     this.tenants = validateTenants(options.tenants);
-    const onError =
-      options.onError ??
-      ((error: unknown) =>
-        this.logger.error?.('webhook worker could not claim receipts', { error: errorMessage(error) }));
     this.worker = new PollingWorker({
       concurrency: this.concurrency,
       clock: this.clock,
       pollIntervalMs: () => this.pollIntervalMs,
-      onError: (error) => onError(error, 'batch'),
+      onError: (error) => this.events.emit('error', { source: 'webhook-processor', where: 'batch', error }),
       // One receipt per round and loop, so `concurrency` loops handle that many at once.
       round: async () => ({ idleMs: (await this.runOnce(1)).length > 0 ? 0 : this.pollIntervalMs }),
     });
@@ -353,7 +411,7 @@ export class WebhookProcessor<Client = unknown> extends TableModule<Client, Rece
     await this.worker.stop();
   }
 
-  /** Wakes idle workers now (call it from the receiver's `onReceipt`). */
+  /** Wakes idle workers now (call it on the receiver's `webhook:received`). */
   notify(): void {
     this.worker.notify();
   }
@@ -415,7 +473,12 @@ export class WebhookProcessor<Client = unknown> extends TableModule<Client, Rece
         ? await this.sql.query(this.statements.redrive, params)
         : await this.sql.query(this.statements.redriveTenant, [...params, options.tenant]);
     if (rowCount > 0) {
-      this.logger.info?.('webhook receipts redriven', { count: rowCount, source: options.source });
+      this.events.emit('webhook:redriven', {
+        count: rowCount,
+        states,
+        ...(options.source !== undefined ? { source: options.source } : {}),
+        ...(options.tenant !== undefined ? { tenant: options.tenant } : {}),
+      });
       this.notify();
     }
     return rowCount;
@@ -447,13 +510,13 @@ export class WebhookProcessor<Client = unknown> extends TableModule<Client, Rece
    */
   async discard(options: DiscardOptions): Promise<DiscardResult> {
     const result = await discardReceipt(this.sql, { schema: this.schema, clock: this.clock, ...options });
-    this.logger.warn?.('webhook receipt discarded by an operator', {
-      tenant: options.tenant,
+    this.events.emit('webhook:discarded', {
+      tenant: options.tenant ?? defaultTenant,
       source: options.source,
       deliveryId: options.deliveryId,
       from: result.from,
       unparked: result.unparked,
-      reason: options.reason,
+      ...(options.reason !== undefined ? { reason: options.reason } : {}),
     });
     return result;
   }
@@ -464,13 +527,13 @@ export class WebhookProcessor<Client = unknown> extends TableModule<Client, Rece
    */
   async skip(options: SkipOptions): Promise<SkipResult> {
     const result = await skipEntityGap(this.sql, { schema: this.schema, clock: this.clock, ...options });
-    this.logger.warn?.('webhook entity gap skipped by an operator', {
-      tenant: options.tenant,
+    this.events.emit('webhook:gap-skipped', {
+      tenant: options.tenant ?? defaultTenant,
       scope: options.scope,
       key: options.key,
       from: result.from,
       through: result.through,
-      reason: options.reason,
+      ...(options.reason !== undefined ? { reason: options.reason } : {}),
     });
     this.notify();
     return result;
@@ -507,8 +570,8 @@ export class WebhookProcessor<Client = unknown> extends TableModule<Client, Rece
       receivedAt: toMillis(row.received_at)!,
       attempt,
     });
-    const fields = {
-      ...(row.tenant_id === '' ? {} : { tenant: row.tenant_id }),
+    const fields: WebhookReceiptRef = {
+      tenant: row.tenant_id,
       source: row.source,
       deliveryId: row.delivery_id,
       eventType: row.event_type,
@@ -516,8 +579,9 @@ export class WebhookProcessor<Client = unknown> extends TableModule<Client, Rece
     };
     if (attempt > this.maxAttempts) {
       // Only after crashes: each claim counted an attempt that never reported back.
-      await this.fail(row, true, 'attempts exhausted: the workers that claimed this receipt never finished');
-      this.logger.error?.('webhook receipt dead', { ...fields, error: 'attempts exhausted by lost workers' });
+      const message = 'attempts exhausted: the workers that claimed this receipt never finished';
+      await this.fail(row, true, message);
+      this.events.emit('webhook:dead', { ...fields, error: message, invalid: false });
       return 'dead';
     }
     const handler = this.handlerFor(row.source, row.event_type);
@@ -542,6 +606,8 @@ export class WebhookProcessor<Client = unknown> extends TableModule<Client, Rece
     }
 
     let woken = 0;
+    /** Set when this receipt parked its entity (the event goes out after the commit). */
+    let parked: { expected: string; reason: string } | undefined;
     try {
       if (entity) {
         await this.sql.query(
@@ -551,6 +617,7 @@ export class WebhookProcessor<Client = unknown> extends TableModule<Client, Rece
         );
       }
       const outcome = await this.sql.transaction(async (tx): Promise<ProcessOutcome> => {
+        parked = undefined;
         const locked = await tx.query(
           this.statements.lock,
           [row.source, row.delivery_id, row.attempts, row.tenant_id],
@@ -639,11 +706,12 @@ export class WebhookProcessor<Client = unknown> extends TableModule<Client, Rece
           await this.finish(tx, row, 'duplicate', entity);
           return 'duplicate';
         }
-        return this.awaitGap(tx, row, entity, current, handler);
+        const gap = await this.awaitGap(tx, row, entity, current, handler);
+        parked = gap.parked;
+        return gap.outcome;
       });
       if (woken > 0) this.notify();
-      if (outcome === 'lost') this.logger.warn?.('webhook receipt lost its claim', fields);
-      else this.logger.debug?.(`webhook receipt ${outcome}`, fields);
+      this.settled(fields, entity, outcome, parked);
       return outcome;
     } catch (error) {
       if (isInvalidWebhookEvent(error)) return this.refuse(row, entity, error.reason, fields);
@@ -662,7 +730,7 @@ export class WebhookProcessor<Client = unknown> extends TableModule<Client, Rece
     entity: DeclaredEntity,
     current: LockedEntity,
     handler: ResolvedHandler<Client>,
-  ): Promise<ProcessOutcome> {
+  ): Promise<{ outcome: 'waiting' | 'parked'; parked?: { expected: string; reason: string } }> {
     const now = this.clock.now();
     const waitingSince = toMillis(row.waiting_since) ?? now;
     const progressedAt = toMillis(current.applied_at) ?? waitingSince;
@@ -670,8 +738,9 @@ export class WebhookProcessor<Client = unknown> extends TableModule<Client, Rece
     const deadline = Math.max(waitingSince, progressedAt) + timeoutMs;
     if (current.parked_at === null && now < deadline) {
       await this.wait(tx, row, entity, new Date(deadline), new Date(waitingSince));
-      return 'waiting';
+      return { outcome: 'waiting' };
     }
+    let parked: { expected: string; reason: string } | undefined;
     if (current.parked_at === null) {
       const reason = `version ${current.expected} has not arrived; version ${entity.version} (delivery ${row.delivery_id}) waited ${Math.round((now - Math.max(waitingSince, progressedAt)) / 1000)} s for it (gap timeout ${timeoutMs} ms)`;
       await tx.query(
@@ -679,17 +748,25 @@ export class WebhookProcessor<Client = unknown> extends TableModule<Client, Rece
         [entity.scope, entity.key, new Date(now), reason, current.expected, row.tenant_id],
         this.statements.names.park,
       );
-      this.logger.error?.('webhook entity parked', {
-        source: row.source,
-        deliveryId: row.delivery_id,
-        eventType: row.event_type,
-        scope: entity.scope,
-        key: entity.key,
-        reason,
-      });
+      parked = { expected: current.expected!, reason };
     }
     await this.wait(tx, row, entity, 'infinity', new Date(waitingSince));
-    return 'parked';
+    return parked ? { outcome: 'parked', parked } : { outcome: 'parked' };
+  }
+
+  /** Reports a receipt that ended without a failure, once its transaction committed. */
+  private settled(
+    fields: WebhookReceiptRef,
+    entity: DeclaredEntity | null,
+    outcome: ProcessOutcome,
+    parked: { expected: string; reason: string } | undefined,
+  ): void {
+    const about = entity && { scope: entity.scope, key: entity.key, version: entity.version };
+    if (outcome === 'superseded' && about)
+      this.events.emit('webhook:superseded', { ...fields, entity: about });
+    else if (parked && about) this.events.emit('webhook:parked', { ...fields, entity: about, ...parked });
+    else if (outcome !== 'superseded' && outcome !== 'invalid' && outcome !== 'retry' && outcome !== 'dead')
+      this.events.emit('webhook:processed', { ...fields, outcome });
   }
 
   private async wait(
@@ -743,7 +820,7 @@ export class WebhookProcessor<Client = unknown> extends TableModule<Client, Rece
     row: ClaimedRow,
     entity: DeclaredEntity | null,
     reason: string,
-    fields: Record<string, unknown>,
+    fields: WebhookReceiptRef,
   ): Promise<ProcessOutcome> {
     const message = `invalid event: ${reason}`;
     await this.sql.query(
@@ -759,27 +836,25 @@ export class WebhookProcessor<Client = unknown> extends TableModule<Client, Rece
       ],
       this.statements.names.reject,
     );
-    this.logger.error?.('webhook event refused as invalid', { ...fields, error: message });
+    this.events.emit('webhook:dead', { ...fields, error: message, invalid: true });
     return 'invalid';
   }
 
   /** The handler (or the database) failed: retry with backoff, or dead. */
-  private async failed(
-    row: ClaimedRow,
-    error: unknown,
-    fields: Record<string, unknown>,
-  ): Promise<ProcessOutcome> {
+  private async failed(row: ClaimedRow, error: unknown, fields: WebhookReceiptRef): Promise<ProcessOutcome> {
     const permanent = (error as { retryable?: unknown } | null)?.retryable === false;
     const dead = permanent || row.attempts - row.deferrals >= this.maxAttempts;
-    await this.fail(row, dead, errorMessage(error));
-    const logged = { ...fields, error: errorMessage(error) };
-    if (dead) this.logger.error?.('webhook receipt dead', logged);
-    else this.logger.warn?.('webhook receipt will be retried', logged);
+    const message = errorMessage(error);
+    const nextAttemptAt = await this.fail(row, dead, message);
+    if (dead) this.events.emit('webhook:dead', { ...fields, error: message, invalid: false });
+    else this.events.emit('webhook:retried', { ...fields, error: message, nextAttemptAt });
     return dead ? 'dead' : 'retry';
   }
 
-  private async fail(row: ClaimedRow, dead: boolean, message: string): Promise<void> {
+  /** Records the failure; returns when the receipt is due again (now, for a dead one). */
+  private async fail(row: ClaimedRow, dead: boolean, message: string): Promise<number> {
     const now = this.clock.now();
+    const due = dead ? now : now + this.delay(row.attempts - row.deferrals);
     await this.sql.query(
       this.statements.fail,
       [
@@ -787,12 +862,13 @@ export class WebhookProcessor<Client = unknown> extends TableModule<Client, Rece
         row.delivery_id,
         row.attempts,
         dead ? 'dead' : 'pending',
-        new Date(dead ? now : now + this.delay(row.attempts - row.deferrals)),
+        new Date(due),
         message,
         row.tenant_id,
       ],
       this.statements.names.fail,
     );
+    return due;
   }
 }
 

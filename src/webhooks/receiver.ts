@@ -4,13 +4,18 @@
  * of the business runs here: workers (processor.ts) claim receipts after the answer.
  */
 import { systemClock, type Clock } from '../core/clock.js';
+import { createEvents, type IdemEvents } from '../core/event-channel.js';
 import { InvalidArgumentError } from '../core/errors.js';
 import type { Queryable } from '../core/sql.js';
 import { defaultTenant, validateTenant } from '../core/tenant.js';
 import { defaultSchema } from '../core/schema-name.js';
-import { isWebhookRequestError, WebhookBodyTooLargeError, type WebhookRequestError } from './errors.js';
+import {
+  isWebhookRequestError,
+  WebhookBodyTooLargeError,
+  type UnauthorizedReason,
+  type WebhookRequestError,
+} from './errors.js';
 import { pickHeaders } from './headers.js';
-import { consoleLogger, errorMessage, type WebhookLogger } from './logger.js';
 import { errorAnswer, problemAnswer, type WebhookAnswer } from './problem.js';
 import { receiptStatements, type ReceiptStatements } from './statements.js';
 import type { WebhookHeaders, WebhookVerifier } from './verify/types.js';
@@ -47,10 +52,46 @@ export interface WebhookReceiverOptions extends Omit<StoreOptions, 'sql'> {
    * name as `idem/http`'s option.)
    */
   maxBodyBytes?: number;
-  /** Where rejections and failures are reported. Default: warnings and errors to stderr as JSON. */
-  logger?: WebhookLogger;
-  /** Called after a new receipt committed, e.g. `() => processor.notify()` to skip the poll delay. */
-  onReceipt?: (receipt: { source: string; deliveryId: string; eventType: string | null }) => void;
+}
+
+/**
+ * Why the receiver refused a delivery before storing anything (the label of
+ * `idem_webhook_rejections_total`): `signature` (missing, unsupported or no match: 401),
+ * `timestamp` (outside the tolerance: 401), `malformed` (400), `too-large` (413),
+ * `raw-body-unavailable` (a body parser consumed the bytes: 500, the application's setup).
+ */
+export type WebhookRejectionReason =
+  'signature' | 'timestamp' | 'malformed' | 'too-large' | 'raw-body-unavailable';
+
+declare module '../core/event-channel.js' {
+  interface IdemEventMap {
+    /**
+     * The receiver stored a delivery (answered 202), or acknowledged one it had stored before
+     * (`duplicate`, answered 200, no new work), after the receipt's statement committed. Wake the
+     * processor on it to skip its poll delay:
+     * `events.on('webhook:received', (e) => e.duplicate || processor.notify())`.
+     */
+    'webhook:received': {
+      tenant: string;
+      source: string;
+      deliveryId: string;
+      eventType: string | null;
+      duplicate: boolean;
+    };
+    /**
+     * The receiver refused a delivery before storing anything (401, 400, 413, or 500 when the raw
+     * body was consumed by a parser, which is also an `error`). `message` names what is wrong,
+     * never a header's value or a signature; `detail`, for a 401, which check failed.
+     */
+    'webhook:rejected': {
+      source: string;
+      reason: WebhookRejectionReason;
+      status: number;
+      code: WebhookRequestError['code'];
+      message: string;
+      detail?: UnauthorizedReason;
+    };
+  }
 }
 
 /** A source with its defaults resolved. */
@@ -80,19 +121,17 @@ const defaultMaxBodyBytes = 1024 * 1024;
 export class WebhookReceiver {
   readonly schema: string;
   readonly clock: Clock;
-  readonly logger: WebhookLogger;
+  private readonly events: IdemEvents;
   private readonly sql: Queryable;
   private readonly statements: ReceiptStatements;
   private readonly sources = new Map<string, ResolvedSource>();
-  private readonly onReceipt: WebhookReceiverOptions['onReceipt'];
 
   constructor(options: WebhookReceiverOptions) {
     this.sql = options.sql;
     this.schema = options.schema ?? defaultSchema;
     this.statements = receiptStatements(this.schema);
     this.clock = options.clock ?? systemClock;
-    this.logger = options.logger ?? consoleLogger;
-    this.onReceipt = options.onReceipt;
+    this.events = options.events ?? createEvents();
     const maxBodyBytes = positiveInteger('maxBodyBytes', options.maxBodyBytes ?? defaultMaxBodyBytes);
     for (const [name, given] of Object.entries(options.sources)) {
       if (!/^[\x21-\x7e]{1,100}$/.test(name)) {
@@ -180,11 +219,7 @@ export class WebhookReceiver {
       inserted = rowCount === 1;
     } catch (error) {
       // Not stored: a retryable answer, so the sender delivers again.
-      this.logger.error?.('webhook receipt not stored', {
-        source: source.name,
-        deliveryId,
-        error: errorMessage(error),
-      });
+      this.events.emit('error', { source: 'webhook-receiver', where: 'store', error });
       const answer = problemAnswer(503, 'webhook-unavailable', 'Webhook receipt not stored', {
         code: 'IDEM_WEBHOOK_UNAVAILABLE',
         detail: 'the receipt could not be stored; deliver again later',
@@ -193,19 +228,13 @@ export class WebhookReceiver {
       return { answer, outcome: { kind: 'failed', error } };
     }
 
-    if (inserted) {
-      this.logger.debug?.('webhook stored', { source: source.name, deliveryId, eventType });
-      try {
-        this.onReceipt?.({ source: source.name, deliveryId, eventType });
-      } catch (error) {
-        this.logger.warn?.('webhook onReceipt listener threw', {
-          source: source.name,
-          error: errorMessage(error),
-        });
-      }
-    } else {
-      this.logger.info?.('webhook duplicate acknowledged', { source: source.name, deliveryId, eventType });
-    }
+    this.events.emit('webhook:received', {
+      tenant: source.tenant,
+      source: source.name,
+      deliveryId,
+      eventType,
+      duplicate: !inserted,
+    });
     return {
       answer: {
         status: inserted ? 202 : 200,
@@ -218,17 +247,33 @@ export class WebhookReceiver {
 
   /** The answer to an adapter-side failure (body too large while reading, raw body gone). */
   reject(sourceName: string, error: WebhookRequestError): WebhookAnswer {
-    const fields = {
+    const detail = 'reason' in error ? error.reason : undefined;
+    this.events.emit('webhook:rejected', {
       source: sourceName,
+      reason: rejectionReason(error),
       status: error.status,
       code: error.code,
-      reason: 'reason' in error ? error.reason : undefined,
-      error: error.message,
-    };
-    // A consumed body is the application's misconfiguration: loud, at error level.
-    if (error.status === 500) this.logger.error?.('webhook body unavailable for verification', fields);
-    else this.logger.warn?.('webhook rejected', fields);
+      message: error.message,
+      ...(detail ? { detail } : {}),
+    });
+    // A consumed body is the application's misconfiguration: loud, an error (stderr by default).
+    if (error.status === 500)
+      this.events.emit('error', { source: 'webhook-receiver', where: 'raw-body', error });
     return errorAnswer(error);
+  }
+}
+
+/** The metric label of a refusal: 401s split into signature and timestamp. */
+function rejectionReason(error: WebhookRequestError): WebhookRejectionReason {
+  switch (error.code) {
+    case 'IDEM_WEBHOOK_UNAUTHORIZED':
+      return error.reason.startsWith('timestamp') ? 'timestamp' : 'signature';
+    case 'IDEM_WEBHOOK_MALFORMED':
+      return 'malformed';
+    case 'IDEM_WEBHOOK_TOO_LARGE':
+      return 'too-large';
+    case 'IDEM_WEBHOOK_RAW_BODY':
+      return 'raw-body-unavailable';
   }
 }
 
@@ -239,8 +284,9 @@ export class WebhookReceiver {
  * const receiver = createWebhookReceiver({
  *   sql: fromPg(pool),
  *   sources: { stripe: createStripeVerifier({ secrets: [process.env.STRIPE_WEBHOOK_SECRET!] }) },
- *   onReceipt: () => processor.notify(),
+ *   events,
  * });
+ * events.on('webhook:received', (e) => e.duplicate || processor.notify());
  * await app.register(webhooks({ receiver, routes: { '/webhooks/stripe': 'stripe' } })); // idem/fastify
  */
 export function createWebhookReceiver(options: WebhookReceiverOptions): WebhookReceiver {

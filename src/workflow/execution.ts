@@ -2,6 +2,7 @@ import { FencedError, InvalidArgumentError, isFenced, type OperationScope } from
 import { deriveKey } from '../core/keys.js';
 import type { Queryable, Sql, Transaction } from '../core/sql.js';
 import type { Clock } from '../core/clock.js';
+import type { IdemEvents } from '../core/event-channel.js';
 import type { BackoffOptions } from '../core/resilience/backoff.js';
 import { DecorrelatedJitter } from '../core/resilience/in-process-backoff.js';
 import { isRetryableStepFailure } from '../steps/retryable.js';
@@ -50,7 +51,7 @@ export interface SagaEngine<Client> {
   readonly backoff: BackoffOptions | undefined;
   readonly maxRetryAfterMs: number;
   readonly hooks: { at(point: SagaPoint, saga: SagaRef): void | Promise<void> } | undefined;
-  readonly onStuck: ((saga: SagaRef, step: string, error: unknown) => void) | undefined;
+  readonly events: IdemEvents;
 }
 
 /** Where an execution starts: a fresh saga, or one this process just claimed or took over. */
@@ -393,7 +394,7 @@ export class SagaExecution<I, O, Client> {
             this.now(),
           ]);
           if (rowCount !== 1) throw new FencedError(sagaScope(this.ref), this.fence);
-          this.engine.onStuck?.(this.ref, step.name, error);
+          this.engine.events.emit('saga:stuck', { saga: this.ref, step: step.name, error });
           throw new SagaStuckError(this.ref, step.name, error);
         }
         await this.engine.clock.sleep(delayFor(error, jitter, this.engine.maxRetryAfterMs));

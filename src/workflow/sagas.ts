@@ -22,6 +22,7 @@ import { renderSagaStatements, type SagaStatements } from './statements.js';
 import { sweepSagas } from './sweep.js';
 import { leaseTimings } from '../steps/lease.js';
 import type { StoreOptions } from '../core/store.js';
+import { createEvents, type IdemEvents } from '../core/event-channel.js';
 
 /** Options of `createSagas`. */
 export interface SagasOptions<Client = unknown> extends StoreOptions<Client> {
@@ -61,8 +62,6 @@ export interface SagasOptions<Client = unknown> extends StoreOptions<Client> {
    * exactly as if the process had died there (open step transactions roll back).
    */
   hooks?: { at(point: SagaPoint, saga: SagaRef): void | Promise<void> };
-  /** Called when a saga becomes stuck (alerting). */
-  onStuck?: (saga: SagaRef, step: string, error: unknown) => void;
   /**
    * How long a finished (completed or compensated) saga is kept before `sweep` deletes it with
    * its steps. A retry of the same key inside this window replays the outcome; after it, the key
@@ -129,7 +128,8 @@ export class Sagas<Client = unknown> {
   readonly maxRetryAfterMs: number;
   readonly backoff: BackoffOptions | undefined;
   readonly hooks: SagasOptions<Client>['hooks'];
-  readonly onStuck: SagasOptions<Client>['onStuck'];
+  /** Where the sagas report (`StoreOptions.events`): `saga:stuck` when one is parked. */
+  readonly events: IdemEvents;
   readonly retentionMs: number;
   private readonly statements: SagaStatements;
   /** What every execution reads: the settings above, the statements and the step runner. */
@@ -147,7 +147,7 @@ export class Sagas<Client = unknown> {
     this.maxRetryAfterMs = options.maxRetryAfterMs ?? 30_000;
     this.backoff = options.backoff;
     this.hooks = options.hooks;
-    this.onStuck = options.onStuck;
+    this.events = options.events ?? createEvents();
     this.retentionMs = positive('retentionMs', options.retentionMs ?? 30 * 86_400_000);
     this.engine = {
       sql: this.sql,
@@ -160,7 +160,7 @@ export class Sagas<Client = unknown> {
       backoff: this.backoff,
       maxRetryAfterMs: this.maxRetryAfterMs,
       hooks: this.hooks,
-      onStuck: this.onStuck,
+      events: this.events,
     };
     for (const definition of options.sagas ?? []) this.register(definition);
   }
@@ -484,4 +484,15 @@ function taken<I, O, Client>(
 
 function pk(ref: SagaRef): [string, string, string] {
   return [ref.tenant, ref.saga, ref.key];
+}
+
+declare module '../core/event-channel.js' {
+  interface IdemEventMap {
+    /**
+     * A saga was parked as `stuck`: a compensation failed `compensationAttempts` times. It waits
+     * for an operator (`retry`, `list`); the event is for alerting. `error` is what the last
+     * attempt threw.
+     */
+    'saga:stuck': { saga: SagaRef; step: string; error: unknown };
+  }
 }

@@ -3,6 +3,7 @@ import { fromPg } from '../../src/adapters/pg.js';
 import { createKeepAlive, createClaimsWorker, type ClaimedTask } from '../../src/claims/index.js';
 import { createClaims, type Claims } from '../../src/claims/claims.js';
 import { ManualClock } from '../../src/core/clock.js';
+import { createEvents, type IdemErrorEvent, type IdemEventMap } from '../../src/core/event-channel.js';
 import { isFenced, isKeyReused } from '../../src/core/errors.js';
 import type { Queryable } from '../../src/core/sql.js';
 import { createTestSchema, type TestSchema } from '../support/database.js';
@@ -357,6 +358,68 @@ describe('claims', () => {
     expect((await b.completeMany([t3!, taken!])).completed).toHaveLength(2);
     const states = await Promise.all(first.map((r) => a.get({ id: r.task.id })));
     expect(states.map((t) => t?.state)).toEqual(['completed', 'completed', 'completed', 'completed']);
+  });
+
+  it('a worker reports every settled task, and the errors it and a keep-alive survive, on the channel', async () => {
+    const queue = newQueue();
+    const events = createEvents();
+    const settled: IdemEventMap['task:settled'][] = [];
+    const errors: IdemErrorEvent[] = [];
+    events.on('task:settled', (e) => settled.push(e));
+    events.on('error', (e) => errors.push(e));
+    // The worker reports where its claims do, unless given a channel of its own.
+    const claims = make('w', { maxAttempts: 1, events });
+    await claims.enqueue({ tenant: 'acme', queue, key: 'ok', payload: { secret: 'not reported' } });
+    await claims.enqueue({ tenant: 'acme', queue, key: 'bad', payload: {} });
+    const boom = new Error('boom');
+    const worker = createClaimsWorker({
+      claims,
+      queue,
+      handler: async (_tx, task) => {
+        if (task.key === 'bad') throw boom;
+      },
+    });
+    await worker.drain();
+    const byKey = settled.sort((x, y) => x.task.key.localeCompare(y.task.key));
+    expect(byKey).toEqual([
+      {
+        task: { id: expect.any(String) as unknown, tenant: 'acme', queue, key: 'bad', attempts: 1 },
+        state: 'dead',
+        error: boom,
+      },
+      {
+        task: { id: expect.any(String) as unknown, tenant: 'acme', queue, key: 'ok', attempts: 1 },
+        state: 'completed',
+      },
+    ]);
+    expect(JSON.stringify(settled)).not.toContain('not reported');
+
+    // A database failure of the loop: an error event, and the loop goes on.
+    const broken = createClaims({ sql: fromPg(db.pool), schema: 'idem_no_such_schema', clock, events });
+    const own = createEvents();
+    const ownErrors: IdemErrorEvent[] = [];
+    own.on('error', (e) => ownErrors.push(e));
+    const failing = createClaimsWorker({
+      claims: broken,
+      queue,
+      handler: async () => undefined,
+      events: own,
+    });
+    await failing.start();
+    await settle(async () => ownErrors.length > 0);
+    await failing.stop();
+    expect(ownErrors[0]).toMatchObject({ source: 'claims-worker', where: 'batch' });
+
+    // A heartbeat that fails for another reason than a lost lease: reported, and retried.
+    await claims.enqueue({ tenant: 'acme', queue, key: 'long', payload: {} });
+    const [task] = await claims.claim(queue);
+    const alive = createKeepAlive({ claims: broken, task: task!, intervalMs: 1000 });
+    await alive.start();
+    clock.advance(1000);
+    await settle(async () => errors.length > 0);
+    await alive.stop();
+    expect(errors[0]).toMatchObject({ source: 'keep-alive', where: 'heartbeat' });
+    expect(alive.signal.aborted).toBe(false);
   });
 
   it('a worker polls, runs and stops; sweep deletes finished tasks past retention', async () => {

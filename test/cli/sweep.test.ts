@@ -21,7 +21,6 @@ import {
   createWebhookProcessor,
   createWebhookReceiver,
   recordHeaders,
-  silentLogger,
   createStandardWebhooksVerifier,
 } from '../../src/webhooks/index.js';
 import { createWebhookSender } from '../../src/webhooks/sender/sender.js';
@@ -142,7 +141,6 @@ async function fill(db: TestSchema, expired: number): Promise<void> {
       sql,
       schema,
       clock,
-      logger: silentLogger,
       sources: { billing: createStandardWebhooksVerifier({ secrets: [standardSecret] }) },
     });
     for (let i = 0; i < n; i++) {
@@ -161,7 +159,6 @@ async function fill(db: TestSchema, expired: number): Promise<void> {
       sql,
       schema,
       clock,
-      logger: silentLogger,
       handlers: { billing: { '*': async () => undefined } },
     }).drain();
   }
@@ -170,7 +167,6 @@ async function fill(db: TestSchema, expired: number): Promise<void> {
     sql,
     schema,
     clock: old,
-    logger: silentLogger,
     sources: { billing: createStandardWebhooksVerifier({ secrets: [standardSecret] }) },
   }).receive('billing', { headers: recordHeaders(pending.headers), body: pending.body });
 
@@ -185,12 +181,12 @@ async function fill(db: TestSchema, expired: number): Promise<void> {
 
   // Outgoing webhook messages with no subscriber; an old one whose delivery is still due is kept.
   for (const [clock, n] of times) {
-    const sender = createWebhookSender({ sql, schema, clock, logger: silentLogger });
+    const sender = createWebhookSender({ sql, schema, clock });
     for (let i = 0; i < n; i++) {
       await sender.enqueue(sql, { id: `w-${clock.now()}-${i}`, type: 'nobody.listens', payload: { i } });
     }
   }
-  const oldSender = createWebhookSender({ sql, schema, clock: old, logger: silentLogger });
+  const oldSender = createWebhookSender({ sql, schema, clock: old });
   await oldSender.endpoints.create({
     url: 'https://subscriber.example/hooks', // never delivered to: only its due delivery matters
     secrets: [standardSecret],

@@ -14,7 +14,6 @@ import {
   createWebhookProcessor,
   createWebhookReceiver,
   recordHeaders,
-  silentLogger,
   createStandardWebhooksVerifier,
 } from '../../src/webhooks/index.js';
 import { createTestSchema, databaseUrl, type TestSchema } from '../support/database.js';
@@ -37,7 +36,6 @@ describe('idem webhooks', () => {
       sql: fromPg(db.pool),
       schema: db.schema,
       clock,
-      logger: silentLogger,
       sources: { billing: createStandardWebhooksVerifier({ secrets: [standardSecret] }) },
     });
     const applied: number[] = [];
@@ -45,7 +43,6 @@ describe('idem webhooks', () => {
       sql: fromPg(db.pool),
       schema: db.schema,
       clock,
-      logger: silentLogger,
       gapTimeoutMs: 60_000,
       handlers: {
         billing: {

@@ -9,6 +9,7 @@ import {
   isHttpStatusError,
   parseRetryAfter,
   createRetryBudget,
+  retry,
   subKey,
   withIdempotencyKey,
   type ClientOptions,
@@ -16,6 +17,7 @@ import {
 } from '../../src/client/index.js';
 import { ConsecutiveBreaker } from 'cockatiel';
 import type { Clock } from '../../src/core/clock.js';
+import { createEvents } from '../../src/core/event-channel.js';
 import { databaseUrl } from '../support/database.js';
 import { startProvider, type Provider } from './support/provider.js';
 
@@ -53,10 +55,12 @@ describe('resilient client', () => {
   function client(options: ClientOptions = {}) {
     const clock = recordingClock();
     const retries: RetryEvent[] = [];
+    const events = createEvents();
+    events.on('client:retry', (e) => retries.push(e));
     const c = createResilientClient({
       baseUrl: provider.url,
       clock,
-      onRetry: (e) => retries.push(e),
+      events,
       breaker: false,
       ...options,
     });
@@ -202,6 +206,38 @@ describe('resilient client', () => {
       (e) => classifyError(e).reason === 'ECONNREFUSED',
     );
     expect(refused.retries).toHaveLength(2);
+    // A thrown attempt's event carries what it threw; an answered one (a 503) carries none.
+    expect(refused.retries[0]).toMatchObject({
+      method: 'GET',
+      attempt: 1,
+      error: expect.any(Error) as unknown,
+    });
+    expect(retries[0]!.error).toBeDefined();
+  });
+
+  it('retry() reports each retry as client:retry, with the attempt, the wait and the error', async () => {
+    const events = createEvents();
+    const seen: RetryEvent[] = [];
+    events.on('client:retry', (e) => seen.push(e));
+    const clock = recordingClock();
+    const reset = Object.assign(new Error('socket hang up'), { code: 'ECONNRESET' });
+    const busy = Object.assign(new Error('busy'), { retryable: true, retryAfterMs: 250 });
+    let calls = 0;
+    const value = await retry(
+      async () => {
+        calls++;
+        if (calls === 1) throw reset;
+        if (calls === 2) throw busy;
+        return 'done';
+      },
+      { clock, events, maxAttempts: 3 },
+    );
+    expect(value).toBe('done');
+    expect(seen).toEqual([
+      expect.objectContaining({ attempt: 1, reason: 'ECONNRESET', fromRetryAfter: false, error: reset }),
+      expect.objectContaining({ attempt: 2, delayMs: 250, fromRetryAfter: true, error: busy }),
+    ]);
+    expect(seen[0]!.url).toBeUndefined();
   });
 
   it('stops retrying when the retry budget is spent', async () => {

@@ -23,6 +23,7 @@ import { createWebhookReceiver } from '../../src/webhooks/receiver.js';
 import { createStandardWebhooksVerifier } from '../../src/webhooks/verify/standard-webhooks.js';
 import { createSagas, defineSaga, step } from '../../src/workflow/index.js';
 import { webhooks as fastifyWebhooks } from '../../src/webhooks/fastify.js';
+import { quietEvents } from '../support/events.js';
 
 /** Time that only moves when told to; `sleep` (backoff) moves it at once. */
 export class StepClock implements Clock {
@@ -82,7 +83,6 @@ export async function populate(pool: pg.Pool, schema: string): Promise<Populated
         storeHeaders: ['x-account'],
       },
     },
-    logger: { warn: () => undefined, error: () => undefined },
   });
   await app.register(fastifyWebhooks({ routes: { '/webhooks/provider': 'provider' }, receiver: receiver }));
   await app.register(async (api) => {
@@ -163,7 +163,6 @@ export async function populate(pool: pg.Pool, schema: string): Promise<Populated
     schema,
     clock,
     maxAttempts: 1,
-    logger: { warn: () => undefined, error: () => undefined, info: () => undefined },
     handlers: {
       provider: {
         'charge.refunded': {
@@ -281,7 +280,7 @@ export async function populate(pool: pg.Pool, schema: string): Promise<Populated
     clock,
     publisher,
     sweepIntervalMs: 0,
-    onError: () => undefined,
+    events: quietEvents(), // its publisher fails on purpose: no line on stderr for it
   });
   await dispatcher.drain({ maxBatches: 5 });
 

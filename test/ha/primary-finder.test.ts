@@ -19,6 +19,7 @@ import { sqlStateOf } from '../../src/core/sqlstate.js';
 import { migrate } from '../../src/migrate/migrate.js';
 import { createIdem } from '../../src/operations/idem.js';
 import { databaseUrl } from '../support/database.js';
+import { createEvents } from '../../src/core/event-channel.js';
 
 const target = new URL(databaseUrl());
 const targetHost = target.hostname;
@@ -74,12 +75,16 @@ afterAll(async () => {
   await new Promise((resolve) => dead?.server.close(resolve));
 });
 
-/** A pool on `primaryClient`; `refused` collects what `onRefused` said. */
+/** A pool on `primaryClient`; `refused` collects its `primary:refused` events. */
 function poolOf(
   hosts: string[],
   extra: Partial<pg.PoolConfig> & { hostTimeoutMillis?: number; preferLastPrimary?: boolean } = {},
 ) {
   const refused: string[] = [];
+  const events = createEvents();
+  events.on('primary:refused', (h) =>
+    refused.push(`${h.port === targetPort ? 'real' : h.port}: ${h.reason}`),
+  );
   const { hostTimeoutMillis, preferLastPrimary, ...config } = extra;
   const pool = new pg.Pool({
     ...base,
@@ -88,7 +93,7 @@ function poolOf(
       hosts,
       hostTimeoutMillis,
       preferLastPrimary,
-      onRefused: (h, reason) => refused.push(`${h.port === targetPort ? 'real' : h.port}: ${reason}`),
+      events,
     }),
     ...config,
   });

@@ -15,6 +15,7 @@ import { createIdem, type Idem } from '../../src/operations/idem.js';
 import { createTestSchema, type TestSchema } from '../support/database.js';
 import { recordings } from '../support/recordings.js';
 import { client } from './support/client.js';
+import { errorsInto } from './support/apps.js';
 
 describe.each(recordings)('HTTP idempotency options, recorded at %s', (recording) => {
   let db: TestSchema;
@@ -45,7 +46,7 @@ describe.each(recordings)('HTTP idempotency options, recorded at %s', (recording
   async function serve(options: Partial<NodeHttpIdempotencyOptions>, table = 'widgets') {
     const handler = nodeIdempotency({
       idem,
-      onError: () => {},
+      events: errorsInto([]),
       ...options,
       handler: async (req, res) => {
         runs++;

@@ -12,6 +12,7 @@ import { deriveKey } from '../../src/core/keys.js';
 import { idempotency as nodeIdempotency } from '../../src/http/node-http.js';
 import { createIdem, type Idem } from '../../src/operations/idem.js';
 import { createTestSchema, type TestSchema } from '../support/database.js';
+import { errorsInto } from './support/apps.js';
 import { startFakeProvider, type FakeProvider } from '../support/fake-provider.js';
 
 describe('steps mode: a request that fails for good', () => {
@@ -33,7 +34,7 @@ describe('steps mode: a request that fails for good', () => {
       tenant: () => 'acme',
       route: '/pay',
       mode: 'steps',
-      onError: (error) => errors.push(error),
+      events: errorsInto(errors),
       handler: async (req, res) => {
         const context = req.idem!;
         runs.set(context.key, (runs.get(context.key) ?? 0) + 1);

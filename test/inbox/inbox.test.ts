@@ -3,6 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { fromPg, fromPgClient } from '../../src/adapters/pg.js';
 import { ManualClock } from '../../src/core/clock.js';
 import type { Sql } from '../../src/core/sql.js';
+import { createEvents } from '../../src/core/event-channel.js';
 import { createInbox, type Inbox } from '../../src/inbox/inbox.js';
 import { createTestSchema, type TestSchema } from '../support/database.js';
 
@@ -10,12 +11,16 @@ let db: TestSchema;
 let sql: Sql;
 let clock: ManualClock;
 let inbox: Inbox;
+const events = createEvents();
+const counts = { processed: 0, duplicates: 0 };
+events.on('inbox:processed', () => counts.processed++);
+events.on('inbox:duplicate', () => counts.duplicates++);
 
 beforeAll(async () => {
   db = await createTestSchema();
   sql = fromPg(db.pool);
   clock = new ManualClock();
-  inbox = createInbox({ sql, schema: db.schema, clock, retentionMs: 10_000 });
+  inbox = createInbox({ sql, schema: db.schema, clock, retentionMs: 10_000, events });
   await sql.query(`CREATE TABLE "${db.schema}".effects (message_id text NOT NULL, n int)`);
 });
 afterAll(() => db.close());
@@ -35,15 +40,15 @@ const apply = (messageId: string) => async (tx: { query: Sql['query'] }) => {
 };
 
 describe('inbox', () => {
-  it('runs the handler once per (consumer, message id); a duplicate is skipped and counted', async () => {
+  it('runs the handler once per (consumer, message id); a duplicate is skipped and reported', async () => {
     const m = { consumer: 'billing', messageId: 'm1' };
-    const before = { ...inbox.counters };
+    const before = { ...counts };
     expect(await inbox.handle(m, apply('m1'))).toEqual({ duplicate: false, value: 'done' });
     expect(await inbox.handle(m, apply('m1'))).toEqual({ duplicate: true });
     expect(await inbox.handle(m, apply('m1'))).toEqual({ duplicate: true });
     expect(await effects('m1')).toBe(1);
-    expect(inbox.counters.processed - before.processed).toBe(1);
-    expect(inbox.counters.duplicates - before.duplicates).toBe(2);
+    expect(counts.processed - before.processed).toBe(1);
+    expect(counts.duplicates - before.duplicates).toBe(2);
     expect((await inbox.get(m))?.duplicates).toBe(2);
     // Another consumer of the same message processes it on its own.
     expect((await inbox.handle({ consumer: 'shipping', messageId: 'm1' }, apply('m1'))).duplicate).toBe(
@@ -52,20 +57,18 @@ describe('inbox', () => {
     expect(await effects('m1')).toBe(2);
   });
 
-  it('reports each duplicate to onDuplicate (handle and handleIn); a throwing hook changes nothing', async () => {
+  it('reports each processed message and duplicate (handle and handleIn); a throwing listener changes nothing', async () => {
     const seen: string[] = [];
-    const observed = createInbox({
-      sql,
-      schema: db.schema,
-      clock,
-      onDuplicate: (m) => {
-        seen.push(`${m.consumer}/${m.messageId}`);
-        throw new Error('a broken metrics backend');
-      },
+    const observer = createEvents();
+    observer.on('inbox:processed', (m) => seen.push(`processed ${m.tenant}/${m.consumer}/${m.messageId}`));
+    observer.on('inbox:duplicate', (m) => {
+      seen.push(`duplicate ${m.tenant}/${m.consumer}/${m.messageId}`);
+      throw new Error('a broken metrics backend');
     });
+    const observed = createInbox({ sql, schema: db.schema, clock, events: observer });
     const m = { consumer: 'metrics', messageId: 'od-1' };
     expect((await observed.handle(m, apply('od-1'))).duplicate).toBe(false);
-    expect(seen).toEqual([]);
+    expect(seen).toEqual(['processed /metrics/od-1']);
     expect(await observed.handle(m, apply('od-1'))).toEqual({ duplicate: true });
     const client = await db.pool.connect();
     try {
@@ -75,7 +78,7 @@ describe('inbox', () => {
     } finally {
       client.release();
     }
-    expect(seen).toEqual(['metrics/od-1', 'metrics/od-1']);
+    expect(seen).toEqual(['processed /metrics/od-1', 'duplicate /metrics/od-1', 'duplicate /metrics/od-1']);
     expect(await effects('od-1')).toBe(1);
   });
 

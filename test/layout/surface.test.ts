@@ -9,7 +9,8 @@
  * - each value is exported from exactly one subpath;
  * - no deprecated alias is left (`@deprecated` anywhere in src/);
  * - every error code is in `idemErrorCodes`;
- * - each framework's subpath exports both its idempotency middleware and its webhook receiver.
+ * - each framework's subpath exports both its idempotency middleware and its webhook receiver;
+ * - modules report through the `events` channel only: no logger, `onX` callback or `counters`.
  */
 import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -201,6 +202,33 @@ describe('the public surface', () => {
       expect(typeof loaded.get(framework)?.idempotency, framework).toBe('function');
       expect(typeof loaded.get(framework)?.webhooks, framework).toBe('function');
     }
+  });
+
+  it('reports through the event channel only: no logger, onX callback or counters in any options or class', () => {
+    // Internal plumbing, not reachable from a subpath: the polling kernel's and the console
+    // feed's error hooks, which their owners wire to `events`, and the dispatcher's LISTEN
+    // connection, whose hooks wake it.
+    const internal = new Set([
+      'src/core/worker/polling-worker.ts',
+      'src/console/live.ts',
+      'src/outbox/listener.ts',
+    ]);
+    const files = (dir: string): string[] =>
+      readdirSync(dir, { withFileTypes: true }).flatMap((e) =>
+        e.isDirectory() ? files(join(dir, e.name)) : e.name.endsWith('.ts') ? [join(dir, e.name)] : [],
+      );
+    const hooks: string[] = [];
+    for (const file of files(join(root, 'src'))) {
+      const path = file.slice(root.length);
+      if (internal.has(path)) continue;
+      const text = readFileSync(file, 'utf8');
+      for (const block of text.matchAll(/export (?:interface|class) (\w+)[^{]*\{([\s\S]*?)\n\}/g)) {
+        for (const member of block[2]!.matchAll(/^ {2}(?:readonly )?(on[A-Z]\w*|logger|counters)\??:/gm)) {
+          hooks.push(`${path}: ${block[1]}.${member[1]}`);
+        }
+      }
+    }
+    expect(hooks).toEqual([]);
   });
 
   it('keeps no deprecated alias', () => {

@@ -8,6 +8,7 @@ import { connect, type NatsConnection } from '@nats-io/transport-node';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { fromPg } from '../../src/adapters/pg.js';
 import type { Sql } from '../../src/core/sql.js';
+import { createEvents, type IdemEventMap, type IdemEvents } from '../../src/core/event-channel.js';
 import { createInbox, type Inbox } from '../../src/inbox/inbox.js';
 import {
   createJetStreamConsumer,
@@ -32,12 +33,38 @@ describe.skipIf(!natsUrl)('NATS JetStream', () => {
   let jsm: JetStreamManager;
   const streams = new Set<string>();
   const closers: (() => Promise<unknown>)[] = [];
+  /** The inbox's channel, which its consumers report on too. */
+  const events = createEvents();
+  events.on('error', () => undefined);
+
+  /** A channel whose errors nobody needs to see. */
+  const quietEvents = (): IdemEvents => {
+    const quiet = createEvents();
+    quiet.on('error', () => undefined);
+    return quiet;
+  };
+
+  /**
+   * What consumer `name` did, from the events: processed and duplicates as the inbox reports them
+   * (after the commit), retried and dead as the consumer does (after its nak or term).
+   */
+  function countsOf(name: string) {
+    const counts = { processed: 0, duplicates: 0, retried: 0, dead: 0 };
+    const offs = [
+      events.on('inbox:processed', (e) => void (e.consumer === name && counts.processed++)),
+      events.on('inbox:duplicate', (e) => void (e.consumer === name && counts.duplicates++)),
+      events.on('inbox:retried', (e) => void (e.consumer === name && counts.retried++)),
+      events.on('inbox:dead', (e) => void (e.consumer === name && counts.dead++)),
+    ];
+    closers.push(async () => offs.forEach((off) => off()));
+    return counts;
+  }
 
   beforeAll(async () => {
     db = await createTestSchema({ poolSize: 8 });
     sql = fromPg(db.pool);
     outbox = createOutbox({ sql, schema: db.schema });
-    inbox = createInbox({ sql, schema: db.schema });
+    inbox = createInbox({ sql, schema: db.schema, events });
     await sql.query(`CREATE TABLE "${db.schema}".effects (message_id text NOT NULL)`);
     nc = await connect({ servers: natsUrl! });
     jsm = await jetstreamManager(nc);
@@ -93,6 +120,7 @@ describe.skipIf(!natsUrl)('NATS JetStream', () => {
   };
 
   async function consumer(stream: string, name: string, extra: Partial<JetStreamConsumerOptions> = {}) {
+    const counts = countsOf(name);
     const c = createJetStreamConsumer({
       inbox,
       consumer: name,
@@ -100,7 +128,6 @@ describe.skipIf(!natsUrl)('NATS JetStream', () => {
       stream,
       durable: name,
       retryDelaysMs: [100],
-      onError: () => undefined,
       handler: async (tx, message) => {
         await tx.query(`INSERT INTO "${db.schema}".effects (message_id) VALUES ($1)`, [message.id]);
       },
@@ -108,7 +135,7 @@ describe.skipIf(!natsUrl)('NATS JetStream', () => {
     });
     await c.start();
     closers.push(() => c.stop());
-    return c;
+    return Object.assign(c, { counts });
   }
 
   it('publishes, waits for the PubAck, and sets Nats-Msg-Id so a republish is dropped by the stream', async () => {
@@ -149,7 +176,7 @@ describe.skipIf(!natsUrl)('NATS JetStream', () => {
       schema: db.schema,
       topics: [lostTopic, topic],
       maxAttempts: 1,
-      onError: () => undefined,
+      events: quietEvents(),
     });
     const result = await dispatcher.drain();
     expect(result).toMatchObject({ published: 1, dead: 1 });
@@ -196,11 +223,11 @@ describe.skipIf(!natsUrl)('NATS JetStream', () => {
     const ids = await addEvents(topic, 10, ['a', 'b']);
     await dispatch(topic);
     const c = await consumer(stream, 'consume');
-    await waitFor(() => c.counters.processed === 10, 'ten messages');
+    await waitFor(() => c.counts.processed === 10, 'ten messages');
     expect(await effectsPerMessage(ids)).toEqual(ids.map(() => 1));
-    const info = await jsm.consumers.info(stream, 'consume');
-    expect(info.num_ack_pending).toBe(0);
-    expect(info.num_pending).toBe(0);
+    // Reported at the commit; the ack follows.
+    await waitFor(async () => (await jsm.consumers.info(stream, 'consume')).num_ack_pending === 0, 'acked');
+    expect((await jsm.consumers.info(stream, 'consume')).num_pending).toBe(0);
   });
 
   it('naks with a delay, then terms after N deliveries and records the message as dead; others flow', async () => {
@@ -209,6 +236,9 @@ describe.skipIf(!natsUrl)('NATS JetStream', () => {
     const [poisonId] = await addEvents(topic, 1, ['poison']);
     const good = await addEvents(topic, 10, ['a', 'b']);
     await dispatch(topic);
+    const dead: IdemEventMap['inbox:dead'][] = [];
+    const off = events.on('inbox:dead', (e) => void dead.push(e));
+    closers.push(async () => off());
     const c = await consumer(stream, 'poison', {
       maxAttempts: 3,
       retryDelaysMs: [500],
@@ -218,13 +248,22 @@ describe.skipIf(!natsUrl)('NATS JetStream', () => {
         await tx.query(`INSERT INTO "${db.schema}".effects (message_id) VALUES ($1)`, [message.id]);
       },
     });
-    await waitFor(() => c.counters.dead === 1, 'the poison message to be termed');
+    await waitFor(() => c.counts.dead === 1, 'the poison message to be termed');
     const attempts = seen.filter((s) => s.id === poisonId);
     expect(attempts.map((s) => s.attempt)).toEqual([1, 2, 3]);
     expect(attempts[1]!.at - attempts[0]!.at).toBeGreaterThanOrEqual(450);
     const lastGood = Math.max(...seen.filter((s) => good.includes(s.id)).map((s) => s.at));
     expect(lastGood).toBeLessThan(attempts[1]!.at);
-    expect(c.counters).toMatchObject({ processed: 10, retried: 2, dead: 1 });
+    expect(c.counts).toMatchObject({ processed: 10, retried: 2, dead: 1 });
+    expect(dead).toEqual([
+      {
+        consumer: 'poison',
+        messageId: poisonId,
+        attempts: 3,
+        error: 'Error: cannot apply poison',
+        origin: `${stream}/${topic}`,
+      },
+    ]);
     const record = await inbox.get({ consumer: 'poison', messageId: poisonId! });
     expect(record).toMatchObject({ state: 'dead', attempts: 3, lastError: 'Error: cannot apply poison' });
     expect(JSON.parse(Buffer.from(record!.payload!).toString())).toEqual({ i: 0, key: 'poison' });
@@ -265,8 +304,8 @@ describe.skipIf(!natsUrl)('NATS JetStream', () => {
         throw new Error('the handler must not run again');
       },
     });
-    await waitFor(() => c.counters.duplicates === 1, 'the redelivery to be acked as a duplicate');
-    expect(c.counters).toMatchObject({ processed: 0, duplicates: 1, dead: 0, retried: 0 });
+    await waitFor(() => c.counts.duplicates === 1, 'the redelivery to be acked as a duplicate');
+    expect(c.counts).toMatchObject({ processed: 0, duplicates: 1, dead: 0, retried: 0 });
     expect(await effectsPerMessage([id!])).toEqual([1]);
     await waitFor(async () => (await jsm.consumers.info(stream, durable)).num_ack_pending === 0, 'acked');
   });
@@ -284,6 +323,9 @@ describe.skipIf(!natsUrl)('NATS JetStream', () => {
       ignoreClusterUpdates: true,
     });
     closers.push(() => viaProxy.close());
+    const reported = quietEvents();
+    let outages = 0;
+    reported.on('outbox:outage', () => outages++);
     const dispatcher = createOutboxDispatcher({
       sql,
       publisher: createNatsPublisher({ connection: viaProxy, timeoutMs: 300 }),
@@ -292,7 +334,7 @@ describe.skipIf(!natsUrl)('NATS JetStream', () => {
       maxAttempts: 1,
       pollIntervalMs: 20,
       outageBackoff: { baseMs: 20, maxMs: 100 },
-      onError: () => undefined,
+      events: reported,
     });
     await dispatcher.start();
     closers.push(() => dispatcher.stop());
@@ -301,7 +343,7 @@ describe.skipIf(!natsUrl)('NATS JetStream', () => {
     await waitFor(async () => (await outbox.stats({ topic })).pending === 0, 'first events published');
     await proxy.cut();
     const during = await addEvents(topic, 5, ['a', 'c']);
-    await waitFor(() => dispatcher.counters.outages >= 2, 'the dispatcher to see the outage');
+    await waitFor(() => outages >= 2, 'the dispatcher to see the outage');
     await proxy.restore();
     await waitFor(
       async () => (await outbox.stats({ topic })).pending === 0,
@@ -311,7 +353,7 @@ describe.skipIf(!natsUrl)('NATS JetStream', () => {
 
     const c = await consumer(stream, 'outage');
     const all = [...before, ...during];
-    await waitFor(() => c.counters.processed === all.length, 'every event consumed');
+    await waitFor(() => c.counts.processed === all.length, 'every event consumed');
     expect(await effectsPerMessage(all)).toEqual(all.map(() => 1));
   });
 });

@@ -6,6 +6,12 @@ import amqp, { type Channel, type ChannelModel } from 'amqplib';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { fromPg } from '../../src/adapters/pg.js';
 import type { Sql } from '../../src/core/sql.js';
+import {
+  createEvents,
+  type IdemErrorEvent,
+  type IdemEventMap,
+  type IdemEvents,
+} from '../../src/core/event-channel.js';
 import { createInbox, type Inbox } from '../../src/inbox/inbox.js';
 import { createRabbitMqConsumer, type RabbitMqConsumer } from '../../src/inbox/rabbitmq-consumer.js';
 import { createOutboxDispatcher } from '../../src/outbox/dispatcher.js';
@@ -28,12 +34,38 @@ describe.skipIf(!amqpUrl)('RabbitMQ', () => {
   let channel: Channel;
   const queues = new Set<string>();
   const closers: (() => Promise<unknown>)[] = [];
+  /** The inbox's channel, which its consumers report on too. Errors are expected (the outage test). */
+  const events = createEvents();
+  events.on('error', () => undefined);
+
+  /** A channel whose errors nobody needs to see. */
+  const quietEvents = (): IdemEvents => {
+    const quiet = createEvents();
+    quiet.on('error', () => undefined);
+    return quiet;
+  };
+
+  /**
+   * What consumer `name` did, from the events: processed and duplicates as the inbox reports them
+   * (after the commit), retried and dead as the consumer does (once the broker took them).
+   */
+  function countsOf(name: string) {
+    const counts = { processed: 0, duplicates: 0, retried: 0, dead: 0 };
+    const offs = [
+      events.on('inbox:processed', (e) => void (e.consumer === name && counts.processed++)),
+      events.on('inbox:duplicate', (e) => void (e.consumer === name && counts.duplicates++)),
+      events.on('inbox:retried', (e) => void (e.consumer === name && counts.retried++)),
+      events.on('inbox:dead', (e) => void (e.consumer === name && counts.dead++)),
+    ];
+    closers.push(async () => offs.forEach((off) => off()));
+    return counts;
+  }
 
   beforeAll(async () => {
     db = await createTestSchema({ poolSize: 8 });
     sql = fromPg(db.pool);
     outbox = createOutbox({ sql, schema: db.schema });
-    inbox = createInbox({ sql, schema: db.schema });
+    inbox = createInbox({ sql, schema: db.schema, events });
     await sql.query(`CREATE TABLE "${db.schema}".effects (message_id text NOT NULL, payload jsonb)`);
     admin = await amqp.connect(amqpUrl!);
     channel = await admin.createChannel();
@@ -89,13 +121,13 @@ describe.skipIf(!amqpUrl)('RabbitMQ', () => {
     name: string,
     extra: Partial<Parameters<typeof createRabbitMqConsumer>[0]> = {},
   ) {
+    const counts = countsOf(name);
     const c: RabbitMqConsumer = createRabbitMqConsumer({
       inbox,
       consumer: name,
       queue,
       connection: amqpUrl!,
       retryDelaysMs: [100],
-      onError: () => undefined,
       handler: async (tx, message) => {
         await tx.query(`INSERT INTO "${db.schema}".effects (message_id, payload) VALUES ($1, $2)`, [
           message.id,
@@ -107,7 +139,14 @@ describe.skipIf(!amqpUrl)('RabbitMQ', () => {
     await c.start();
     for (const q of c.queues) queues.add(q);
     closers.push(() => c.stop());
-    return c;
+    return Object.assign(c, { counts });
+  }
+
+  /** A quiet channel that adds the events each dispatcher published to `published[i]`. */
+  function countingPublished(published: number[], i: number): IdemEvents {
+    const counted = quietEvents();
+    counted.on('outbox:published', ({ events }) => (published[i]! += events.length));
+    return counted;
   }
 
   async function addEvents(topic: string, count: number, keys = ['k']): Promise<string[]> {
@@ -156,7 +195,7 @@ describe.skipIf(!amqpUrl)('RabbitMQ', () => {
       topics: [queue],
       maxAttempts: 2,
       backoff: { baseMs: 1, maxMs: 1 },
-      onError: () => undefined,
+      events: quietEvents(),
     });
     await dispatcher.drain();
     await new Promise((r) => setTimeout(r, 20));
@@ -226,8 +265,8 @@ describe.skipIf(!amqpUrl)('RabbitMQ', () => {
       new AbortController().signal,
     );
     const c = await consumer(queue, 'dedupe');
-    await waitFor(() => c.counters.processed + c.counters.duplicates === 10, 'ten deliveries');
-    expect(c.counters).toMatchObject({ processed: 5, duplicates: 5, retried: 0, dead: 0 });
+    await waitFor(() => c.counts.processed + c.counts.duplicates === 10, 'ten deliveries');
+    expect(c.counts).toMatchObject({ processed: 5, duplicates: 5, retried: 0, dead: 0 });
     expect(await effectsPerMessage(ids)).toEqual([1, 1, 1, 1, 1]);
     await waitFor(async () => (await channel.checkQueue(queue)).messageCount === 0, 'empty queue');
   });
@@ -235,6 +274,16 @@ describe.skipIf(!amqpUrl)('RabbitMQ', () => {
   it('retries later with an attempt count, then dead-letters with the reason, without blocking the queue', async () => {
     const queue = await newQueue('poison');
     const seen: { id: string; attempt: number; at: number }[] = [];
+    const reported: string[] = [];
+    const offs = [
+      events.on('inbox:retried', (e: IdemEventMap['inbox:retried']) => {
+        if (e.consumer === 'poison') reported.push(`retried ${e.attempt} in ${e.retryInMs}: ${e.error}`);
+      }),
+      events.on('inbox:dead', (e: IdemEventMap['inbox:dead']) => {
+        if (e.consumer === 'poison') reported.push(`dead ${e.messageId} after ${e.attempts} at ${e.origin}`);
+      }),
+    ];
+    closers.push(async () => offs.forEach((off) => off()));
     const c = await consumer(queue, 'poison', {
       maxAttempts: 3,
       retryDelaysMs: [1000],
@@ -253,9 +302,14 @@ describe.skipIf(!amqpUrl)('RabbitMQ', () => {
       topics: [queue],
     }).drain();
 
-    await waitFor(() => c.counters.dead === 1, 'the poison message to be dead-lettered');
-    expect(c.counters.processed).toBe(20);
-    expect(c.counters.retried).toBe(2);
+    await waitFor(() => c.counts.dead === 1, 'the poison message to be dead-lettered');
+    expect(c.counts.processed).toBe(20);
+    expect(c.counts.retried).toBe(2);
+    expect(reported).toEqual([
+      'retried 1 in 1000: Error: cannot apply poison',
+      'retried 2 in 1000: Error: cannot apply poison',
+      `dead ${poisonId} after 3 at ${queue}`,
+    ]);
     const poisonAttempts = seen.filter((s) => s.id === poisonId);
     expect(poisonAttempts.map((s) => s.attempt)).toEqual([1, 2, 3]);
     // Delayed: each retry came at least the retry delay after the previous attempt.
@@ -307,19 +361,20 @@ describe.skipIf(!amqpUrl)('RabbitMQ', () => {
     expect(await effectCount(id)).toBe(1);
 
     // A new consumer of the same name: the broker redelivers the unacked message.
+    const errors: IdemErrorEvent[] = [];
+    const off = events.on('error', (e) => errors.push(e));
+    closers.push(async () => off());
     const c = await consumer(queue, 'scenario4', {
       handler: async () => {
         throw new Error('the handler must not run again');
       },
-      onError: (error) => {
-        throw error;
-      },
     });
-    await waitFor(() => c.counters.duplicates === 1, 'the redelivery to be acked as a duplicate');
-    expect(c.counters).toMatchObject({ processed: 0, duplicates: 1, dead: 0, retried: 0 });
+    await waitFor(() => c.counts.duplicates === 1, 'the redelivery to be acked as a duplicate');
+    expect(c.counts).toMatchObject({ processed: 0, duplicates: 1, dead: 0, retried: 0 });
     expect(await effectCount(id)).toBe(1);
     expect((await inbox.get({ consumer: 'scenario4', messageId: id! }))?.duplicates).toBe(1);
     await waitFor(async () => (await channel.checkQueue(queue)).messageCount === 0, 'empty queue');
+    expect(errors).toEqual([]);
   });
 
   it('seed scenario 6: the dispatcher publishes, is killed before marking; the event goes out twice and the inbox dedupes', async () => {
@@ -348,8 +403,8 @@ describe.skipIf(!amqpUrl)('RabbitMQ', () => {
     expect((await channel.checkQueue(queue)).messageCount).toBe(6);
 
     const c = await consumer(queue, 'scenario6');
-    await waitFor(() => c.counters.processed + c.counters.duplicates === 6, 'six deliveries');
-    expect(c.counters).toMatchObject({ processed: 3, duplicates: 3 });
+    await waitFor(() => c.counts.processed + c.counts.duplicates === 6, 'six deliveries');
+    expect(c.counts).toMatchObject({ processed: 3, duplicates: 3 });
     expect(await effectsPerMessage(ids)).toEqual([1, 1, 1]);
   });
 
@@ -378,9 +433,9 @@ describe.skipIf(!amqpUrl)('RabbitMQ', () => {
     });
     expect((await dispatcher.drain()).published).toBe(40);
     const c = await consumer(queue, 'midbatch');
-    await waitFor(() => c.counters.processed === 40, 'every event processed');
+    await waitFor(() => c.counts.processed === 40, 'every event processed');
     await waitFor(async () => (await channel.checkQueue(queue)).messageCount === 0, 'empty queue');
-    expect(c.counters.duplicates).toBe(afterCrash);
+    expect(c.counts.duplicates).toBe(afterCrash);
     expect(await effectsPerMessage(ids)).toEqual(ids.map(() => 1));
   });
 
@@ -395,6 +450,10 @@ describe.skipIf(!amqpUrl)('RabbitMQ', () => {
     viaProxy.port = String(proxy.port);
 
     const outages: unknown[] = [];
+    const errors: IdemErrorEvent[] = [];
+    const reported = createEvents();
+    reported.on('outbox:outage', ({ error }) => outages.push(error));
+    reported.on('error', (e) => errors.push(e));
     const dispatcher = createOutboxDispatcher({
       sql,
       publisher: publisherTo(queue, viaProxy.toString()),
@@ -403,7 +462,7 @@ describe.skipIf(!amqpUrl)('RabbitMQ', () => {
       maxAttempts: 1, // any counted failure would park an event: the outage must count none
       pollIntervalMs: 20,
       outageBackoff: { baseMs: 20, maxMs: 100 },
-      onError: (error) => outages.push(error),
+      events: reported,
     });
     await dispatcher.start();
     closers.push(() => dispatcher.stop());
@@ -412,7 +471,7 @@ describe.skipIf(!amqpUrl)('RabbitMQ', () => {
     await waitFor(async () => (await outbox.stats({ topic: queue })).pending === 0, 'first events published');
     await proxy.cut();
     const during = await addEvents(queue, 10, ['a', 'b', 'c']);
-    await waitFor(() => dispatcher.counters.outages >= 3, 'the dispatcher to see the outage');
+    await waitFor(() => outages.length >= 3, 'the dispatcher to see the outage');
     expect((await outbox.stats({ topic: queue })).pending).toBe(10);
     await proxy.restore();
     await waitFor(
@@ -422,10 +481,12 @@ describe.skipIf(!amqpUrl)('RabbitMQ', () => {
 
     const stats = await outbox.stats({ topic: queue });
     expect(stats.dead).toBe(0);
-    expect(outages.length).toBeGreaterThan(0);
+    // Each outage is also an error the dispatcher survived, where it published.
+    const publishErrors = errors.filter((e) => e.source === 'dispatcher' && e.where === 'publish');
+    expect(publishErrors.length).toBeGreaterThanOrEqual(outages.length);
     const c = await consumer(queue, 'outage');
     const all = [...before, ...during];
-    await waitFor(() => c.counters.processed === all.length, 'every event consumed');
+    await waitFor(() => c.counts.processed === all.length, 'every event consumed');
     expect(await effectsPerMessage(all)).toEqual(all.map(() => 1));
   });
 
@@ -448,7 +509,8 @@ describe.skipIf(!amqpUrl)('RabbitMQ', () => {
         ];
       },
     });
-    const dispatchers = [1, 2].map(() =>
+    const published = [0, 0];
+    const dispatchers = [0, 1].map((i) =>
       createOutboxDispatcher({
         sql,
         publisher: flaky(publisherTo(queue)),
@@ -458,7 +520,7 @@ describe.skipIf(!amqpUrl)('RabbitMQ', () => {
         pollIntervalMs: 5,
         maxAttempts: 1000,
         backoff: { baseMs: 1, maxMs: 5 },
-        onError: () => undefined,
+        events: countingPublished(published, i),
       }),
     );
     // The whole backlog first, then both dispatchers at once: they compete for its batches (with
@@ -477,14 +539,14 @@ describe.skipIf(!amqpUrl)('RabbitMQ', () => {
       'a third published',
       30_000,
     );
-    const busier = dispatchers[0]!.counters.published >= dispatchers[1]!.counters.published ? 0 : 1;
+    const busier = published[0]! >= published[1]! ? 0 : 1;
     await dispatchers[busier]!.stop();
     await waitFor(
       async () => (await outbox.stats({ topic: queue })).pending === 0,
       'everything published',
       30_000,
     );
-    expect(dispatchers.every((d) => d.counters.published > 0)).toBe(true);
+    expect(published.every((n) => n > 0)).toBe(true);
 
     // One consumer, prefetch 1: it sees the queue's order, which is the order of the confirms.
     const arrived: OutboxEvent[] = [];
@@ -495,7 +557,7 @@ describe.skipIf(!amqpUrl)('RabbitMQ', () => {
         arrived.push({ id: message.id, topic: queue, key: body.key } as OutboxEvent);
       },
     });
-    await waitFor(() => c.counters.processed === order.size, 'every event consumed');
+    await waitFor(() => c.counts.processed === order.size, 'every event consumed');
     expect(orderViolations(arrived, order)).toEqual([]);
   });
 });

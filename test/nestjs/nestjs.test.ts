@@ -32,6 +32,7 @@ import { ClsModule } from 'nestjs-cls';
 import { map, timer } from 'rxjs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { fromPrisma } from '../../src/adapters/prisma.js';
+import { createEvents, type IdemErrorEvent } from '../../src/core/event-channel.js';
 import type { Transaction } from '../../src/core/sql.js';
 import type { IdempotencyContext } from '../../src/http/context.js';
 import {
@@ -105,8 +106,10 @@ class TeapotFilter implements ExceptionFilter {
 
 type Body = { intent: string; amount?: number; fail?: string };
 const failedOnce = new Set<string>();
-/** Errors idem answered 500/503 for, through `onError`. */
-const reported: unknown[] = [];
+/** What idem reported as `error` events: the failures it answered 500/503 for. */
+const reported: IdemErrorEvent[] = [];
+const events = createEvents();
+events.on('error', (e) => reported.push(e));
 
 @Controller()
 class OrdersController {
@@ -212,7 +215,7 @@ function appModule(prisma: PrismaClient, schema: string) {
           idem: createIdem({ sql: fromPrisma(p), schema }),
           tenant: (req) => req.headers['x-tenant'] as string | undefined,
           transactionHost: txHost,
-          onError: (error: unknown) => reported.push(error),
+          events,
         }),
       }),
     ],
@@ -349,7 +352,11 @@ describe.each(['express', 'fastify'] as const)('NestJS + Prisma on %s', (platfor
     await expect(gone).rejects.toThrow();
     await new Promise((resolve) => setTimeout(resolve, 1600));
     expect(await rows(k)).toBe(0);
-    expect(reported.some((e) => String((e as Error).message).includes('the client left'))).toBe(true);
+    expect(
+      reported.some(
+        (e) => e.source === 'nestjs' && String((e.error as Error).message).includes('the client left'),
+      ),
+    ).toBe(true);
     const retry = await send('/observable', { key: k, body: { intent: k } });
     expect(retry).toMatchObject({ status: 201, replayed: false });
     expect(await rows(k)).toBe(1);

@@ -1,7 +1,7 @@
 /**
  * Spans: with a tracer provider registered, every keyed call is one span named after the call,
  * with the tenant, the operation and the outcome; without one, idem makes no span at all (it skips
- * the no-op span's cost) and still reports to `onEvent`.
+ * the no-op span's cost) and still reports `operation` events.
  */
 import { randomBytes } from 'node:crypto';
 import pg from 'pg';
@@ -12,6 +12,7 @@ import { isKeyReused } from '../../src/core/errors.js';
 import { migrate } from '../../src/migrate/migrate.js';
 import { createIdem, type Idem } from '../../src/operations/idem.js';
 import type { OperationEvent } from '../../src/observability/events.js';
+import { createEvents } from '../../src/core/event-channel.js';
 import { databaseUrl } from '../support/database.js';
 
 interface Recorded {
@@ -67,7 +68,9 @@ describe('tracing', () => {
   beforeAll(async () => {
     pool = new pg.Pool({ connectionString: databaseUrl(), max: 2 });
     await migrate(fromPg(pool), { schema });
-    idem = createIdem({ sql: fromPg(pool), schema, onEvent: (event) => events.push(event) });
+    const channel = createEvents();
+    channel.on('operation', (event) => events.push(event));
+    idem = createIdem({ sql: fromPg(pool), schema, events: channel });
   });
   afterAll(async () => {
     trace.disable();

@@ -10,6 +10,8 @@ import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { fromPg } from '../../src/adapters/pg.js';
 import { ManualClock } from '../../src/core/clock.js';
+import { createEvents, type IdemErrorEvent } from '../../src/core/event-channel.js';
+import type { Sql } from '../../src/core/sql.js';
 import { isStepFailed } from '../../src/core/errors.js';
 import { deriveKey } from '../../src/core/keys.js';
 import { createCompleter, decideIntent } from '../../src/operations/completer.js';
@@ -93,16 +95,15 @@ describe('a defined payment whose process is killed, with no client retry', () =
       expect(await intentCount(key)).toBe(1);
 
       // Another process: the same definition, a completer, and nobody retrying the key.
-      const idem = createIdem({ sql: fromPg(db.pool), schema: db.schema, leaseMs });
+      // The completer reports on its Idem's channel.
+      const events = createEvents();
+      const idem = createIdem({ sql: fromPg(db.pool), schema: db.schema, leaseMs, events });
       definePayment(idem, { schema: db.schema, providerUrl: provider.url });
       const completions: { kind: string; attempts: number; at: number }[] = [];
-      const completer = createCompleter({
-        idem,
-        pollIntervalMs,
-        onCompletion: (c) => {
-          if (c.scope.key === key) completions.push({ kind: c.kind, attempts: c.attempts, at: Date.now() });
-        },
+      events.on('completion', (c) => {
+        if (c.scope.key === key) completions.push({ kind: c.kind, attempts: c.attempts, at: Date.now() });
       });
+      const completer = createCompleter({ idem, pollIntervalMs });
       await completer.start();
       try {
         for (let i = 0; i < 200 && completions.length === 0; i++)
@@ -187,6 +188,51 @@ describe('the completer, on a manual clock', () => {
     expect(await effects(key)).toEqual(['payment', 'charge']);
     expect(chargesFor(key)).toHaveLength(1);
     expect(await intentCount(key)).toBe(0);
+  });
+
+  it('reports every attempt as a completion event, on its own channel when given one', async () => {
+    const { clock, idem, payment } = setup({ failCharges: 2 });
+    const key = newKey('reported');
+    await expect(payment.run({ tenant: 'acme', key, input })).rejects.toMatchObject({ retryable: true });
+    const events = createEvents();
+    const seen: string[] = [];
+    events.on('completion', (c) => {
+      if (c.scope.key === key) seen.push(`${c.kind} ${c.attempts}`);
+      throw new Error('a broken metrics backend'); // changes nothing
+    });
+    const completer = createCompleter({
+      idem,
+      events,
+      backoff: { baseMs: 1000, maxMs: 1000, jitter: 'none' },
+    });
+    clock.advance(1000);
+    const first = (await completer.runOnce()).filter((c) => c.scope.key === key);
+    clock.advance(1000);
+    const second = (await completer.runOnce()).filter((c) => c.scope.key === key);
+    expect([...first, ...second].map((c) => c.kind)).toEqual(['retrying', 'completed']);
+    expect(seen).toEqual(['retrying 1', 'completed 2']);
+  });
+
+  it('reports a failed round as an error event (source completer, where round) and goes on', async () => {
+    const down: Sql = {
+      query: () => Promise.reject(new Error('connection refused')),
+      transaction: () => Promise.reject(new Error('connection refused')),
+    };
+    const events = createEvents();
+    const idem = createIdem({ sql: down, schema: db.schema, events });
+    idem.define('pay', async () => 'never');
+    const errors: IdemErrorEvent[] = [];
+    events.on('error', (e) => errors.push(e));
+    const completer = createCompleter({ idem, pollIntervalMs: 10 });
+    await completer.start();
+    try {
+      for (let i = 0; i < 100 && errors.length < 2; i++) await new Promise((r) => setTimeout(r, 10));
+    } finally {
+      await completer.stop();
+    }
+    expect(errors.length).toBeGreaterThanOrEqual(2);
+    expect(errors[0]).toMatchObject({ source: 'completer', where: 'round' });
+    expect((errors[0]!.error as Error).message).toBe('connection refused');
   });
 
   it('ends one that cannot complete as its give-up policy says: failed visibly, every retry gets the failure', async () => {

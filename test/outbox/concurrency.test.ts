@@ -3,6 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { adapterFactories, prepareAdapter } from '../support/adapters.js';
 import { fromPg } from '../../src/adapters/pg.js';
 import type { Sql } from '../../src/core/sql.js';
+import { createEvents } from '../../src/core/event-channel.js';
 import { createOutboxDispatcher, type OutboxDispatcher } from '../../src/outbox/dispatcher.js';
 import { createOutbox, type Outbox } from '../../src/outbox/outbox.js';
 import { createTestSchema, databaseUrl, type TestSchema } from '../support/database.js';
@@ -37,8 +38,14 @@ describe('two dispatchers at once', () => {
     // Refuse about a third of the attempts, and let calls overlap so the dispatchers interleave.
     publisher.refuse = () => Math.random() < 0.3;
     publisher.delay = () => sleep(Math.floor(Math.random() * 3));
-    const start = (name: string): OutboxDispatcher =>
-      createOutboxDispatcher({
+    const counts = { d1: { published: 0, retried: 0 }, d2: { published: 0, retried: 0 } };
+    const start = (name: 'd1' | 'd2'): OutboxDispatcher => {
+      // One channel per dispatcher, to count what each did.
+      const events = createEvents();
+      events.on('outbox:published', ({ events }) => (counts[name].published += events.length));
+      events.on('outbox:retried', () => counts[name].retried++);
+      events.on('error', ({ where, error }) => console.error(name, where, error));
+      return createOutboxDispatcher({
         sql,
         publisher,
         schema: db.schema,
@@ -47,8 +54,9 @@ describe('two dispatchers at once', () => {
         pollIntervalMs: 5,
         backoff: { baseMs: 2, maxMs: 10 },
         maxAttempts: 1000,
-        onError: (error) => console.error(name, error),
+        events,
       });
+    };
     const d1 = start('d1');
     const d2 = start('d2');
     await Promise.all([d1.start(), d2.start()]);
@@ -62,11 +70,11 @@ describe('two dispatchers at once', () => {
     await Promise.all([d1.stop(), d2.stop()]);
 
     expect(orderViolations(publisher.accepted, order)).toEqual([]);
-    expect(d1.counters.published).toBeGreaterThan(0);
-    expect(d2.counters.published).toBeGreaterThan(0);
-    expect(d1.counters.retried + d2.counters.retried).toBeGreaterThan(0);
+    expect(counts.d1.published).toBeGreaterThan(0);
+    expect(counts.d2.published).toBeGreaterThan(0);
+    expect(counts.d1.retried + counts.d2.retried).toBeGreaterThan(0);
     // Each event was marked once: the published counts add up to the events, no double marking.
-    expect(d1.counters.published + d2.counters.published).toBe(order.size);
+    expect(counts.d1.published + counts.d2.published).toBe(order.size);
     expect(publisher.accepted).toHaveLength(order.size);
   });
 });
@@ -155,8 +163,17 @@ describe('LISTEN/NOTIFY', () => {
 
   it('a notification for another topic does not wake a dispatcher of other topics', async () => {
     const publisher = new RecordingPublisher();
+    // A batch is one transaction (the self-test's NOTIFY and the sweep are plain statements).
+    let batches = 0;
+    const counted: Sql = {
+      query: sql.query.bind(sql),
+      transaction: (fn) => {
+        batches++;
+        return sql.transaction(fn);
+      },
+    };
     const dispatcher = createOutboxDispatcher({
-      sql,
+      sql: counted,
       publisher,
       schema: db.schema,
       topics: ['only-this'],
@@ -166,12 +183,12 @@ describe('LISTEN/NOTIFY', () => {
     await dispatcher.start();
     try {
       await sleep(50);
-      const batches = dispatcher.counters.batches;
+      const before = batches;
       await sql.transaction((tx) =>
         outbox.add(tx, { topic: 'something-else', key: 'k', type: 'x', payload: 1 }),
       );
       await sleep(200);
-      expect(dispatcher.counters.batches).toBe(batches);
+      expect(batches).toBe(before);
       await sql.transaction((tx) => outbox.add(tx, { topic: 'only-this', key: 'k', type: 'x', payload: 1 }));
       await waitFor(() => publisher.accepted.length === 1, 5_000);
     } finally {

@@ -3,6 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { fromPg } from '../../src/adapters/pg.js';
 import { ManualClock } from '../../src/core/clock.js';
 import type { Sql } from '../../src/core/sql.js';
+import { createEvents, type IdemErrorEvent, type IdemEvents } from '../../src/core/event-channel.js';
 import { createBackoff } from '../../src/core/resilience/backoff.js';
 import { createOutboxDispatcher, dispatcherBackoff } from '../../src/outbox/dispatcher.js';
 import { createOutbox, type Outbox } from '../../src/outbox/outbox.js';
@@ -26,6 +27,13 @@ afterAll(() => db.close());
 let topicCounter = 0;
 const newTopic = () => `t${++topicCounter}`;
 
+/** A channel whose `error` events are heard (by nobody in particular): the tests' stderr stays quiet. */
+function quietEvents(): IdemEvents {
+  const events = createEvents();
+  events.on('error', () => undefined);
+  return events;
+}
+
 function dispatcherFor(topic: string, publisher: RecordingPublisher, extra: Record<string, unknown> = {}) {
   return createOutboxDispatcher({
     sql,
@@ -35,7 +43,7 @@ function dispatcherFor(topic: string, publisher: RecordingPublisher, extra: Reco
     topics: [topic],
     random: () => 0, // no jitter: the full backoff, so tests know when a retry is due
     backoff: { baseMs: 1000, maxMs: 60_000 },
-    onError: () => undefined,
+    events: quietEvents(),
     ...extra,
   });
 }
@@ -133,11 +141,21 @@ describe('dispatcher', () => {
     const publisher = new RecordingPublisher();
     let failures = 2;
     publisher.refuse = (e) => e.key === 'bad' && failures-- > 0;
-    const dispatcher = dispatcherFor(topic, publisher);
+    const events = quietEvents();
+    const published: string[] = [];
+    const retried: string[] = [];
+    events.on('outbox:published', ({ events }) => published.push(...events.map((e) => `${e.key}/${e.type}`)));
+    events.on('outbox:retried', ({ event, error, retryInMs }) =>
+      retried.push(`${event.key}/${event.type} attempt ${event.attempts + 1} in ${retryInMs}: ${error}`),
+    );
+    const dispatcher = dispatcherFor(topic, publisher, { events });
 
     const first = await dispatcher.drain();
     expect(first).toMatchObject({ published: 3, retried: 1 });
     expect(publisher.accepted.map((e) => e.key)).toEqual(['good', 'good', 'good']);
+    // Reported after the batch committed, as the counts say.
+    expect(published).toEqual(['good/e0', 'good/e1', 'good/e2']);
+    expect(retried).toEqual(['bad/e0 attempt 1 in 1000: Error: refused e0']);
 
     // Not due yet: nothing happens, and the held-back events do not count as work.
     clock.advance(999);
@@ -161,10 +179,12 @@ describe('dispatcher', () => {
     const publisher = new RecordingPublisher();
     publisher.refuse = (e) => e.key === 'poison' && e.type === 'e0';
     const dead: string[] = [];
-    const dispatcher = dispatcherFor(topic, publisher, {
-      maxAttempts: 3,
-      onDead: (e: { id: string }) => dead.push(e.id),
+    const events = quietEvents();
+    events.on('outbox:dead', ({ event, error }) => {
+      expect(error).toBe('Error: refused e0');
+      dead.push(event.id);
     });
+    const dispatcher = dispatcherFor(topic, publisher, { maxAttempts: 3, events });
 
     for (let i = 0; i < 3; i++) {
       await dispatcher.drain();
@@ -292,13 +312,18 @@ describe('dispatcher', () => {
     const topic = newTopic();
     const [id] = [...(await addEvents(topic, ['k'], 1)).keys()];
     let aborted = false;
+    const events = createEvents();
+    const errors: IdemErrorEvent[] = [];
+    const outages: unknown[] = [];
+    events.on('error', (e) => errors.push(e));
+    events.on('outbox:outage', ({ error }) => outages.push(error));
     const dispatcher = createOutboxDispatcher({
       sql,
       schema: db.schema,
       clock,
       topics: [topic],
       publishTimeoutMs: 50,
-      onError: () => undefined,
+      events,
       publisher: {
         publish: (_events, signal) =>
           new Promise((_, reject) =>
@@ -312,6 +337,8 @@ describe('dispatcher', () => {
     const result = await dispatcher.runOnce();
     expect(result.outage).toBeDefined();
     expect(aborted).toBe(true);
+    expect(errors).toEqual([{ source: 'dispatcher', where: 'publish', error: result.outage }]);
+    expect(outages).toEqual([result.outage]);
     expect(await outbox.get({ id: id! })).toMatchObject({ attempts: 0, publishedAt: null, deadAt: null });
   });
 

@@ -2,10 +2,15 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { fromPg } from '../../src/adapters/pg.js';
 import { ManualClock } from '../../src/core/clock.js';
 import type { Sql } from '../../src/core/sql.js';
+import { createEvents } from '../../src/core/event-channel.js';
 import { createOutboxDispatcher } from '../../src/outbox/dispatcher.js';
 import { createOutbox, type Outbox } from '../../src/outbox/outbox.js';
 import type { OutboxEvent, PublishResult } from '../../src/outbox/types.js';
 import { createTestSchema, type TestSchema } from '../support/database.js';
+
+/** The races these tests provoke are reported as `error` events; nobody needs them on stderr. */
+const quiet = createEvents();
+quiet.on('error', () => undefined);
 
 let db: TestSchema;
 let sql: Sql;
@@ -64,7 +69,7 @@ describe('a dispatcher with a clock behind another', () => {
         batchSize: 6,
         random: () => 0,
         backoff: { baseMs: 1000, maxMs: 1000 },
-        onError: () => undefined,
+        events: quiet,
       });
     const ahead = dispatcherAt(late);
     const behind = dispatcherAt(early);
@@ -144,7 +149,7 @@ describe('an event whose row changed while its batch was at the broker', () => {
         schema: db.schema,
         topics: [topic],
         ...(retention === undefined ? {} : { publishedRetentionMs: retention }),
-        onError: () => undefined,
+        events: quiet,
         publisher: {
           publish: async (events) => {
             // Every event but the heads gets a new row version before the broker answers.

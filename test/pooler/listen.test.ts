@@ -1,6 +1,6 @@
 /**
  * The dispatcher's LISTEN behind a transaction-mode pooler. Through PgBouncer LISTEN succeeds and
- * then receives nothing; the self-test must catch exactly that, say so through onError, and fall
+ * then receives nothing; the self-test must catch exactly that, say so as an `error` event, and fall
  * back to fast polling. With the LISTEN on a direct URL (the application's traffic still through
  * the pooler) events must arrive by notification: the poll interval is set to a minute, so an event
  * published within the bound can only have been woken by one.
@@ -10,6 +10,7 @@ import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { fromPg } from '../../src/adapters/pg.js';
 import { isIdemError } from '../../src/core/errors.js';
+import { createEvents } from '../../src/core/event-channel.js';
 import { migrate } from '../../src/migrate/migrate.js';
 import { createOutboxDispatcher, type OutboxDispatcher } from '../../src/outbox/dispatcher.js';
 import { NotificationListener } from '../../src/outbox/listener.js';
@@ -52,6 +53,11 @@ describe.skipIf(!binary)('the dispatcher’s LISTEN behind PgBouncer in transact
 
   function start(topic: string, listen: string, errors: { error: unknown; where: string }[]) {
     const publisher = new TimingPublisher();
+    const events = createEvents();
+    events.on('error', ({ source, where, error }) => {
+      expect(source).toBe('dispatcher');
+      errors.push({ error, where });
+    });
     const dispatcher = createOutboxDispatcher({
       sql: fromPg(pool, { prepare: false }),
       schema,
@@ -63,7 +69,7 @@ describe.skipIf(!binary)('the dispatcher’s LISTEN behind PgBouncer in transact
       // …unless the listener is found deaf.
       fallbackPollIntervalMs: 100,
       listenSelfTestTimeoutMs: 1000,
-      onError: (error, where) => errors.push({ error, where }),
+      events,
     });
     running.push(dispatcher);
     return { dispatcher, publisher };
@@ -154,6 +160,14 @@ describe('the listener’s self-test', () => {
     let deliver = false;
     let connections = 0;
     const events: string[] = [];
+    const listenerEvents = createEvents();
+    listenerEvents.on('error', ({ source, where, error }) =>
+      events.push(
+        isIdemError(error)
+          ? `error ${source} ${where}: ${error.code}`
+          : `error ${source} ${where}: ${(error as Error).message}`,
+      ),
+    );
     const listener = new NotificationListener({
       source: () => {
         connections++;
@@ -162,7 +176,8 @@ describe('the listener’s self-test', () => {
       channel,
       onNotification: () => undefined,
       onConnected: () => events.push('connected'),
-      onError: (error) => events.push(`error: ${(error as Error).message}`),
+      events: listenerEvents,
+      errorSource: 'test',
       reconnectDelayMs: () => 10,
       // While `deliver` is false the notification is lost on the way, as a pooler loses it.
       sendSelfTest: async (payload) => {
@@ -180,7 +195,12 @@ describe('the listener’s self-test', () => {
         (deaf) => deaf,
         5000,
       );
-      expect(events.slice(0, 2)).toEqual(['connected', 'deaf: IDEM_LISTEN_DEAF']);
+      // Reported as an error event, then to the owner.
+      expect(events.slice(0, 3)).toEqual([
+        'connected',
+        'error test listen: IDEM_LISTEN_DEAF',
+        'deaf: IDEM_LISTEN_DEAF',
+      ]);
       // A possibly broken connection is replaced, and tested again at the interval, not at once.
       await until(
         async () => connections,
@@ -194,7 +214,8 @@ describe('the listener’s self-test', () => {
         5000,
       );
       expect(events).toContain('hearing');
-      expect(events.filter((e) => e.startsWith('error'))).toEqual([]);
+      // Nothing else went wrong: the only errors are the self-tests that found it deaf.
+      expect(events.filter((e) => e.startsWith('error') && !e.endsWith('IDEM_LISTEN_DEAF'))).toEqual([]);
     } finally {
       await listener.stop();
       await notifier.end();

@@ -21,6 +21,7 @@ import { createIdem } from '../../src/operations/idem.js';
 import { createOutbox } from '../../src/outbox/outbox.js';
 import { databaseUrl } from '../support/database.js';
 import { requirePgBouncer, startPgBouncer, type PgBouncer } from '../support/pgbouncer.js';
+import { turnedOffEvents } from '../support/events.js';
 
 const binary = requirePgBouncer();
 
@@ -57,7 +58,7 @@ describe.skipIf(!binary)('named prepared statements behind PgBouncer in transact
   it('left on, the first refusal is one typed retryable error naming the setting; then statements go unnamed and every key completes once', async () => {
     const pool = new pg.Pool({ connectionString: bouncer.url, max: 8 });
     const turnedOff: PreparedStatementsUnsupportedError[] = [];
-    const sql = fromPg(pool, { onPreparedStatementsOff: (error) => turnedOff.push(error) });
+    const sql = fromPg(pool, { events: turnedOffEvents(turnedOff) });
     const idem = createIdem({ sql, schema });
     const prefix = `left-on-${randomBytes(3).toString('hex')}-`;
     const runKey = (key: string) =>
@@ -97,7 +98,7 @@ describe.skipIf(!binary)('named prepared statements behind PgBouncer in transact
   it('with prepare: false there is no refusal at all under the same load', async () => {
     const pool = new pg.Pool({ connectionString: bouncer.url, max: 8 });
     const turnedOff: unknown[] = [];
-    const sql = fromPg(pool, { prepare: false, onPreparedStatementsOff: (error) => turnedOff.push(error) });
+    const sql = fromPg(pool, { prepare: false, events: turnedOffEvents(turnedOff) });
     const idem = createIdem({ sql, schema });
     const outbox = createOutbox({ sql, schema });
     const prefix = `off-${randomBytes(3).toString('hex')}-`;
@@ -175,7 +176,7 @@ describe('a step cut by a prepared-statement refusal', () => {
 
   it('leaves the operation resumable, and the retry completes it with each effect once', async () => {
     const turnedOff: unknown[] = [];
-    const sql = fromPg(pool, { onPreparedStatementsOff: (error) => turnedOff.push(error) });
+    const sql = fromPg(pool, { events: turnedOffEvents(turnedOff) });
     const idem = createIdem({ sql, schema, leaseMs: 60_000 });
     const outbox = createOutbox({ sql, schema });
     // The outbox's insert is prepared on the connection, as after any earlier payment.

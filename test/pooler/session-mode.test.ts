@@ -7,6 +7,7 @@ import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { fromPg } from '../../src/adapters/pg.js';
 import { migrate } from '../../src/migrate/migrate.js';
+import { createEvents } from '../../src/core/event-channel.js';
 import { createIdem } from '../../src/operations/idem.js';
 import { createOutboxDispatcher } from '../../src/outbox/dispatcher.js';
 import { createOutbox } from '../../src/outbox/outbox.js';
@@ -14,6 +15,7 @@ import type { OutboxEvent, PublishResult } from '../../src/outbox/types.js';
 import { databaseUrl } from '../support/database.js';
 import { requirePgBouncer, startPgBouncer, type PgBouncer } from '../support/pgbouncer.js';
 import { until } from '../support/poll.js';
+import { turnedOffEvents } from '../support/events.js';
 
 const binary = requirePgBouncer();
 
@@ -37,7 +39,7 @@ describe.skipIf(!binary)('PgBouncer in session mode', () => {
   it('keeps named prepared statements: no refusal under concurrent load', async () => {
     const turnedOff: unknown[] = [];
     const idem = createIdem({
-      sql: fromPg(pool, { onPreparedStatementsOff: (error) => turnedOff.push(error) }),
+      sql: fromPg(pool, { events: turnedOffEvents(turnedOff) }),
       schema,
     });
     const keys = Array.from({ length: 64 }, (_, i) => `k-${i}`);
@@ -53,6 +55,8 @@ describe.skipIf(!binary)('PgBouncer in session mode', () => {
     const errors: unknown[] = [];
     const published: string[] = [];
     const sql = fromPg(pool);
+    const events = createEvents();
+    events.on('error', ({ error }) => errors.push(error));
     const dispatcher = createOutboxDispatcher({
       sql,
       schema,
@@ -65,7 +69,7 @@ describe.skipIf(!binary)('PgBouncer in session mode', () => {
       listen: bouncer.url,
       pollIntervalMs: 60_000, // only a notification can wake it within the test
       listenSelfTestTimeoutMs: 1000,
-      onError: (error) => errors.push(error),
+      events,
     });
     await dispatcher.start();
     try {

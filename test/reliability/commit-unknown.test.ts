@@ -11,6 +11,7 @@ import type { AddressInfo } from 'node:net';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { fromPg } from '../../src/adapters/pg.js';
+import { createEvents } from '../../src/core/event-channel.js';
 import { isCommitOutcomeUnknown, isOperationFailed } from '../../src/core/errors.js';
 import { classifyFailure } from '../../src/core/failures.js';
 import type { Queryable } from '../../src/core/sql.js';
@@ -155,11 +156,14 @@ describe('over HTTP (node:http integration)', () => {
   let base: string;
 
   beforeAll(async () => {
+    // The failures these tests provoke are the point: none is written to stderr.
+    const quiet = createEvents();
+    quiet.on('error', () => undefined);
     const handler = nodeIdempotency({
       idem,
       tenant: () => 'acme',
       route: '/payments',
-      onError: () => undefined,
+      events: quiet,
       handler: async (req, res) => {
         const { key, amount } = req.body as { key: string; amount: number };
         await req.idem!.tx.query(`INSERT INTO "${db.schema}".effects (key, amount) VALUES ($1, $2)`, [

@@ -13,6 +13,7 @@ import type { AddressInfo } from 'node:net';
 import pg from 'pg';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { fromPg } from '../../src/adapters/pg.js';
+import { errorsInto } from '../http/support/apps.js';
 import { isRetryable } from '../../src/core/retryable.js';
 import { startEmbeddedPostgres, type EmbeddedDatabase } from '../../src/embedded/embedded-postgres.js';
 import { idempotency as nodeIdempotency } from '../../src/http/node-http.js';
@@ -42,7 +43,7 @@ beforeAll(async () => {
     idem,
     tenant: () => 'acme',
     route: '/payments',
-    onError: (e) => handlerErrors.push(e),
+    events: errorsInto(handlerErrors),
     handler: async (req, res) => {
       const { key, amount } = req.body as { key: string; amount: number };
       try {

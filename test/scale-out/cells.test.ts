@@ -20,6 +20,7 @@ import { createCells, type Cells } from '../../src/cells/index.js';
 import { createClaimsWorker } from '../../src/claims/worker.js';
 import { consolePlugin } from '../../src/console/plugin.js';
 import { isIdemError } from '../../src/core/errors.js';
+import { createEvents, type IdemEvents } from '../../src/core/event-channel.js';
 import { startEmbeddedPostgres, type EmbeddedDatabase } from '../../src/embedded/embedded-postgres.js';
 import { createInbox } from '../../src/inbox/inbox.js';
 import { quoteSchema } from '../../src/core/schema-name.js';
@@ -122,6 +123,10 @@ describe('cells: one idem per group of tenants, each on its own PostgreSQL', () 
     const stop = new AbortController();
     // What each cell's workers ran into: cell b's outage must show in b's, never in a's.
     const workerErrors: Record<'a' | 'b', unknown[]> = { a: [], b: [] };
+    const cellEvents: Record<'a' | 'b', IdemEvents> = { a: createEvents(), b: createEvents() };
+    for (const name of ['a', 'b'] as const) {
+      cellEvents[name].on('error', ({ error }) => workerErrors[name].push(error));
+    }
     // Each cell's workers, on its own database only.
     const dispatchers: Record<string, OutboxDispatcher> = cells.map((cell) =>
       createOutboxDispatcher({
@@ -129,7 +134,7 @@ describe('cells: one idem per group of tenants, each on its own PostgreSQL', () 
         schema,
         pollIntervalMs: 50,
         outageBackoff: { baseMs: 100, maxMs: 1000 },
-        onError: (error) => workerErrors[cell.name as 'a' | 'b'].push(error),
+        events: cellEvents[cell.name as 'a' | 'b'],
         publisher: createInDatabasePublisher({
           inbox: createInbox({ sql: cell.sql, schema }),
           subscribers: [
@@ -162,7 +167,7 @@ describe('cells: one idem per group of tenants, each on its own PostgreSQL', () 
             ]);
           },
           pollIntervalMs: 50,
-          onError: (error) => workerErrors[cell.name as 'a' | 'b'].push(error),
+          events: cellEvents[cell.name as 'a' | 'b'],
         }),
       ),
     );

@@ -46,7 +46,6 @@ import {
   createWebhookReceiver,
   createWebhookSender,
   recordHeaders,
-  silentLogger,
   createStandardWebhooksVerifier,
 } from '../../src/webhooks/index.js';
 import { listParkedEntities } from '../../src/webhooks/entities.js';
@@ -471,7 +470,6 @@ describe('a schema distributable on tenant_id', () => {
       sql,
       schema,
       clock,
-      logger: silentLogger,
       sources: Object.fromEntries(
         tenants.map((tenant) => [
           `billing-${tenant}`,
@@ -509,7 +507,6 @@ describe('a schema distributable on tenant_id', () => {
       sql,
       schema,
       clock,
-      logger: silentLogger,
       tenants,
       // One at a time: receipts of one entity handled concurrently put each other back to wait.
       concurrency: 1,
@@ -535,7 +532,6 @@ describe('a schema distributable on tenant_id', () => {
         sql,
         schema,
         clock,
-        logger: silentLogger,
         tenants,
         allowedDestinations: ['127.0.0.1'],
       });

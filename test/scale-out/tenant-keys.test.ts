@@ -22,7 +22,6 @@ import {
   createWebhookReceiver,
   createWebhookSender,
   recordHeaders,
-  silentLogger,
   createStandardWebhooksVerifier,
   type WebhookEvent,
 } from '../../src/webhooks/index.js';
@@ -118,7 +117,6 @@ describe('rows written before migration 0008', () => {
     const processor = createWebhookProcessor({
       sql,
       schema,
-      logger: silentLogger,
       handlers: { billing: { paid: async (_tx, event) => void handled.push(event) } },
     });
     expect(await processor.drain()).toEqual(['applied']);
@@ -127,7 +125,6 @@ describe('rows written before migration 0008', () => {
     const receiver = createWebhookReceiver({
       sql,
       schema,
-      logger: silentLogger,
       sources: { billing: createStandardWebhooksVerifier({ secrets: [standardSecret] }) },
     });
     const again = await receiver.receive('billing', {
@@ -136,7 +133,7 @@ describe('rows written before migration 0008', () => {
     });
     expect(again.status).toBe(200);
 
-    const sender = createWebhookSender({ sql, schema, logger: silentLogger });
+    const sender = createWebhookSender({ sql, schema });
     expect((await sender.endpoints.list()).map((e) => [e.tenant, e.id])).toEqual([['', 'ep']]);
   });
 });
@@ -254,7 +251,6 @@ describe('the same id under two tenants', () => {
       sql,
       schema: db.schema,
       clock,
-      logger: silentLogger,
       sources: {
         'stripe-acme': {
           verifier: createStandardWebhooksVerifier({ secrets: [standardSecret] }),
@@ -291,7 +287,6 @@ describe('the same id under two tenants', () => {
       sql,
       schema: db.schema,
       clock,
-      logger: silentLogger,
       handlers: {
         'stripe-acme': { 'customer.updated': handler },
         'stripe-globex': { 'customer.updated': handler },
@@ -321,7 +316,6 @@ describe('the same id under two tenants', () => {
       const sender = createWebhookSender({
         sql: fromPg(db.pool),
         schema: db.schema,
-        logger: silentLogger,
         allowedDestinations: ['127.0.0.1'],
       });
       await sender

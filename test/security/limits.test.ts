@@ -11,7 +11,6 @@ import { fromPg } from '../../src/adapters/pg.js';
 import { defaultMaxBodyBytes } from '../../src/http/options.js';
 import { idempotency as nodeIdempotency } from '../../src/http/node-http.js';
 import { createIdem } from '../../src/operations/idem.js';
-import { silentLogger } from '../../src/webhooks/logger.js';
 import { createWebhookReceiver } from '../../src/webhooks/receiver.js';
 import { createStandardWebhooksVerifier } from '../../src/webhooks/verify/standard-webhooks.js';
 import { post, rawRequest } from '../hostile/support/raw-http.js';
@@ -47,7 +46,6 @@ beforeAll(async () => {
   const receiver = createWebhookReceiver({
     sql: fromPg(db.pool),
     schema: db.schema,
-    logger: silentLogger,
     sources: { billing: createStandardWebhooksVerifier({ secrets: [secret] }) },
   });
   hooks = createServer((req, res) => void nodeWebhooks({ receiver: receiver, source: 'billing' })(req, res));

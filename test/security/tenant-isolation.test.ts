@@ -17,7 +17,6 @@ import { idempotency as nodeIdempotency } from '../../src/http/node-http.js';
 import { createInbox } from '../../src/inbox/inbox.js';
 import { createIdem, type Idem } from '../../src/operations/idem.js';
 import { createOutbox } from '../../src/outbox/outbox.js';
-import { silentLogger } from '../../src/webhooks/logger.js';
 import { createWebhookReceiver } from '../../src/webhooks/receiver.js';
 import { recordHeaders } from '../../src/webhooks/headers.js';
 import { createStandardWebhooksVerifier } from '../../src/webhooks/verify/standard-webhooks.js';
@@ -249,7 +248,6 @@ describe('webhook receipts (scoped by source)', () => {
     const receiver = createWebhookReceiver({
       sql: fromPg(db.pool),
       schema: db.schema,
-      logger: silentLogger,
       sources: {
         source_a: createStandardWebhooksVerifier({ secrets: [secretA] }),
         source_b: createStandardWebhooksVerifier({ secrets: [secretB] }),

@@ -9,7 +9,6 @@ import {
   createWebhookProcessor,
   createWebhookReceiver,
   recordHeaders,
-  silentLogger,
   createStandardWebhooksVerifier,
   type WebhookReceiver,
 } from '../../src/webhooks/index.js';
@@ -28,7 +27,6 @@ beforeAll(async () => {
   receiver = createWebhookReceiver({
     sql: fromPg(db.pool),
     schema: db.schema,
-    logger: silentLogger,
     sources: { billing: createStandardWebhooksVerifier({ secrets: [standardSecret] }) },
   });
   server = await startServer('fastify', receiver);
@@ -49,7 +47,6 @@ it('answers in milliseconds while a backlog of slow handlers is worked through',
   const processor = createWebhookProcessor({
     sql: fromPg(db.pool),
     schema: db.schema,
-    logger: silentLogger,
     concurrency,
     pollIntervalMs: 20,
     handlers: {

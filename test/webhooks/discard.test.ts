@@ -13,7 +13,6 @@ import {
   createWebhookProcessor,
   createWebhookReceiver,
   recordHeaders,
-  silentLogger,
   createStandardWebhooksVerifier,
 } from '../../src/webhooks/index.js';
 import { createTestSchema, databaseUrl, type TestSchema } from '../support/database.js';
@@ -39,7 +38,6 @@ function setUp(source: string, tenant?: string) {
     sql,
     schema: db.schema,
     clock,
-    logger: silentLogger,
     sources: {
       [source]: {
         verifier: createStandardWebhooksVerifier({ secrets: [standardSecret] }),
@@ -52,7 +50,6 @@ function setUp(source: string, tenant?: string) {
     sql,
     schema: db.schema,
     clock,
-    logger: silentLogger,
     gapTimeoutMs: 60_000,
     handlers: {
       [source]: {

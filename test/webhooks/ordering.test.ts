@@ -24,7 +24,6 @@ import {
   createWebhookReceiver,
   InvalidWebhookEventError,
   recordHeaders,
-  silentLogger,
   createStandardWebhooksVerifier,
   type WebhookEvent,
   type WebhookHandler,
@@ -34,7 +33,7 @@ import {
   type WebhookReceiver,
 } from '../../src/webhooks/index.js';
 import { createTestSchema, type TestSchema } from '../support/database.js';
-import { count, signStandard, standardSecret } from './support.js';
+import { capturingEvents, count, signStandard, standardSecret } from './support.js';
 
 const minute = 60_000;
 let db: TestSchema;
@@ -53,7 +52,6 @@ function makeReceiver(at: Clock): WebhookReceiver {
     sql: fromPg(db.pool),
     schema: db.schema,
     clock: at,
-    logger: silentLogger,
     sources: { billing: createStandardWebhooksVerifier({ secrets: [standardSecret] }) },
   });
 }
@@ -82,7 +80,6 @@ function processor(
     sql: fromPg(db.pool),
     schema: db.schema,
     clock,
-    logger: silentLogger,
     random: () => 0.5,
     handlers,
     ...options,
@@ -278,16 +275,36 @@ describe('sequence: every version, in order', () => {
   });
 
   it('an operator skip resumes a parked entity; the skipped version arriving later is a dead letter that says so', async () => {
-    const worker = processor(handlers, { gapTimeoutMs: minute });
+    const captured = capturingEvents();
+    const worker = processor(handlers, { gapTimeoutMs: minute, events: captured.events });
     await store(change('skip', 1, 1));
-    await store(change('skip', 4, 4));
+    const four = await store(change('skip', 4, 4));
     await worker.drain({ limit: 1 });
     clock.advance(minute);
     expect(await worker.drain()).toEqual(['parked']);
     expect(await history('skip')).toEqual([1]);
+    const receipt = { tenant: '', source: 'billing', eventType: 'account.changed' };
+    expect(captured.kept.map((k) => [k.name, 'outcome' in k.event ? k.event.outcome : undefined])).toEqual([
+      ['webhook:processed', 'applied'],
+      ['webhook:processed', 'waiting'],
+      ['webhook:parked', undefined],
+    ]);
+    expect(captured.of('webhook:parked')).toEqual([
+      {
+        ...receipt,
+        deliveryId: four,
+        attempt: 1,
+        entity: { scope: 'billing', key: 'skip', version: '4' },
+        expected: '2',
+        reason: expect.stringMatching(/version 2 has not arrived/) as unknown,
+      },
+    ]);
 
     const result = await worker.skip({ scope: 'billing', key: 'skip', reason: 'provider lost 2 and 3' });
     expect(result).toEqual({ from: '2', through: '3', woken: 1 });
+    expect(captured.of('webhook:gap-skipped')).toEqual([
+      { tenant: '', scope: 'billing', key: 'skip', from: '2', through: '3', reason: 'provider lost 2 and 3' },
+    ]);
     expect(await worker.drain()).toEqual(['applied']);
     expect(await history('skip')).toEqual([1, 4]);
     expect(await worker.listParked()).toEqual([]);
@@ -298,6 +315,9 @@ describe('sequence: every version, in order', () => {
     expect(dead!.lastError).toMatch(
       /version 3 of billing\/skip arrived after an operator skipped versions 2–3/,
     );
+    expect(captured.of('webhook:dead')).toEqual([
+      expect.objectContaining({ ...receipt, error: dead!.lastError, invalid: true }),
+    ]);
     expect(dead!.lastError).toMatch(/provider lost 2 and 3/);
     expect(await history('skip')).toEqual([1, 4]);
     await expect(worker.skip({ scope: 'billing', key: 'skip' })).rejects.toThrow(/nothing waits/);

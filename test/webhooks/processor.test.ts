@@ -15,7 +15,6 @@ import {
   createGithubVerifier,
   normaliseEntity,
   recordHeaders,
-  silentLogger,
   createStandardWebhooksVerifier,
   type WebhookEvent,
   type WebhookHandlers,
@@ -24,7 +23,7 @@ import {
 } from '../../src/webhooks/index.js';
 import { receiptStatements } from '../../src/webhooks/statements.js';
 import { createTestSchema, type TestSchema } from '../support/database.js';
-import { count, githubSecret, signGithub, signStandard, standardSecret } from './support.js';
+import { capturingEvents, count, githubSecret, signGithub, signStandard, standardSecret } from './support.js';
 
 const hour = 3_600_000;
 const day = 24 * hour;
@@ -60,7 +59,6 @@ function processor(
     sql: fromPg(db.pool),
     schema: db.schema,
     clock,
-    logger: silentLogger,
     random: () => 0.5,
     handlers,
     ...options,
@@ -111,7 +109,6 @@ beforeEach(async () => {
     sql: fromPg(db.pool),
     schema: db.schema,
     clock,
-    logger: silentLogger,
     sources: {
       billing: createStandardWebhooksVerifier({ secrets: [standardSecret] }),
       short: { verifier: createStandardWebhooksVerifier({ secrets: [standardSecret] }), retentionMs: hour },
@@ -194,18 +191,22 @@ describe('order-aware handling', () => {
   });
 
   it('a superseded receipt records the entity and version it carried; a handler error rolls the version back', async () => {
+    const captured = capturingEvents();
     let fail = true;
-    const worker = processor({
-      billing: {
-        'customer.updated': {
-          entity: customerHandler.entity,
-          async handle(tx, event) {
-            await customerHandler.handle(tx, event);
-            if (fail) throw new Error('downstream unavailable');
+    const worker = processor(
+      {
+        billing: {
+          'customer.updated': {
+            entity: customerHandler.entity,
+            async handle(tx, event) {
+              await customerHandler.handle(tx, event);
+              if (fail) throw new Error('downstream unavailable');
+            },
           },
         },
       },
-    });
+      { events: captured.events },
+    );
     await store({ type: 'customer.updated', data: { customer: 'rb', status: 'new', version: 10 } });
     expect(await worker.drain()).toEqual(['retry']);
     // The failed attempt left neither the state nor the version behind: version 3 still applies.
@@ -222,6 +223,22 @@ describe('order-aware handling', () => {
       data: { customer: 'rb', status: 'older', version: 2 },
     });
     expect(await worker.drain()).toEqual(['superseded']);
+    expect(captured.of('webhook:superseded')).toEqual([
+      {
+        tenant: '',
+        source: 'billing',
+        deliveryId: old,
+        eventType: 'customer.updated',
+        attempt: 1,
+        entity: { scope: 'billing', key: 'rb', version: '2' },
+      },
+    ]);
+    expect(captured.kept.map((k) => k.name)).toEqual([
+      'webhook:retried',
+      'webhook:processed',
+      'webhook:processed',
+      'webhook:superseded',
+    ]);
     const [receipt] = await worker.listReceipts({ states: ['superseded'] });
     expect(receipt).toMatchObject({
       deliveryId: old,
@@ -290,6 +307,7 @@ describe('retries, dead letters and redrive', () => {
   });
 
   it('exhausted attempts make a dead letter; redrive runs it again', async () => {
+    const captured = capturingEvents();
     let broken = true;
     const worker = processor(
       {
@@ -299,9 +317,10 @@ describe('retries, dead letters and redrive', () => {
           },
         },
       },
-      { maxAttempts: 3, backoff: { baseMs: 1000, jitter: 0 } },
+      { maxAttempts: 3, backoff: { baseMs: 1000, jitter: 0 }, events: captured.events },
     );
     const id = await store({ type: 'anything' });
+    const receipt = { tenant: '', source: 'billing', deliveryId: id, eventType: 'anything' };
     const outcomes: string[] = [];
     for (let i = 0; i < 5; i++) {
       outcomes.push(...(await worker.drain()));
@@ -311,10 +330,25 @@ describe('retries, dead letters and redrive', () => {
     const [dead] = await worker.listReceipts();
     expect(dead).toMatchObject({ deliveryId: id, state: 'dead', attempts: 3 });
     expect(dead!.lastError).toContain('bug');
+    // Each attempt's end is one event, in order, with what the receipt's record says.
+    expect(captured.kept.map((k) => k.name)).toEqual(['webhook:retried', 'webhook:retried', 'webhook:dead']);
+    expect(captured.of('webhook:retried')[0]).toEqual({
+      ...receipt,
+      attempt: 1,
+      error: 'Error: bug',
+      nextAttemptAt: expect.any(Number) as unknown,
+    });
+    expect(captured.of('webhook:dead')).toEqual([
+      { ...receipt, attempt: 3, error: 'Error: bug', invalid: false },
+    ]);
     broken = false;
     expect(await worker.redrive({ source: 'billing' })).toBe(1);
     expect(await worker.drain()).toEqual(['applied']);
     expect(await worker.listReceipts()).toEqual([]);
+    expect(captured.kept.slice(3)).toEqual([
+      { name: 'webhook:redriven', event: { count: 1, states: ['dead'], source: 'billing' } },
+      { name: 'webhook:processed', event: { ...receipt, attempt: 1, outcome: 'applied' } },
+    ]);
   });
 
   it('an error marked not retryable is a dead letter at once', async () => {

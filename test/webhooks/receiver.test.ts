@@ -26,7 +26,7 @@ import {
 } from '../../src/webhooks/index.js';
 import { createTestSchema, type TestSchema } from '../support/database.js';
 import {
-  capturingLogger,
+  capturingEvents,
   closeNode,
   count,
   frameworks,
@@ -53,7 +53,8 @@ import {
 } from '../../src/webhooks/fastify.js';
 
 const clock = new ManualClock(Date.UTC(2030, 0, 1, 12));
-const logger = capturingLogger();
+const captured = capturingEvents();
+const { events } = captured;
 const bodies: string[] = [];
 let db: TestSchema;
 let receiver: WebhookReceiver;
@@ -98,7 +99,7 @@ beforeAll(async () => {
     sql: fromPg(db.pool),
     schema: db.schema,
     clock,
-    logger,
+    events,
     maxBodyBytes,
     sources: {
       standard: createStandardWebhooksVerifier({ secrets: [standardSecret] }),
@@ -131,7 +132,7 @@ beforeAll(async () => {
     sql: fromPg(db.pool),
     schema: db.schema,
     clock,
-    logger,
+    events,
     handlers: { standard: effect, github: effect, stripe: effect, generic: effect },
   });
   for (const framework of frameworks) servers.set(framework, await startServer(framework, receiver));
@@ -148,6 +149,7 @@ describe.each(frameworks)('%s', (framework) => {
       const id = `${framework}-${source}-replay`;
       const request = signed(source, id);
       const dedupeId = source === 'github' ? `42:${id}` : id;
+      const seen = captured.kept.length;
 
       const first = await send(framework, source, request);
       expect(first.status).toBe(202);
@@ -159,6 +161,14 @@ describe.each(frameworks)('%s', (framework) => {
       const concurrent = await Promise.all(Array.from({ length: 5 }, () => send(framework, source, request)));
       expect(concurrent.map((a) => a.status)).toEqual([200, 200, 200, 200, 200]);
       expect(await receipts(`source = '${source}' AND delivery_id = '${dedupeId}'`)).toBe(1);
+      // One event per answer, after its statement: the first stored, every replay a duplicate.
+      const received = captured.kept
+        .slice(seen)
+        .filter((k) => k.name === 'webhook:received')
+        .map((k) => k.event);
+      expect(received).toHaveLength(7);
+      expect(received[0]).toMatchObject({ tenant: '', source, deliveryId: dedupeId, duplicate: false });
+      expect(received.slice(1).every((e) => e.deliveryId === dedupeId && e.duplicate)).toBe(true);
 
       await processor.drain();
       expect(await effects(dedupeId)).toBe(1);
@@ -171,6 +181,7 @@ describe.each(frameworks)('%s', (framework) => {
 
     it('missing or wrong signature is 401, malformed headers 400, nothing stored', async () => {
       const before = await receipts();
+      const seen = captured.kept.length;
       const request = signed(source, `${framework}-${source}-bad`);
       const signatureHeader = {
         standard: 'webhook-signature',
@@ -211,11 +222,23 @@ describe.each(frameworks)('%s', (framework) => {
       expect(JSON.parse(malformed.body)).toMatchObject({ status: 400, code: 'IDEM_WEBHOOK_MALFORMED' });
       expect(signature).toBeDefined();
       expect(await receipts()).toBe(before);
+      // Each refusal is reported with the metric's reason; none is an error.
+      expect(captured.kept.slice(seen).map((k) => k.name)).toEqual([
+        'webhook:rejected',
+        'webhook:rejected',
+        'webhook:rejected',
+      ]);
+      expect(captured.kept.slice(seen).map((k) => k.event)).toEqual([
+        expect.objectContaining({ source, reason: 'signature', status: 401, detail: 'signature-missing' }),
+        expect.objectContaining({ source, reason: 'signature', status: 401, detail: 'signature-mismatch' }),
+        expect.objectContaining({ source, reason: 'malformed', status: 400, code: 'IDEM_WEBHOOK_MALFORMED' }),
+      ]);
     });
   });
 
   it('timestamps outside the tolerance, past or future, are 401 and nothing is stored', async () => {
     const before = await receipts();
+    const seen = captured.kept.length;
     for (const offset of [-301_000, 301_000]) {
       for (const request of [
         signStandard({ id: `${framework}-old-${offset}`, body: '{}', timestampMs: clock.now() + offset }),
@@ -240,6 +263,16 @@ describe.each(frameworks)('%s', (framework) => {
       expect(generic.status).toBe(401);
     }
     expect(await receipts()).toBe(before);
+    const rejected = captured.of('webhook:rejected').slice(-6);
+    expect(captured.kept.length - seen).toBe(6);
+    expect(rejected.map((e) => [e.reason, e.detail])).toEqual([
+      ['timestamp', 'timestamp-too-old'],
+      ['timestamp', 'timestamp-too-old'],
+      ['timestamp', 'timestamp-too-old'],
+      ['timestamp', 'timestamp-too-new'],
+      ['timestamp', 'timestamp-too-new'],
+      ['timestamp', 'timestamp-too-new'],
+    ]);
   });
 
   it('a body over the limit is 413 and nothing is stored', async () => {
@@ -254,6 +287,11 @@ describe.each(frameworks)('%s', (framework) => {
     expect(answer.contentType).toBe('application/problem+json');
     expect(JSON.parse(answer.body)).toMatchObject({ status: 413, code: 'IDEM_WEBHOOK_TOO_LARGE' });
     expect(await receipts()).toBe(before);
+    expect(captured.of('webhook:rejected').at(-1)).toMatchObject({
+      source: 'standard',
+      reason: 'too-large',
+      status: 413,
+    });
   });
 
   it('verifies the exact bytes whatever the content type, or without one', async () => {
@@ -320,7 +358,7 @@ describe('the stored receipt', () => {
       sql: fromPg(db.pool),
       schema: 'idem_no_such_schema',
       clock,
-      logger,
+      events,
       sources: { standard: createStandardWebhooksVerifier({ secrets: [standardSecret] }) },
     });
     const answer = await broken.receive('standard', {
@@ -332,6 +370,9 @@ describe('the stored receipt', () => {
     expect(answer.status).toBe(503);
     expect(answer.headers['retry-after']).toBe('5');
     expect(JSON.parse(answer.body)).toMatchObject({ status: 503 });
+    const error = captured.of('error').at(-1)!;
+    expect(error).toMatchObject({ source: 'webhook-receiver', where: 'store' });
+    expect((error.error as { code?: string }).code).toBe('42P01'); // the schema does not exist
   });
 });
 
@@ -346,7 +387,7 @@ describe('raw body already consumed by a parser', () => {
   }
 
   async function expectLoudFailure(url: string, id: string) {
-    const lines = logger.lines.length;
+    const seen = captured.kept.length;
     const answer = await post(
       url,
       signStandard({ id, body: '{"type":"thing.happened"}', timestampMs: clock.now() }),
@@ -355,11 +396,20 @@ describe('raw body already consumed by a parser', () => {
     expect(answer.status).toBe(500);
     expect(answer.contentType).toBe('application/problem+json');
     expect(JSON.parse(answer.body)).toMatchObject({ code: 'IDEM_WEBHOOK_RAW_BODY' });
-    expect(
-      logger.lines
-        .slice(lines)
-        .some((l) => l.includes('"level":"error"') && l.includes('IDEM_WEBHOOK_RAW_BODY')),
-    ).toBe(true);
+    const reported = captured.kept.slice(seen);
+    expect(reported).toContainEqual({
+      name: 'webhook:rejected',
+      event: expect.objectContaining({
+        reason: 'raw-body-unavailable',
+        status: 500,
+        code: 'IDEM_WEBHOOK_RAW_BODY',
+      }) as unknown,
+    });
+    // Loud: also an error, which reaches stderr when nobody listens.
+    expect(reported).toContainEqual({
+      name: 'error',
+      event: expect.objectContaining({ source: 'webhook-receiver', where: 'raw-body' }) as unknown,
+    });
     expect(await receipts(`delivery_id = '${id}'`)).toBe(0);
   }
 
@@ -462,8 +512,8 @@ describe('secrets and signatures', () => {
         'x-hub-signature-256'
       ]!,
     ];
-    const everything = [...logger.lines, ...bodies].join('\n');
-    expect(logger.lines.length).toBeGreaterThan(20);
+    const everything = [...captured.lines, ...bodies].join('\n');
+    expect(captured.lines.length).toBeGreaterThan(20);
     expect(bodies.length).toBeGreaterThan(50);
     for (const needle of [...secrets, ...signatures]) expect(everything).not.toContain(needle);
     // The stored headers hold no signature either.

@@ -15,7 +15,6 @@ import {
   createWebhookReceiver,
   createWebhookSender,
   generateWebhookSecret,
-  silentLogger,
   createStandardWebhooksVerifier,
   createWebhookPublisher,
 } from '../../src/webhooks/index.js';
@@ -84,7 +83,6 @@ it('every event takes effect once, through lost answers and retries, on every fr
     sql: fromPg(db.pool),
     schema: db.schema,
     clock,
-    logger: silentLogger,
     sources: Object.fromEntries(
       frameworks.map((f) => [sourceOf(f), createStandardWebhooksVerifier({ secrets: [secret] })]),
     ),
@@ -93,7 +91,6 @@ it('every event takes effect once, through lost answers and retries, on every fr
     sql: fromPg(db.pool),
     schema: db.schema,
     clock,
-    logger: silentLogger,
     handlers: Object.fromEntries(
       frameworks.map((f) => [
         sourceOf(f),
@@ -115,7 +112,6 @@ it('every event takes effect once, through lost answers and retries, on every fr
     sql: fromPg(db.pool),
     schema: db.schema,
     clock,
-    logger: silentLogger,
     breaker: false,
     // The subscribers are servers on loopback, which the sender refuses unless allowed.
     allowedDestinations: ['127.0.0.1'],
@@ -157,7 +153,6 @@ it('every event takes effect once, through lost answers and retries, on every fr
     clock,
     publisher,
     sweepIntervalMs: 0,
-    onError: () => {},
   });
   const dispatched = await dispatcher.drain();
   expect(dispatched).toMatchObject({ published: events.length, retried: 0, dead: 0 });

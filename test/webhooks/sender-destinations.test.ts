@@ -15,7 +15,6 @@ import { readWebhooks } from '../../src/console/views/webhooks.js';
 import {
   createWebhookSender,
   refusedKind,
-  silentLogger,
   type LookupFunction,
   type WebhookSenderOptions,
 } from '../../src/webhooks/index.js';
@@ -46,7 +45,6 @@ function sender(options: Partial<WebhookSenderOptions> = {}) {
     sql: fromPg(db.pool),
     schema: db.schema,
     clock,
-    logger: silentLogger,
     breaker: false,
     ...options,
   });

@@ -13,14 +13,20 @@ import {
   createWebhookSender,
   generateWebhookKeyPair,
   recordHeaders,
-  silentLogger,
   createStandardWebhooksVerifier,
   createWebhookPublisher,
   type WebhookSender,
   type WebhookSenderOptions,
 } from '../../src/webhooks/index.js';
 import { createTestSchema, type TestSchema } from '../support/database.js';
-import { count, listenNode, standardSecret, standardSecretNext, type TestServer } from './support.js';
+import {
+  capturingEvents,
+  count,
+  listenNode,
+  standardSecret,
+  standardSecretNext,
+  type TestServer,
+} from './support.js';
 
 interface Seen {
   headers: Record<string, string>;
@@ -63,7 +69,6 @@ function createSender(options: Partial<WebhookSenderOptions<PgClientLike>> = {})
     schema: db.schema,
     clock,
     random: () => 0.5, // jitter factor 1: scheduled delays exactly as listed
-    logger: silentLogger,
     // The endpoints here are real servers on loopback, which the sender refuses unless allowed.
     allowedDestinations: ['127.0.0.1'],
     ...options,
@@ -105,6 +110,8 @@ afterAll(async () => {
 
 describe('retries', () => {
   it('fails, throttles with Retry-After, then succeeds: same webhook-id, every attempt logged', async () => {
+    const captured = capturingEvents();
+    sender = createSender({ events: captured.events });
     const { server, id: endpointId } = await subscriber([
       { status: 500 },
       { status: 429, headers: { 'retry-after': '900' } },
@@ -158,6 +165,30 @@ describe('retries', () => {
     }
     const [delivery] = await sender.listDeliveries({ messageId: m.id });
     expect(delivery).toMatchObject({ state: 'delivered', attempts: 3, lastStatus: 204 });
+    // One event per attempt, after it was recorded.
+    const ref = { tenant: '', messageId: m.id, endpointId };
+    expect(captured.kept).toEqual([
+      {
+        name: 'webhook:delivery-failed',
+        event: {
+          ...ref,
+          attempt: 1,
+          status: 500,
+          error: 'HTTP 500',
+          final: false,
+          nextAttemptAt: first!.nextAttemptAt,
+          latencyMs: expect.any(Number) as unknown,
+        },
+      },
+      {
+        name: 'webhook:delivery-failed',
+        event: expect.objectContaining({ ...ref, attempt: 2, status: 429, final: false }) as unknown,
+      },
+      {
+        name: 'webhook:delivered',
+        event: { ...ref, attempt: 3, status: 204, latencyMs: expect.any(Number) as unknown },
+      },
+    ]);
   });
 
   it('Retry-After as an HTTP date, and capped at maxRetryAfterMs', async () => {
@@ -220,6 +251,8 @@ describe('retries', () => {
 
 describe('410 Gone and the circuit breaker', () => {
   it('410 disables the endpoint and cancels its pending deliveries; other endpoints go on', async () => {
+    const captured = capturingEvents();
+    sender = createSender({ events: captured.events });
     const gone = await subscriber([{ status: 410 }]);
     const healthy = await subscriber([{ status: 200 }]);
     const [first, second, third] = [message(), message(), message()];
@@ -233,6 +266,16 @@ describe('410 Gone and the circuit breaker', () => {
     });
     const endpoint = await sender.endpoints.get(gone.id);
     expect(endpoint).toMatchObject({ enabled: false, disabledReason: 'gone: the endpoint answered 410' });
+    expect(captured.of('webhook:endpoint-disabled')).toEqual([
+      {
+        tenant: '',
+        messageId: first.id,
+        endpointId: gone.id,
+        attempt: 1,
+        status: 410,
+        reason: 'gone: the endpoint answered 410',
+      },
+    ]);
     const states = await sender.listDeliveries({ endpointId: gone.id });
     expect(states.map((d) => d.state)).toEqual(['cancelled', 'cancelled', 'cancelled']);
     expect(

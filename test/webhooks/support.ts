@@ -1,7 +1,7 @@
 /**
  * Test support for webhooks: signers for every scheme (the Standard Webhooks `v1` signer is the
  * `standardwebhooks` npm package, the reference), real servers for every framework on 127.0.0.1, a
- * capturing logger, and row counts.
+ * channel that keeps every event, and row counts.
  */
 import { createHmac, generateKeyPairSync, sign, type KeyObject } from 'node:crypto';
 import { once } from 'node:events';
@@ -13,7 +13,8 @@ import Fastify from 'fastify';
 import { Hono } from 'hono';
 import type pg from 'pg';
 import { Webhook } from 'standardwebhooks';
-import { type LogFields, type WebhookLogger, type WebhookReceiver } from '../../src/webhooks/index.js';
+import { createEvents, type IdemEventMap, type IdemEventName, type IdemEvents } from '../../src/index.js';
+import type { WebhookReceiver } from '../../src/webhooks/index.js';
 import { webhooks as expressWebhooks } from '../../src/webhooks/express.js';
 import { webhooks as honoWebhooks } from '../../src/webhooks/hono.js';
 import { webhooks as nodeWebhooks } from '../../src/webhooks/node-http.js';
@@ -235,12 +236,62 @@ export function signGeneric(options: {
 
 // --- observation ---------------------------------------------------------------------------------
 
-/** A logger that keeps every line, as text, for searching. */
-export function capturingLogger(): WebhookLogger & { lines: string[] } {
+/** Every event the webhook receiver, processor and sender emit, and `error`. */
+export const webhookEventNames = [
+  'error',
+  'webhook:received',
+  'webhook:rejected',
+  'webhook:processed',
+  'webhook:retried',
+  'webhook:dead',
+  'webhook:superseded',
+  'webhook:parked',
+  'webhook:redriven',
+  'webhook:discarded',
+  'webhook:gap-skipped',
+  'webhook:delivered',
+  'webhook:delivery-failed',
+  'webhook:endpoint-disabled',
+] as const satisfies readonly IdemEventName[];
+
+/** One event as kept: its name and payload. */
+export type Kept = {
+  [K in (typeof webhookEventNames)[number]]: { name: K; event: IdemEventMap[K] };
+}[(typeof webhookEventNames)[number]];
+
+/**
+ * A channel that keeps every webhook event (and every `error`, so none reaches stderr), with each
+ * as a line of text for searching (an error as its name and message).
+ */
+export function capturingEvents(): {
+  events: IdemEvents;
+  kept: Kept[];
+  lines: string[];
+  of<K extends Kept['name']>(name: K): IdemEventMap[K][];
+} {
+  const events = createEvents();
+  const kept: Kept[] = [];
   const lines: string[] = [];
-  const keep = (level: string) => (message: string, fields: LogFields) =>
-    lines.push(JSON.stringify({ level, message, ...fields }));
-  return { lines, debug: keep('debug'), info: keep('info'), warn: keep('warn'), error: keep('error') };
+  for (const name of webhookEventNames) {
+    events.on(name, (event: IdemEventMap[typeof name]) => {
+      kept.push({ name, event } as Kept);
+      lines.push(
+        JSON.stringify({ name, ...event }, (_key, value: unknown) =>
+          value instanceof Error ? `${value.name}: ${value.message}` : value,
+        ),
+      );
+    });
+  }
+  const of = <K extends Kept['name']>(name: K) =>
+    kept.filter((k) => k.name === name).map((k) => k.event as IdemEventMap[K]);
+  return { events, kept, lines, of };
+}
+
+/** A channel whose `error` events are dropped: for tests whose failures are the point. */
+export function quietEvents(): IdemEvents {
+  const events = createEvents();
+  events.on('error', () => undefined);
+  return events;
 }
 
 /** Row count of one of idem's tables. */

@@ -3,6 +3,7 @@ import { fromPg } from '../../src/adapters/pg.js';
 import { assertOk, createResilientClient } from '../../src/client/index.js';
 import { currentIdempotencyKey } from '../../src/core/key-context.js';
 import { ManualClock } from '../../src/core/clock.js';
+import { createEvents } from '../../src/core/event-channel.js';
 import { isFenced, isInProgress, isKeyReused } from '../../src/core/errors.js';
 import type { Queryable } from '../../src/core/sql.js';
 import {
@@ -397,7 +398,11 @@ describe('sagas', () => {
 
   it('retries a failing compensation with backoff, then parks the saga as stuck for an operator', async () => {
     const stuckSeen: string[] = [];
-    const sagas = engine({ compensationAttempts: 3, onStuck: (_ref, stepName) => stuckSeen.push(stepName) });
+    const events = createEvents();
+    events.on('saga:stuck', ({ saga, step, error }) =>
+      stuckSeen.push(`${saga.key} ${step} ${(error as Error).message.includes('503')}`),
+    );
+    const sagas = engine({ compensationAttempts: 3, events });
     const key = `stuck-${++counter}`;
     const ref: SagaRef = { tenant: 'acme', saga: 'trip', key };
     provider.breakPath('/effects/refund', 503);
@@ -406,7 +411,7 @@ describe('sagas', () => {
       .run(trip, { ...ref, input: { trip: key, flightFails: true } })
       .catch((e: unknown) => e);
     expect(isSagaStuck(error)).toBe(true);
-    expect(stuckSeen).toEqual(['charge']);
+    expect(stuckSeen).toEqual([`${key} charge true`]);
     expect(clock.sleeps.length - sleepsBefore).toBe(2); // three attempts, two backoff waits
     expect(provider.requests.filter((r) => r.path === '/effects/refund')).toHaveLength(3);
     // Stopped at the refund: the hotel is not cancelled out of order.

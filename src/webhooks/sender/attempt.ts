@@ -7,18 +7,54 @@
 import { performance } from 'node:perf_hooks';
 import { ConsecutiveBreaker } from 'cockatiel';
 import type { Clock } from '../../core/clock.js';
+import type { IdemEvents } from '../../core/event-channel.js';
 import type { Backoff } from '../../core/resilience/backoff.js';
 import { CircuitBreaker, isCircuitOpen } from '../../core/resilience/circuit-breaker.js';
 import { isUnhealthyStatus } from '../../core/resilience/http-failure.js';
 import { parseRetryAfter, retryDelay } from '../../core/resilience/retry-after.js';
 import type { Sql } from '../../core/sql.js';
-import { errorMessage, type WebhookLogger } from '../logger.js';
+import { errorMessage } from '../error-message.js';
 import type { AttemptResult, ClaimedDelivery } from './delivery.js';
 import { isDestinationRefused } from './destination.js';
 import type { ResolvedSenderOptions } from './options.js';
 import { parseSigningSecret, signatureHeader, type SigningKey } from './sign.js';
 import type { SenderStatements } from './statements.js';
 import type { AttemptTransport } from './transport.js';
+
+/** The delivery an event of the sender is about, and the attempt that ended. */
+export interface WebhookDeliveryRef {
+  /** The tenant of the message and its endpoint (`''`: the default tenant). */
+  tenant: string;
+  messageId: string;
+  endpointId: string;
+  /** The attempt, the first being 1. */
+  attempt: number;
+}
+
+declare module '../../core/event-channel.js' {
+  interface IdemEventMap {
+    /** An attempt was answered 2xx, after it was recorded: the delivery is done. */
+    'webhook:delivered': WebhookDeliveryRef & { status: number; latencyMs: number };
+    /**
+     * An attempt failed (a status other than 2xx and 410, a network error, a timeout, a refused
+     * destination). `final`: no attempt is left (or a refused destination, never retried) and the
+     * delivery is `failed`; otherwise it is tried again at `nextAttemptAt` (epoch ms). `status` is
+     * null when no answer came; `error` is the message stored with the attempt.
+     */
+    'webhook:delivery-failed': WebhookDeliveryRef & {
+      status: number | null;
+      error: string;
+      final: boolean;
+      nextAttemptAt?: number;
+      latencyMs?: number;
+    };
+    /**
+     * The endpoint answered 410 Gone: it is disabled and its pending deliveries are cancelled (an
+     * operator enables it again).
+     */
+    'webhook:endpoint-disabled': WebhookDeliveryRef & { status: 410; reason: string };
+  }
+}
 
 export class DeliveryAttempts<Client> {
   private readonly breakers = new Map<string, CircuitBreaker>();
@@ -31,7 +67,7 @@ export class DeliveryAttempts<Client> {
     private readonly options: ResolvedSenderOptions,
     private readonly backoff: Backoff,
     private readonly transport: AttemptTransport,
-    private readonly logger: WebhookLogger,
+    private readonly events: IdemEvents,
   ) {}
 
   async attempt(row: ClaimedDelivery): Promise<AttemptResult> {
@@ -54,12 +90,9 @@ export class DeliveryAttempts<Client> {
     }
     if (row.attempts > this.options.maxAttempts) {
       // Only after lost workers: each claim counted an attempt that never reported back.
-      await this.settle(
-        row,
-        'failed',
-        null,
-        'attempts exhausted: the workers that claimed it never finished',
-      );
+      const error = 'attempts exhausted: the workers that claimed it never finished';
+      await this.settle(row, 'failed', null, error);
+      this.events.emit('webhook:delivery-failed', { ...base, status: null, error, final: true });
       return { ...base, outcome: 'failed' };
     }
 
@@ -174,14 +207,24 @@ export class DeliveryAttempts<Client> {
       }
     });
 
-    const fields = { ...base, status: status ?? null, outcome, latencyMs: Math.round(latencyMs) };
-    if (outcome === 'delivered') this.logger.debug?.('webhook delivered', fields);
-    else if (outcome === 'gone') this.logger.warn?.('webhook endpoint disabled after 410 Gone', fields);
+    const reported = Math.round(latencyMs);
+    if (outcome === 'delivered')
+      this.events.emit('webhook:delivered', { ...base, status: status!, latencyMs: reported });
+    else if (outcome === 'gone')
+      this.events.emit('webhook:endpoint-disabled', {
+        ...base,
+        status: 410,
+        reason: 'gone: the endpoint answered 410',
+      });
     else
-      this.logger.warn?.(
-        outcome === 'failed' ? 'webhook delivery failed' : 'webhook delivery will be retried',
-        { ...fields, error },
-      );
+      this.events.emit('webhook:delivery-failed', {
+        ...base,
+        status: status ?? null,
+        error: error!,
+        final: outcome === 'failed',
+        ...(outcome === 'retry' ? { nextAttemptAt: next.getTime() } : {}),
+        latencyMs: reported,
+      });
     return {
       ...base,
       outcome,

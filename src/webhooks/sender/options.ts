@@ -3,8 +3,6 @@ import { InvalidArgumentError } from '../../core/errors.js';
 import type { BackoffOptions } from '../../core/resilience/backoff.js';
 import type { StoreOptions } from '../../core/store.js';
 import { nonNegative, positive } from '../../core/validate.js';
-import type { WorkerErrorHandler } from '../../core/worker/polling-worker.js';
-import type { WebhookLogger } from '../logger.js';
 import type { LookupFunction } from './destination.js';
 
 const second = 1000;
@@ -100,13 +98,6 @@ export interface WebhookSenderOptions<Client = unknown> extends StoreOptions<Cli
   fetch?: typeof fetch;
   /** Default `idem-webhooks`. */
   userAgent?: string;
-  /** Default: warnings and errors to stderr as JSON. */
-  logger?: WebhookLogger;
-  /**
-   * Errors the workers survive (a claim that failed: the database unreachable). Default: the
-   * logger's `error`.
-   */
-  onError?: WorkerErrorHandler<'batch'>;
   /** The tenant of messages that name none, and of `endpoints`. Default `''`, the default tenant. */
   tenant?: string;
   /**

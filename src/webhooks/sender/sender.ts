@@ -19,7 +19,6 @@ import {
 } from '../../core/sweeper.js';
 import { defaultTenant, validateTenant, validateTenants } from '../../core/tenant.js';
 import { drainRounds, PollingWorker } from '../../core/worker/polling-worker.js';
-import { consoleLogger, errorMessage, type WebhookLogger } from '../logger.js';
 import { DeliveryAttempts } from './attempt.js';
 import {
   decodeAttempt,
@@ -91,7 +90,6 @@ export class WebhookSender<Client = unknown> extends TableModule<Client, SenderS
       this.tenant,
       this.destinations,
     );
-    const logger: WebhookLogger = options.logger ?? consoleLogger;
     this.attempter = new DeliveryAttempts(
       this.sql,
       this.statements,
@@ -99,17 +97,13 @@ export class WebhookSender<Client = unknown> extends TableModule<Client, SenderS
       this.options,
       createBackoff(options.backoff, senderBackoff, options.random),
       this.transport,
-      logger,
+      this.events,
     );
-    const onError =
-      options.onError ??
-      ((error: unknown) =>
-        logger.error?.('webhook sender could not claim deliveries', { error: errorMessage(error) }));
     this.worker = new PollingWorker({
       concurrency: this.options.concurrency,
       clock: this.clock,
       pollIntervalMs: () => this.options.pollIntervalMs,
-      onError: (error) => onError(error, 'batch'),
+      onError: (error) => this.events.emit('error', { source: 'webhook-sender', where: 'batch', error }),
       // One delivery per round and loop, so `concurrency` loops attempt that many at once.
       round: async () => ({ idleMs: (await this.runOnce(1)).length > 0 ? 0 : this.options.pollIntervalMs }),
     });

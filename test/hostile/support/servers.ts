@@ -8,6 +8,7 @@ import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import Fastify, { type FastifyInstance } from 'fastify';
 import { fromPg } from '../../../src/adapters/pg.js';
+import { createEvents } from '../../../src/core/event-channel.js';
 import { idempotency } from '../../../src/http/fastify.js';
 import { idempotency as nodeIdempotency } from '../../../src/http/node-http.js';
 import { createIdem } from '../../../src/operations/idem.js';
@@ -30,7 +31,7 @@ export interface Surfaces {
   nodePort: number;
   fastifyPort: number;
   webhookPort: number;
-  /** Lines the surfaces logged (console.error of the integrations, the receiver's logger). */
+  /** What the surfaces reported, one line each: their `error` events and the receiver's refusals. */
   logged: string[];
   /** Row counts of every table a request could write. */
   counts(): Promise<Counts>;
@@ -50,13 +51,19 @@ export async function startSurfaces(): Promise<Surfaces> {
   const logged: string[] = [];
   const log = (error: unknown) =>
     logged.push(error instanceof Error ? `${error.name}: ${error.message}\n${error.stack}` : String(error));
+  const events = createEvents();
+  events.on('error', ({ source, where, error }) => {
+    logged.push(`${source} ${where}`);
+    log(error);
+  });
+  events.on('webhook:rejected', (event) => logged.push(`webhook:rejected ${JSON.stringify(event)}`));
 
   const handler = nodeIdempotency({
     idem,
     tenant: () => 'acme',
     route: '/orders',
     maxBodyBytes: 256 * 1024,
-    onError: log,
+    events,
     handler: async (req, res) => {
       await req.idem!.tx.query(`INSERT INTO "${schema}".orders (via, body) VALUES ('node', $1)`, [
         JSON.stringify(req.body ?? null),
@@ -67,7 +74,7 @@ export async function startSurfaces(): Promise<Surfaces> {
   const node = createServer((req, res) => void handler(req, res));
 
   const app: FastifyInstance = Fastify({ logger: false });
-  await app.register(idempotency, { idem, tenant: () => 'acme', maxBodyBytes: 256 * 1024, onError: log });
+  await app.register(idempotency, { idem, tenant: () => 'acme', maxBodyBytes: 256 * 1024, events });
   app.post('/orders', async (request, reply) => {
     await request.idem!.tx.query(`INSERT INTO "${schema}".orders (via, body) VALUES ('fastify', $1)`, [
       JSON.stringify(request.body ?? null),
@@ -81,10 +88,7 @@ export async function startSurfaces(): Promise<Surfaces> {
     schema,
     sources: { billing: createStandardWebhooksVerifier({ secrets: [webhookSecret] }) },
     maxBodyBytes: 64 * 1024,
-    logger: {
-      warn: (message, fields) => logged.push(`${message} ${JSON.stringify(fields)}`),
-      error: (message, fields) => logged.push(`${message} ${JSON.stringify(fields)}`),
-    },
+    events,
   });
   const webhook = createServer(
     (req, res) => void nodeWebhooks({ receiver: receiver, source: 'billing' })(req, res),

@@ -29,13 +29,14 @@ import { idempotency as fastifyIdempotency } from '../../../src/http/fastify.js'
 import { idempotency as honoIdempotency, type IdemVariables } from '../../../src/http/hono.js';
 import { idempotency as nodeIdempotency, type IdempotentRequest } from '../../../src/http/node-http.js';
 import type { IdempotencyOptions } from '../../../src/http/options.js';
+import { createEvents, type IdemEvents } from '../../../src/core/event-channel.js';
 import { nestFrameworks } from '../../nestjs/support/apps.js';
 import { business, type Reply } from './business.js';
 import type { Harness } from './harness.js';
 
 export interface RunningApp {
   url: string;
-  /** Errors the integration reported through `onError`. */
+  /** Errors the integration reported as `error` events (source `http`, or `nestjs`). */
   errors: unknown[];
   close(): Promise<void>;
 }
@@ -53,14 +54,21 @@ const routeOptions = {
   optional: { required: false },
 };
 
+/** A channel that keeps the errors reported on it. */
+export function errorsInto(errors: unknown[]): IdemEvents {
+  const events = createEvents();
+  events.on('error', ({ error }) => errors.push(error));
+  return events;
+}
+
 function common<Req>(h: Harness, errors: unknown[], tenant: (req: Req) => string | undefined) {
   return {
     idem: h.idem,
     tenant,
     maxBodyBytes: 16 * 1024,
     fingerprint: { exclude: ['clientTime'] },
-    onError: (error: unknown) => errors.push(error),
-  } satisfies IdempotencyOptions<Req> & { onError: unknown };
+    events: errorsInto(errors),
+  } satisfies IdempotencyOptions<Req>;
 }
 
 function listening(server: Server, h: Harness, errors: unknown[], close?: () => Promise<void>): RunningApp {

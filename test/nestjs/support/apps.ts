@@ -22,6 +22,7 @@ import {
 } from '@nestjs/common';
 import { APP_FILTER, NestFactory } from '@nestjs/core';
 import { FastifyAdapter, type NestFastifyApplication } from '@nestjs/platform-fastify';
+import { createEvents } from '../../../src/core/event-channel.js';
 import type { IdempotencyContext } from '../../../src/http/context.js';
 import {
   IdemContext,
@@ -164,12 +165,14 @@ function contractController(h: Harness) {
 }
 
 function appModule(h: Harness, errors: unknown[]) {
+  const events = createEvents();
+  events.on('error', ({ error }) => errors.push(error));
   const options: IdemModuleOptions = {
     idem: h.idem,
     tenant: (req) => req.headers['x-tenant'] as string | undefined,
     maxBodyBytes: 16 * 1024,
     fingerprint: { exclude: ['clientTime'] },
-    onError: (error) => errors.push(error),
+    events,
   };
   @Module({
     imports: [IdemModule.forRoot(options)],
