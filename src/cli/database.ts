@@ -1,6 +1,7 @@
 /** Connects the CLI to DATABASE_URL, or to an embedded PostgreSQL when it is unset and allowed. */
 import pg from 'pg';
 import { fromPg, pgConnectionDefaults } from '../adapters/pg.js';
+import { createEvents } from '../core/event-channel.js';
 import type { Sql } from '../core/sql.js';
 import { booleanSetting } from './settings.js';
 import { startEmbeddedPostgres } from '../embedded/embedded-postgres.js';
@@ -62,7 +63,13 @@ export async function openDatabase(
     await close();
     throw error;
   }
-  return { url, pool, sql: fromPg(pool, { prepare }), embedded: stopEmbedded !== undefined, close };
+  // What the adapter survives (named statements refused behind a transaction-mode pooler, and
+  // turned off): one warning that says which setting avoids it.
+  const events = createEvents();
+  events.on('error', ({ error }) =>
+    console.warn(`idem: named prepared statements turned off for this pool: ${(error as Error).message}`),
+  );
+  return { url, pool, sql: fromPg(pool, { prepare, events }), embedded: stopEmbedded !== undefined, close };
 }
 
 /** Refuses a DATABASE_URL that is not a PostgreSQL connection string, before anything connects. */
