@@ -57,6 +57,11 @@ export interface DemoConfig {
   leaseMs: number;
   /** `COMPLETER_POLL_MS`, default 1000: how often the completer looks for abandoned payments. */
   completerPollMs: number;
+  /**
+   * `OUTBOX_POLL_MS`, default 1000: how often the dispatcher polls when no notification woke it
+   * (LISTEN wakes it at each commit; the poll only catches what a lost notification missed).
+   */
+  outboxPollMs: number;
   /** `DATABASE_POOL_SIZE`, default 20: connections in the demo's `pg` pool. */
   poolSize: number;
   /**
@@ -90,6 +95,7 @@ export function readConfig(env: NodeJS.ProcessEnv = process.env): DemoConfig {
     consoleToken: env.CONSOLE_TOKEN || undefined,
     leaseMs: Number(env.LEASE_MS ?? 5000),
     completerPollMs: Number(env.COMPLETER_POLL_MS ?? 1000),
+    outboxPollMs: Number(env.OUTBOX_POLL_MS ?? 1000),
     poolSize: Number(env.DATABASE_POOL_SIZE ?? 20),
     providerLatencyMs: Number(env.PROVIDER_LATENCY_MS ?? 0),
   };

@@ -154,6 +154,7 @@ export async function startDemo(overrides: DemoOverrides = {}): Promise<DemoHand
       publisher: transport.publisher,
       // LISTEN needs a direct connection: through a transaction-mode pooler it receives nothing.
       listen: config.directUrl ?? databaseUrl,
+      pollIntervalMs: config.outboxPollMs,
       batchSize: 100,
       maxAttempts: 20,
       backoff: { baseMs: 200, maxMs: 10_000 },

@@ -43,7 +43,13 @@ export interface PrismaTransactionOptions {
    * its transaction. A long timeout costs nothing while transactions are short.
    */
   timeout?: number;
-  /** Longest wait for a connection before the transaction starts, in ms. Default: Prisma's (2 000). */
+  /**
+   * Longest wait for a connection before the transaction starts, in ms. Default here 5 000, the
+   * connect bound idem gives its own pools (`pgConnectionDefaults`). Prisma's own default, 2 000,
+   * refused transactions (P2028) when 60 callers shared a pool of 10 on a busy 2-core machine,
+   * where each waited its turn for a few seconds; past the bound the failure is transient (HTTP
+   * 503 with Retry-After), so a longer wait only spares a retry.
+   */
   maxWait?: number;
   /** Default: the database's (READ COMMITTED), which is what idem's statements are written for. */
   isolationLevel?: 'ReadUncommitted' | 'ReadCommitted' | 'RepeatableRead' | 'Serializable';
@@ -56,7 +62,7 @@ export interface PrismaLike<Tx extends PrismaQueryableLike> extends PrismaQuerya
 
 /** Options of the Prisma adapter. */
 export interface PrismaAdapterOptions {
-  /** Options for the transactions idem opens. Default `{ timeout: 60_000 }`. */
+  /** Options for the transactions idem opens. Default `{ timeout: 60_000, maxWait: 5_000 }`. */
   transaction?: PrismaTransactionOptions;
   /**
    * Bounds on every transaction the adapter opens for idem: a transaction-local
@@ -67,7 +73,7 @@ export interface PrismaAdapterOptions {
   timeouts?: TransactionTimeouts | false;
 }
 
-const defaultTransaction: PrismaTransactionOptions = { timeout: 60_000 };
+const defaultTransaction: PrismaTransactionOptions = { timeout: 60_000, maxWait: 5_000 };
 
 async function run<R extends Row>(
   db: PrismaQueryableLike,

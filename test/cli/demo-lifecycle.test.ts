@@ -121,11 +121,10 @@ it('refuses a second start, survives kill -9, and stops cleanly on Ctrl-C', asyn
   const running = owner();
   expect(running.pid).toBe(first.child.pid);
 
-  // A second start on the same folder: one line naming the running server, exit 1, in time.
-  const started = Date.now();
+  // A second start on the same folder: one line naming the running server, exit 1 (a start that
+  // hung instead would fail on the test's timeout).
   const second = startDemo();
   expect(await second.exited).toBe(1);
-  expect(Date.now() - started).toBeLessThan(15_000);
   expect(errorLines(second.stderr)).toEqual([
     `idem: the embedded PostgreSQL data folder ${cwd}/.idem/postgres is in use by a running server (postgres pid ${running.serverPid}, port ${running.port}, started by pid ${running.pid}): stop that process (Ctrl-C where it runs, or kill ${running.pid}), or set DATABASE_URL`,
   ]);

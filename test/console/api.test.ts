@@ -407,9 +407,8 @@ describe('console API', () => {
     const res = await fetch(`${other.url}/api/live`);
     const reader = res.body!.getReader();
     expect(new TextDecoder().decode((await reader.read()).value)).toContain(': idem console');
-    const started = Date.now();
+    // close() returns (a hung one would fail the test on its timeout), and the stream ends.
     await other.close();
-    expect(Date.now() - started).toBeLessThan(2000);
     for (let i = 0; i < 10; i++) if ((await reader.read()).done) return;
     throw new Error('the stream did not end');
   });

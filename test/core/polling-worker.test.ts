@@ -38,8 +38,9 @@ describe('polling worker', () => {
       const started = performance.now();
       await worker.stop();
       const stoppedInMs = performance.now() - started;
-      // Measured: well under 5 ms on either clock; the bound leaves room for a loaded machine.
-      expect(stoppedInMs).toBeLessThan(100);
+      // Well under 5 ms on either clock (measured); the bound is half the 60 s wait that stop()
+      // must not sit out, so a busy machine cannot fail it and a stop that waited would.
+      expect(stoppedInMs).toBeLessThan(30_000);
       expect(worker.isRunning).toBe(false);
       if (clock instanceof ManualClock) expect(clock.waiting).toBe(0); // no sleeper left behind
     });

@@ -165,7 +165,8 @@ describe('cancellable sleep', () => {
       const sleeping = sleepUnlessAborted(clock, 60_000, controller.signal);
       setTimeout(() => controller.abort(), 10);
       await sleeping;
-      expect(performance.now() - started).toBeLessThan(1000);
+      // Half the 60 s sleep: an abort that was ignored would sit it out; a busy machine cannot.
+      expect(performance.now() - started).toBeLessThan(30_000);
     }
     expect(manual.waiting).toBe(0);
   });

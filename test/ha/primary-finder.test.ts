@@ -183,9 +183,9 @@ describe('primaryClient on a real PostgreSQL', () => {
     try {
       const started = Date.now();
       expect((await landedOn(pool)).port).toBe(targetPort);
-      const took = Date.now() - started;
-      expect(took).toBeGreaterThanOrEqual(250);
-      expect(took).toBeLessThan(2000);
+      // The dead host had its 300 ms, no less; then the next host was tried (it landed there, and
+      // the refusal says timeout). No upper bound: a busy machine only makes it later.
+      expect(Date.now() - started).toBeGreaterThanOrEqual(250);
       expect(refused).toEqual([expect.stringMatching(new RegExp(`^${dead.port}: .*timeout`, 'i'))]);
     } finally {
       await pool.end();
@@ -198,9 +198,9 @@ describe('primaryClient on a real PostgreSQL', () => {
       preferLastPrimary: false,
     });
     try {
-      const started = Date.now();
+      // Landing at all shows the round fit: two dead hosts given the whole 1.5 s each would have
+      // used up the pool's connect timeout before the real one was tried.
       expect((await landedOn(pool)).port).toBe(targetPort);
-      expect(Date.now() - started).toBeLessThan(1500);
       expect(refused).toHaveLength(2);
     } finally {
       await pool.end();
@@ -219,7 +219,9 @@ describe('primaryClient on a real PostgreSQL', () => {
         (c) => (c.release(), undefined),
         (e: unknown) => e,
       );
-      expect(Date.now() - started).toBeLessThan(1500);
+      // Before the dead host's own 5 s (which it must not sit out); that the second host was never
+      // tried is checked below (one socket).
+      expect(Date.now() - started).toBeLessThan(5000);
       expect(error).toBeInstanceOf(Error);
       expect(isRetryable(error)).toBe(true);
       expect((error as Error).cause).toBeInstanceOf(NoPrimaryError);

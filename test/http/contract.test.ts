@@ -150,7 +150,8 @@ describe.each(cases)(
         expect(Number(concurrent.header('retry-after'))).toBeGreaterThanOrEqual(1);
         expect(problem).toMatchObject({ retryable: true });
         expect(waited).toBeGreaterThanOrEqual(250); // waitMs 300 on this route
-        expect(waited).toBeLessThan(3000);
+        // No upper bound on the clock: the holder is released only after this answer, so an answer at all
+        // shows the wait gave up at its bound rather than waiting for the holder.
         h.gates.open(gate);
         expect((await first).status).toBe(201);
         const after = await send('/inflight', { key, body: { amount: 3 } });

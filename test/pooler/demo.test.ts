@@ -98,8 +98,9 @@ describe.skipIf(!binary)('the payments demo behind PgBouncer in transaction mode
   afterEach(() => vi.restoreAllMocks());
 
   /** The demo on the pooler, LISTEN direct, in-database transport; `prepare` as IDEM_PREPARE. */
-  async function startOnPooler(schema: string, prepare: boolean): Promise<DemoHandle> {
+  async function startOnPooler(schema: string, prepare: boolean, outboxPollMs = 1000): Promise<DemoHandle> {
     return startDemo({
+      outboxPollMs,
       databaseUrl: bouncer.url,
       directUrl: databaseUrl(),
       prepare,
@@ -150,7 +151,8 @@ describe.skipIf(!binary)('the payments demo behind PgBouncer in transaction mode
 
   it('with IDEM_PREPARE=false it passes the HTTP contract, with no prepared-statement error anywhere', async () => {
     const schema = randomSchema();
-    const demo = await startOnPooler(schema, false);
+    // The dispatcher's poll at a minute: only a notification can credit a payment within seconds.
+    const demo = await startOnPooler(schema, false, 60_000);
     const startedAt = performance.now();
     const client = demoClient(() => demo.url);
     try {
@@ -186,8 +188,9 @@ describe.skipIf(!binary)('the payments demo behind PgBouncer in transaction mode
       await expectCreditedOnce(demo, [burstCustomer, lostCustomer]);
       expect(await pendingKeys(schema)).toBe(0);
 
-      // Events arrive by notification: from the payment's answer to its ledger credit takes
-      // milliseconds, where the dispatcher's 1 s poll would average about 500 ms.
+      // Events arrive by notification: each payment's ledger credit comes within seconds, where
+      // the dispatcher's poll (a minute here) would take up to 60 s. (How many milliseconds is
+      // the benchmark's to say; a bound on them would fail on a busy machine.)
       const quickCustomer = `quick_${randomUUID().slice(0, 8)}`;
       const delays: number[] = [];
       for (let i = 0; i < 10; i++) {
@@ -200,14 +203,14 @@ describe.skipIf(!binary)('the payments demo behind PgBouncer in transaction mode
         const answeredAt = performance.now();
         // Probed every 10 ms (the shared helper's 100 ms would blur the figure).
         while ((await listed(demo, `/v1/ledger?customer=${quickCustomer}`)).length <= i) {
-          if (performance.now() - answeredAt > 5000) break;
+          if (performance.now() - answeredAt > 20_000) break;
           await new Promise((resolve) => setTimeout(resolve, 10));
         }
         delays.push(performance.now() - answeredAt);
       }
       delays.sort((a, b) => a - b);
       console.info(`[pooler] demo: answer → ledger credit, median ${delays[5]!.toFixed(0)} ms`);
-      expect(delays[5]).toBeLessThan(250);
+      expect(Math.max(...delays)).toBeLessThan(20_000);
       // The operator console reads through the pooler too.
       const consoleList = await fetch(`${demo.url}/console/api/requests?tenant=acme`);
       expect(consoleList.status).toBe(200);
