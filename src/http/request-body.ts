@@ -5,7 +5,7 @@
  */
 import type { Readable } from 'node:stream';
 import { IdemError, isIdemError } from '../core/errors.js';
-import { readWebStream } from '../core/read-stream.js';
+import { readNodeStream, readWebStream } from '../core/read-stream.js';
 import type { CapturedResponse } from './captured-response.js';
 
 /** Thrown by the readers when the body passes the limit (answered 413). */
@@ -51,41 +51,11 @@ export const isBodyMalformed = (e: unknown): e is BodyMalformedError =>
   isIdemError(e) && e.code === 'IDEM_BODY_MALFORMED';
 
 /**
- * Reads a Node stream to the end, refusing it as soon as it passes `limit` bytes. On refusal the
- * rest of the stream is drained and discarded, so the connection stays usable for the 413 answer.
+ * Reads a Node stream to the end, refusing it with `BodyTooLargeError` as soon as it passes
+ * `limit` bytes; the rest is drained and discarded, so the connection stays usable for the 413.
  */
 export function readNodeBody(stream: Readable, limit: number): Promise<Uint8Array> {
-  return new Promise((resolve, reject) => {
-    const chunks: Buffer[] = [];
-    let size = 0;
-    const cleanup = () => {
-      stream.off('data', onData);
-      stream.off('end', onEnd);
-      stream.off('error', onError);
-    };
-    const onData = (chunk: Buffer | string) => {
-      const buffer = typeof chunk === 'string' ? Buffer.from(chunk) : chunk;
-      size += buffer.length;
-      if (size > limit) {
-        cleanup();
-        stream.resume();
-        reject(new BodyTooLargeError(limit));
-        return;
-      }
-      chunks.push(buffer);
-    };
-    const onEnd = () => {
-      cleanup();
-      resolve(chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, size));
-    };
-    const onError = (error: Error) => {
-      cleanup();
-      reject(error);
-    };
-    stream.on('data', onData);
-    stream.on('end', onEnd);
-    stream.on('error', onError);
-  });
+  return readNodeStream(stream, limit, () => new BodyTooLargeError(limit));
 }
 
 /** Reads a web `ReadableStream` (a fetch `Request` body) with the same limit rule. */

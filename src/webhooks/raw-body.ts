@@ -4,7 +4,7 @@
  * signed, and verifying it would reject authentic deliveries (or, worse, accept a re-encoding).
  */
 import type { IncomingMessage } from 'node:http';
-import { readWebStream } from '../core/read-stream.js';
+import { readNodeStream, readWebStream } from '../core/read-stream.js';
 import { RawBodyUnavailableError, WebhookBodyTooLargeError } from './errors.js';
 
 /** Throws 413 when a declared Content-Length is already over the limit. */
@@ -24,18 +24,7 @@ export async function readNodeBody(request: IncomingMessage, limit: number): Pro
       'the request body was already read by another middleware; mount the webhook route before body parsers',
     );
   }
-  const chunks: Buffer[] = [];
-  let total = 0;
-  for await (const chunk of request as AsyncIterable<Buffer>) {
-    total += chunk.length;
-    if (total > limit) {
-      // Stop buffering; the rest is discarded so the 413 can still be written.
-      request.resume();
-      throw new WebhookBodyTooLargeError(limit);
-    }
-    chunks.push(chunk);
-  }
-  return chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, total);
+  return readNodeStream(request, limit, () => new WebhookBodyTooLargeError(limit));
 }
 
 /** Reads a Fetch body stream (Hono, Request) to its end, refusing more than `limit` bytes. */
