@@ -39,12 +39,7 @@ export const problemKinds = {
 
 export type ProblemKind = keyof typeof problemKinds;
 
-/**
- * Default prefix of problem `type` URIs: `urn:idem:problem:key-missing`, … Not dereferenceable on
- * purpose (idem owns no web address); set `problemTypeBase` to your API documentation's address
- * to make them links.
- */
-export const defaultProblemTypeBase = 'urn:idem:problem:';
+export { defaultProblemTypeBase } from '../core/problem-type.js';
 
 /** An RFC 9457 problem document as idem writes it. */
 export interface ProblemDocument {

@@ -38,7 +38,7 @@ export { createGithubVerifier, type GithubOptions } from './verify/github.js';
 export { createStripeVerifier, type StripeOptions } from './verify/stripe.js';
 export { createHmacVerifier, type HmacOptions, type SignedParts } from './verify/hmac.js';
 export { nodeHeaders, fetchHeaders, recordHeaders, type NodeHeaders } from './headers.js';
-export { problemTypeBase, type WebhookAnswer } from './problem.js';
+export type { WebhookAnswer } from './problem.js';
 export {
   createWebhookReceiver,
   type WebhookReceiver,

@@ -1,4 +1,5 @@
 /** Answers as the receiver gives them to a framework adapter, and RFC 9457 problem documents. */
+import { defaultProblemTypeBase as problemTypeBase } from '../core/problem-type.js';
 import { isRawBodyUnavailable, isWebhookUnauthorized, type WebhookRequestError } from './errors.js';
 
 /** What to send back: status, headers and body text. */
@@ -7,10 +8,6 @@ export interface WebhookAnswer {
   headers: Record<string, string>;
   body: string;
 }
-
-/** Base of the problem `type` URIs; the last segment is stable and documented in docs/guide/webhooks.md. */
-// The same URN scheme as the HTTP integration (urn:idem:problem:<kind>): idem owns no web address.
-export const problemTypeBase = 'urn:idem:problem:';
 
 /** An `application/problem+json` answer. `detail` must never hold a header value or a secret. */
 export function problemAnswer(
