@@ -1,122 +1,18 @@
 import { systemClock, type Clock } from '../core/clock.js';
 import type { Sql } from '../core/sql.js';
-import { validateTenants } from '../core/tenant.js';
-import { nonNegative, positiveInteger } from '../core/validate.js';
 import { PollingWorker, type NextRound } from '../core/worker/polling-worker.js';
-import { defaultSchema } from '../core/schema-name.js';
-import { createBackoff, type Backoff, type BackoffOptions } from '../core/resilience/backoff.js';
+import type { Backoff } from '../core/resilience/backoff.js';
 import { describeError, PublishError } from './errors.js';
-import { NotificationListener, type ListenSource } from './listener.js';
+import { NotificationListener } from './listener.js';
 import { eventsNotMarked, markedRows } from './marked.js';
-import { decodeEvent, defaultPublishedRetentionMs, Outbox } from './outbox.js';
+import { decodeEvent, Outbox } from './outbox.js';
 import { renderOutboxStatements, type OutboxStatements } from './statements.js';
 import type { OutboxEvent, PublishFailure, Publisher, PublishResult } from './types.js';
 import { createEvents, type IdemEvents } from '../core/event-channel.js';
-import type { StoreOptions } from '../core/store.js';
+import { resolveDispatcherOptions, type DispatcherOptions } from './dispatcher-options.js';
 
 /** How long a batch's transaction may idle beyond `publishTimeoutMs` (its mark's own time). */
 const idleMarginMs = 5_000;
-
-/** The dispatcher's default `backoff`: 1 s doubling to 5 minutes, equal jitter. */
-export const dispatcherBackoff: BackoffOptions = {
-  strategy: 'exponential',
-  baseMs: 1000,
-  maxMs: 300_000,
-  factor: 2,
-  jitter: 'equal',
-};
-
-/** The dispatcher's default `outageBackoff`: 250 ms doubling to 30 s, equal jitter. */
-const outageBackoff: BackoffOptions = {
-  strategy: 'exponential',
-  baseMs: 250,
-  maxMs: 30_000,
-  jitter: 'equal',
-};
-
-/** Options of `createOutboxDispatcher`. */
-export interface DispatcherOptions extends StoreOptions {
-  /** Where events go. */
-  publisher: Publisher;
-  /** Only these topics. Default: every topic. Run one dispatcher per publisher when topics differ. */
-  topics?: readonly string[];
-  /**
-   * Only these tenants' events: each batch is one tenant's, every statement pinned to it, taken in
-   * turn (a dispatcher per shard of a database distributed by tenant, or per group of tenants).
-   * Costs one claim per tenant per round, so keep the list to the tenants this dispatcher serves.
-   * Default: every tenant, in one scan (what a single PostgreSQL or a cell wants).
-   */
-  tenants?: readonly string[];
-  /**
-   * Events per batch. Default 500: at this size the per-batch round trips are a few percent of the
-   * time (see bench/messaging.bench.ts). A batch holds one transaction open while it publishes.
-   */
-  batchSize?: number;
-  /** Failed attempts after which an event is parked as dead (its key waits for a redrive). Default 10. */
-  maxAttempts?: number;
-  /**
-   * Backoff between attempts of one event. Default `dispatcherBackoff`: 1 s doubling to 5 min,
-   * equal jitter (a delay in [d/2, d]).
-   */
-  backoff?: BackoffOptions;
-  /**
-   * A connection for LISTEN: a PostgreSQL connection string or node-postgres `Client` options
-   * (idem loads `pg` and puts `pgConnectionDefaults` under them: a 5 s connect timeout, TCP
-   * keepalive), or a factory returning a `pg.Client`-shaped client. Producers NOTIFY at commit, so
-   * dispatch starts within milliseconds. A lost connection is replaced with backoff; one that went
-   * silent (a partition) is found by the self-test below and replaced.
-   * It must be a direct connection (or a session-mode pooler): through a transaction-mode pooler
-   * such as PgBouncer LISTEN succeeds and then receives nothing. When `sql` goes through such a
-   * pooler, give the direct URL here (e.g. `DATABASE_DIRECT_URL`). Default none: the dispatcher
-   * only polls.
-   */
-  listen?: ListenSource;
-  /**
-   * How often the listener tests itself: it notifies its channel through `sql`, as producers do,
-   * and checks the notification arrives; also at every (re)connection. 0 disables the self-test
-   * altogether. Default 30000 ms (one `pg_notify` each time).
-   */
-  listenSelfTestIntervalMs?: number;
-  /**
-   * How long a self-test notification may take. When it does not arrive, an `error` event carries
-   * an `IDEM_LISTEN_DEAF` error that says why (source `dispatcher`, where `listen`), the dispatcher
-   * polls every `fallbackPollIntervalMs` until a later self-test passes, and the LISTEN connection
-   * is replaced. Default 5000 ms.
-   */
-  listenSelfTestTimeoutMs?: number;
-  /**
-   * Poll interval while notifications cannot be relied on: the listener is deaf (its self-test
-   * failed) or reconnecting. Default 250 ms, the interval without `listen`.
-   */
-  fallbackPollIntervalMs?: number;
-  /**
-   * Poll interval: the backstop for missed notifications and the latency when `listen` is unset.
-   * Default 1000 ms with `listen`, 250 ms without (an idle poll is one short transaction).
-   */
-  pollIntervalMs?: number;
-  /**
-   * How long one publish call may take before the batch is abandoned (nothing marked, the events
-   * published again later). Default 30000 ms.
-   */
-  publishTimeoutMs?: number;
-  /**
-   * Pause after the publisher could not reach its destination (`publish` threw or timed out):
-   * no attempt is counted, so an outage never parks events. Default 250 ms doubling to 30 s,
-   * equal jitter.
-   */
-  outageBackoff?: BackoffOptions;
-  /**
-   * Keep published rows this long, then delete them in small batches. 0 deletes each event as it
-   * is marked (fastest). Default 86400000 ms (24 hours).
-   */
-  publishedRetentionMs?: number;
-  /** How often this dispatcher sweeps published rows past `publishedRetentionMs`. 0 disables it. Default 60000 ms. */
-  sweepIntervalMs?: number;
-  /** Batch loops in this process, each like one more dispatcher. Default 1. */
-  concurrency?: number;
-  /** Random source for jitter, for tests. Default Math.random. */
-  random?: () => number;
-}
 
 /** What one batch did. */
 export interface BatchResult {
@@ -184,31 +80,29 @@ export class OutboxDispatcher {
     this.publisher = options.publisher;
     this.clock = options.clock ?? systemClock;
     this.events = options.events ?? createEvents();
-    const schema = options.schema ?? defaultSchema;
-    this.outbox = new Outbox({ sql: options.sql, schema, clock: this.clock, events: this.events });
-    this.statements = renderOutboxStatements(schema);
-    this.topics = options.topics ? [...options.topics] : null;
-    this.topicsJson = this.topics ? JSON.stringify(this.topics) : null;
-    this.tenants = validateTenants(options.tenants);
-    this.batchSize = positiveInteger('batchSize', options.batchSize ?? 500);
-    this.maxAttempts = positiveInteger('maxAttempts', options.maxAttempts ?? 10);
-    this.backoff = createBackoff(options.backoff, dispatcherBackoff, options.random);
-    this.outageBackoff = createBackoff(options.outageBackoff, outageBackoff, options.random);
-    this.pollIntervalMs = positiveInteger(
-      'pollIntervalMs',
-      options.pollIntervalMs ?? (options.listen ? 1000 : 250),
-    );
-    this.fallbackPollIntervalMs = Math.min(
-      this.pollIntervalMs,
-      positiveInteger('fallbackPollIntervalMs', options.fallbackPollIntervalMs ?? 250),
-    );
-    this.publishTimeoutMs = positiveInteger('publishTimeoutMs', options.publishTimeoutMs ?? 30_000);
-    this.retentionMs = nonNegative(
-      'publishedRetentionMs',
-      options.publishedRetentionMs ?? defaultPublishedRetentionMs,
-    );
-    this.sweepIntervalMs = nonNegative('sweepIntervalMs', options.sweepIntervalMs ?? 60_000);
-    this.concurrency = positiveInteger('concurrency', options.concurrency ?? 1);
+    const resolved = resolveDispatcherOptions(options);
+    ({
+      topics: this.topics,
+      topicsJson: this.topicsJson,
+      tenants: this.tenants,
+      batchSize: this.batchSize,
+      maxAttempts: this.maxAttempts,
+      backoff: this.backoff,
+      outageBackoff: this.outageBackoff,
+      pollIntervalMs: this.pollIntervalMs,
+      fallbackPollIntervalMs: this.fallbackPollIntervalMs,
+      publishTimeoutMs: this.publishTimeoutMs,
+      retentionMs: this.retentionMs,
+      sweepIntervalMs: this.sweepIntervalMs,
+      concurrency: this.concurrency,
+    } = resolved);
+    this.outbox = new Outbox({
+      sql: options.sql,
+      schema: resolved.schema,
+      clock: this.clock,
+      events: this.events,
+    });
+    this.statements = renderOutboxStatements(resolved.schema);
     this.outages = Array.from({ length: this.concurrency }, () => 0);
     this.worker = new PollingWorker({
       concurrency: this.concurrency,
@@ -231,22 +125,14 @@ export class OutboxDispatcher {
         events: this.events,
         errorSource: 'dispatcher',
         reconnectDelayMs: (failures) => this.outageBackoff(failures),
-        ...(options.listenSelfTestIntervalMs === 0
-          ? {}
-          : {
-              // Through `sql`, the way producers notify: a pooler between them and the listener is
-              // exactly what the test must catch.
-              sendSelfTest: (payload: string) =>
-                this.sql.query('SELECT pg_notify($1, $2)', [this.statements.channel, payload]),
-              selfTestIntervalMs: positiveInteger(
-                'listenSelfTestIntervalMs',
-                options.listenSelfTestIntervalMs ?? 30_000,
-              ),
-              selfTestTimeoutMs: positiveInteger(
-                'listenSelfTestTimeoutMs',
-                options.listenSelfTestTimeoutMs ?? 5000,
-              ),
-            }),
+        ...(resolved.selfTest && {
+          // Through `sql`, the way producers notify: a pooler between them and the listener is
+          // exactly what the test must catch.
+          sendSelfTest: (payload: string) =>
+            this.sql.query('SELECT pg_notify($1, $2)', [this.statements.channel, payload]),
+          selfTestIntervalMs: resolved.selfTest.intervalMs,
+          selfTestTimeoutMs: resolved.selfTest.timeoutMs,
+        }),
         // Reported by the listener; events may be waiting since the test was sent.
         onDeaf: () => this.notify(),
       });

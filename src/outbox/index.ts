@@ -22,13 +22,8 @@ export {
   type RedriveFilter,
   type RedriveResult,
 } from './outbox.js';
-export {
-  createOutboxDispatcher,
-  type OutboxDispatcher,
-  type BatchResult,
-  type DispatcherOptions,
-  dispatcherBackoff,
-} from './dispatcher.js';
+export { createOutboxDispatcher, type OutboxDispatcher, type BatchResult } from './dispatcher.js';
+export { type DispatcherOptions, dispatcherBackoff } from './dispatcher-options.js';
 export type { Backoff, BackoffOptions, Jitter } from '../core/resilience/backoff.js';
 export { PublishError, isPublishError, describeError } from './errors.js';
 export type { ListenClient, ListenConnectionConfig, ListenSource } from './listener.js';
