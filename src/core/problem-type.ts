@@ -5,3 +5,21 @@
  * `problemTypeBase` to your API documentation's address to make them links.
  */
 export const defaultProblemTypeBase = 'urn:idem:problem:';
+
+/** The media type of every problem idem answers (RFC 9457). */
+export const problemMediaType = 'application/problem+json';
+
+/**
+ * The JSON text of a problem document, the one builder of the HTTP integrations' and the webhook
+ * receivers' problems: `type` (`base` + `slug`), `title`, `status`, then `members` in their order
+ * (`detail`, `code`, …). `members` must never hold a header's value or a secret.
+ */
+export function problemJson(
+  slug: string,
+  title: string,
+  status: number,
+  members: Record<string, unknown>,
+  base: string = defaultProblemTypeBase,
+): string {
+  return JSON.stringify({ type: base + slug, title, status, ...members });
+}

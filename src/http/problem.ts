@@ -1,4 +1,5 @@
 import type { IdemErrorCode, ResourcePointer } from '../core/errors.js';
+import { problemJson, problemMediaType } from '../core/problem-type.js';
 import type { CapturedResponse } from './captured-response.js';
 
 /**
@@ -76,13 +77,13 @@ export function problemResponse(
 ): CapturedResponse {
   const { status, code, title } = problemKinds[kind];
   const retryable = status === 503 || kind === 'in-progress' || kind === 'fenced';
-  const document: ProblemDocument = { type: typeBase + kind, title, status, detail, code, retryable };
-  const headers: [string, string][] = [['content-type', 'application/problem+json']];
+  const members: Omit<ProblemDocument, 'type' | 'title' | 'status'> = { detail, code, retryable };
+  const headers: [string, string][] = [['content-type', problemMediaType]];
   if (extras.retryAfterSeconds !== undefined) {
-    document.retryAfter = extras.retryAfterSeconds;
+    members.retryAfter = extras.retryAfterSeconds;
     headers.push(['retry-after', String(extras.retryAfterSeconds)]);
   }
-  if (extras.resource) document.resource = extras.resource;
-  if (extras.completedAt != null) document.completedAt = new Date(extras.completedAt).toISOString();
-  return { status, headers, body: encoder.encode(JSON.stringify(document)) };
+  if (extras.resource) members.resource = extras.resource;
+  if (extras.completedAt != null) members.completedAt = new Date(extras.completedAt).toISOString();
+  return { status, headers, body: encoder.encode(problemJson(kind, title, status, members, typeBase)) };
 }

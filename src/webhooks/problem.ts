@@ -1,5 +1,5 @@
 /** Answers as the receiver gives them to a framework adapter, and RFC 9457 problem documents. */
-import { defaultProblemTypeBase as problemTypeBase } from '../core/problem-type.js';
+import { problemJson, problemMediaType } from '../core/problem-type.js';
 import { isRawBodyUnavailable, isWebhookUnauthorized, type WebhookRequestError } from './errors.js';
 
 /** What to send back: status, headers and body text. */
@@ -18,8 +18,8 @@ export function problemAnswer(
 ): WebhookAnswer {
   return {
     status,
-    headers: { 'content-type': 'application/problem+json' },
-    body: JSON.stringify({ type: problemTypeBase + slug, title, status, ...extra }),
+    headers: { 'content-type': problemMediaType },
+    body: problemJson(slug, title, status, extra),
   };
 }
 
