@@ -8,7 +8,8 @@ import { connect, type NatsConnection } from '@nats-io/transport-node';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { fromPg } from '../../src/adapters/pg.js';
 import type { Sql } from '../../src/core/sql.js';
-import { createEvents, type IdemEventMap, type IdemEvents } from '../../src/core/event-channel.js';
+import { createEvents, type IdemEventMap } from '../../src/core/event-channel.js';
+import { consumerCounts, quietEvents } from '../support/events.js';
 import { createInbox, type Inbox } from '../../src/inbox/inbox.js';
 import {
   createJetStreamConsumer,
@@ -37,28 +38,7 @@ describe.skipIf(!natsUrl)('NATS JetStream', () => {
   const events = createEvents();
   events.on('error', () => undefined);
 
-  /** A channel whose errors nobody needs to see. */
-  const quietEvents = (): IdemEvents => {
-    const quiet = createEvents();
-    quiet.on('error', () => undefined);
-    return quiet;
-  };
-
-  /**
-   * What consumer `name` did, from the events: processed and duplicates as the inbox reports them
-   * (after the commit), retried and dead as the consumer does (after its nak or term).
-   */
-  function countsOf(name: string) {
-    const counts = { processed: 0, duplicates: 0, retried: 0, dead: 0 };
-    const offs = [
-      events.on('inbox:processed', (e) => void (e.consumer === name && counts.processed++)),
-      events.on('inbox:duplicate', (e) => void (e.consumer === name && counts.duplicates++)),
-      events.on('inbox:retried', (e) => void (e.consumer === name && counts.retried++)),
-      events.on('inbox:dead', (e) => void (e.consumer === name && counts.dead++)),
-    ];
-    closers.push(async () => offs.forEach((off) => off()));
-    return counts;
-  }
+  const countsOf = (name: string) => consumerCounts(events, name, closers);
 
   beforeAll(async () => {
     db = await createTestSchema({ poolSize: 8 });

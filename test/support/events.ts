@@ -20,3 +20,24 @@ export function turnedOffEvents(turnedOff: unknown[]): IdemEvents {
   });
   return events;
 }
+
+/**
+ * What broker consumer `name` did, counted from `events`: processed and duplicates as the inbox
+ * reports them (after the commit), retried and dead as the consumer does. The listeners are
+ * removed by the function pushed onto `closers`.
+ */
+export function consumerCounts(
+  events: IdemEvents,
+  name: string,
+  closers: (() => Promise<unknown>)[],
+): { processed: number; duplicates: number; retried: number; dead: number } {
+  const counts = { processed: 0, duplicates: 0, retried: 0, dead: 0 };
+  const offs = [
+    events.on('inbox:processed', (e) => void (e.consumer === name && counts.processed++)),
+    events.on('inbox:duplicate', (e) => void (e.consumer === name && counts.duplicates++)),
+    events.on('inbox:retried', (e) => void (e.consumer === name && counts.retried++)),
+    events.on('inbox:dead', (e) => void (e.consumer === name && counts.dead++)),
+  ];
+  closers.push(async () => offs.forEach((off) => off()));
+  return counts;
+}
