@@ -288,11 +288,7 @@ export function capturingEvents(): {
 }
 
 /** A channel whose `error` events are dropped: for tests whose failures are the point. */
-export function quietEvents(): IdemEvents {
-  const events = createEvents();
-  events.on('error', () => undefined);
-  return events;
-}
+export { quietEvents } from '../support/events.js';
 
 /** Row count of one of idem's tables. */
 export async function count(pool: pg.Pool, schema: string, table: string, where = 'true'): Promise<number> {
