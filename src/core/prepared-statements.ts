@@ -3,7 +3,7 @@
  * pooler hands each transaction any server connection, so a statement prepared on one connection
  * is missing on the next (26000) or was already prepared there by another client (42P05).
  */
-import { createHash } from 'node:crypto';
+import { preparedName } from './statement.js';
 import { SqlState, sqlStateOf } from './sqlstate.js';
 
 /**
@@ -30,11 +30,7 @@ export function prepareNames<K extends string>(
   texts: Record<K, string>,
   keys: readonly K[] = Object.keys(texts) as K[],
 ): Record<K, { name: string }> {
-  const stem = prefix === '' ? 'idem' : `idem_${prefix}`;
   return Object.fromEntries(
-    keys.map((key) => [
-      key,
-      { name: `${stem}_${key}_${createHash('sha1').update(texts[key]).digest('hex').slice(0, 12)}` },
-    ]),
+    keys.map((key) => [key, { name: preparedName(prefix, key, texts[key]) }]),
   ) as Record<K, { name: string }>;
 }

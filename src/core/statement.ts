@@ -1,0 +1,97 @@
+/**
+ * One SQL statement as a typed function: its text, its prepared-statement name and the order of
+ * its parameters live together, and a caller passes named fields instead of a positional array.
+ * graphile-worker keeps its statements the same way (one function per statement in `src/sql`).
+ *
+ * ```ts
+ * const readTask = defineStatement({
+ *   text: `SELECT * FROM tasks WHERE tenant_id = $1 AND id = $2`,
+ *   name: preparedName('claims', 'byId', text),          // or leave it out: sent unprepared
+ *   params: (task: { tenant: string; id: string }) => [task.tenant, task.id],
+ *   result: firstRow<TaskRow>,
+ * });
+ * const row = await readTask(db, { tenant, id });
+ * ```
+ *
+ * The wrapper costs one closure call and the parameter array the caller used to build itself:
+ * nothing a round trip would show.
+ */
+import { createHash } from 'node:crypto';
+import type { PipelinedTransaction, Queryable, QueryResult, Row } from './sql.js';
+import { queryAndCommit } from './sql.js';
+
+/** What `defineStatement` takes. */
+export interface StatementSpec<Input, R extends Row, Output> {
+  /** The statement's text, with `$1`-style parameters. */
+  readonly text: string;
+  /**
+   * The prepared-statement name (see `preparedName`). Without one the text is sent unnamed, as a
+   * statement that runs rarely should be (a named one would stay prepared on every connection).
+   */
+  readonly name?: string | undefined;
+  /** The parameters `$1, $2, …` in order, from the statement's input. */
+  readonly params: (input: Input) => readonly unknown[];
+  /** What a caller gets back, from the driver's result. */
+  readonly result: (result: QueryResult<R>) => Output;
+}
+
+/** A statement as a function of a connection (or transaction) and its input. */
+export interface Statement<Input, Output> {
+  (db: Queryable, input: Input): Promise<Output>;
+  /** The statement's text. */
+  readonly text: string;
+  /** Its prepared-statement name, or `undefined` when it is sent unnamed. */
+  readonly name: string | undefined;
+  /** Its parameters in order, from `input`. */
+  params(input: Input): readonly unknown[];
+  /**
+   * Sends it as the transaction's last statement together with COMMIT, in one round trip (see
+   * `queryAndCommit` in core/sql.ts); the transaction is over afterwards, whatever happens.
+   */
+  withCommit(tx: PipelinedTransaction, input: Input): Promise<Output>;
+}
+
+/** Makes a typed statement function from its text, name, parameter order and result shape. */
+export function defineStatement<Input, R extends Row, Output>(
+  spec: StatementSpec<Input, R, Output>,
+): Statement<Input, Output> {
+  const { text, params, result } = spec;
+  const options = spec.name === undefined ? undefined : { name: spec.name };
+  const run = async (db: Queryable, input: Input): Promise<Output> =>
+    result(await db.query<R>(text, params(input), options));
+  return Object.assign(run, {
+    text,
+    name: spec.name,
+    params,
+    withCommit: async (tx: PipelinedTransaction, input: Input): Promise<Output> =>
+      result((await tx[queryAndCommit](text, params(input), options)) as QueryResult<R>),
+  });
+}
+
+/**
+ * The prepared-statement name of one statement text: `idem_<prefix>_<key>_<hash of the text>`,
+ * so two schemas (or two versions of a statement) on one connection never collide, and
+ * node-postgres parses and plans each once per connection.
+ */
+export function preparedName(prefix: string, key: string, text: string): string {
+  const stem = prefix === '' ? 'idem' : `idem_${prefix}`;
+  return `${stem}_${key}_${createHash('sha1').update(text).digest('hex').slice(0, 12)}`;
+}
+
+/** Result shape: every row. */
+export function allRows<R extends Row>(result: QueryResult<R>): R[] {
+  return result.rows;
+}
+
+/** Result shape: the first row, or `null` when there is none. */
+export function firstRow<R extends Row>(result: QueryResult<R>): R | null {
+  return result.rows[0] ?? null;
+}
+
+/** Result shape: how many rows the statement touched. */
+export function affectedRows(result: QueryResult): number {
+  return result.rowCount;
+}
+
+/** Result shape: nothing (the statement is run for its effect). */
+export function nothing(): void {}
