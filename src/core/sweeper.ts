@@ -5,7 +5,8 @@
  * options for every table and for `idem sweep`.
  */
 import type { Clock } from './clock.js';
-import type { Queryable } from './sql.js';
+import type { Queryable, QueryResult } from './sql.js';
+import { affectedRows, defineStatement, type Statement } from './statement.js';
 import { validateTenants } from './tenant.js';
 import { nonNegative, positiveInteger } from './validate.js';
 
@@ -44,18 +45,59 @@ export interface SweepResult {
   cleared: number;
 }
 
+/** One batch of a sweep across every tenant: `$1` the cutoff, `$2` the batch size. */
+export interface SweepBatch {
+  cutoff: Date;
+  limit: number;
+}
+
+/** One batch of a sweep pinned to one tenant: `$3` the tenant. */
+export interface TenantSweepBatch extends SweepBatch {
+  tenant: string;
+}
+
+/** How many rows a batch took, from the statement's result. */
+export type SweepRows = (result: QueryResult) => number;
+
+/**
+ * A sweep's batch statement across every tenant ($1 cutoff, $2 batch size), answering how many
+ * rows it took: its row count by default, or what `rows` reads (`deletedColumn`). Sent unnamed:
+ * a sweep runs rarely, and a prepared statement would stay on every connection of the pool.
+ */
+export function sweepStatement(text: string, rows: SweepRows = affectedRows): Statement<SweepBatch, number> {
+  return defineStatement({ text, params: (batch: SweepBatch) => [batch.cutoff, batch.limit], result: rows });
+}
+
+/** `sweepStatement` pinned to one tenant: $1 cutoff, $2 batch size, $3 tenant. */
+export function tenantSweepStatement(
+  text: string,
+  rows: SweepRows = affectedRows,
+): Statement<TenantSweepBatch, number> {
+  return defineStatement({
+    text,
+    params: (batch: TenantSweepBatch) => [batch.cutoff, batch.limit, batch.tenant],
+    result: rows,
+  });
+}
+
 /** One statement a sweep runs in batches, and what its rows count as. */
 export interface SweepPhase {
-  /** Across every tenant: $1 cutoff, $2 batch size. */
-  statement: string;
-  /** One tenant: $1 cutoff, $2 batch size, $3 tenant. */
-  tenantStatement: string;
+  /**
+   * Across every tenant (`sweepStatement`). A text is taken as `sweepStatement(text, rowsOf)`,
+   * for modules whose statements are still texts.
+   */
+  statement: Statement<SweepBatch, number> | string;
+  /** One tenant (`tenantSweepStatement`); a text as for `statement`. */
+  tenantStatement: Statement<TenantSweepBatch, number> | string;
   /** The cutoff each batch passes as $1 (read per batch, so a long sweep keeps up with time). */
   cutoff: () => Date;
   /** What its rows count as. Default `deleted`. */
   counts?: keyof SweepResult;
-  /** How many rows a batch took. Default its row count; a statement that returns a count reads it. */
-  rowsOf?: (result: { rows: Record<string, unknown>[]; rowCount: number }) => number;
+  /**
+   * For a statement given as text: how many rows a batch took. Default its row count. A typed
+   * statement answers the count itself.
+   */
+  rowsOf?: SweepRows;
 }
 
 /** Runs `phases` in bounded batches, tenant by tenant when `tenants` is given. */
@@ -73,14 +115,19 @@ export async function sweepInBatches(
   const result: SweepResult = { deleted: 0, cleared: 0 };
   for (const tenant of tenants ?? [null]) {
     for (const phase of phases) {
+      const { statement, tenantStatement } = phase;
+      const across = typeof statement === 'string' ? sweepStatement(statement, phase.rowsOf) : statement;
+      const pinned =
+        typeof tenantStatement === 'string'
+          ? tenantSweepStatement(tenantStatement, phase.rowsOf)
+          : tenantStatement;
       for (let batch = 0; batch < maxBatches; batch++) {
         if (batch > 0 && pauseMs > 0) await clock.sleep(pauseMs);
-        const params = [phase.cutoff(), batchSize];
-        const answer =
+        const cutoff = phase.cutoff();
+        const rows =
           tenant === null
-            ? await db.query(phase.statement, params)
-            : await db.query(phase.tenantStatement, [...params, tenant]);
-        const rows = phase.rowsOf ? phase.rowsOf(answer) : answer.rowCount;
+            ? await across(db, { cutoff, limit: batchSize })
+            : await pinned(db, { cutoff, limit: batchSize, tenant });
         result[phase.counts ?? 'deleted'] += rows;
         if (rows < batchSize) break;
       }
@@ -95,6 +142,6 @@ export function cutoffBefore(clock: Clock, olderThanMs: number): () => Date {
   return () => new Date(clock.now() - olderThanMs);
 }
 
-/** A statement that answers `deleted` (a count), for `SweepPhase.rowsOf`. */
+/** How many rows a statement that answers `deleted` (a count) took, for `sweepStatement`. */
 export const deletedColumn = (answer: { rows: Record<string, unknown>[] }): number =>
   Number(answer.rows[0]?.deleted ?? 0);
