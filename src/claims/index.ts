@@ -4,7 +4,8 @@
  * fencing token; failures retry with backoff, then go to the dead letters.
  */
 export { createClaims, type Claims } from './claims.js';
-export type { ClaimOptions, FailOptions, FailResult, RunOutcome } from './claims.js';
+export type { RunOutcome } from './claims.js';
+export type { ClaimOptions, FailOptions, FailResult } from './leases.js';
 export { claimDefaults, type ClaimsOptions, type EnqueueResult, type EnqueueSpec } from './options.js';
 export { createKeepAlive, type KeepAlive, type KeepAliveOptions } from './keep-alive.js';
 export { createClaimsWorker, type ClaimsWorker, type ClaimsWorkerOptions } from './worker.js';

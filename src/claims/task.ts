@@ -46,6 +46,11 @@ export function taskScope(task: Pick<TaskRecord, 'tenant' | 'queue' | 'key'>): O
   return { tenant: task.tenant, operation: task.queue, key: task.key };
 }
 
+/** The one tenant all of `tenants` share, or null when they differ (a batch pinned to one tenant, or not). */
+export function oneTenant(tenants: readonly string[]): string | null {
+  return tenants.every((t) => t === tenants[0]) ? (tenants[0] ?? null) : null;
+}
+
 /** The downstream key of a task; `path` names a sub-call when the task makes several. */
 export function taskKey(task: Pick<TaskRecord, 'tenant' | 'queue' | 'key'>, ...path: string[]): string {
   return deriveKey(taskScope(task), 'task', ...path);

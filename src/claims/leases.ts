@@ -1,0 +1,216 @@
+/**
+ * A holder's statements: claim tasks with a lease (SKIP LOCKED), keep the lease, and settle each
+ * task with its fencing token (complete, fail, release), so a holder whose lease was taken over
+ * can change nothing.
+ */
+import { FencedError, InvalidArgumentError } from '../core/errors.js';
+import type { Queryable } from '../core/sql.js';
+import { validateTenant } from '../core/tenant.js';
+import { positive, positiveInteger } from '../core/validate.js';
+import { isRetryableFailure } from '../core/resilience/classify.js';
+import type { ClaimsContext } from './context.js';
+import { decodeClaimedTask, oneTenant, taskScope, type ClaimedTask } from './task.js';
+
+/** Options of one `claim` call. */
+export interface ClaimOptions {
+  /** How many tasks to claim at most. Default 1. */
+  limit?: number;
+  /** Overrides the instance's `leaseMs` for these tasks. */
+  leaseMs?: number;
+  /**
+   * Only this tenant's tasks, in one statement pinned to it (a worker scoped to tenants; see
+   * `work`'s `tenants`). Default: every tenant's tasks of the queue.
+   */
+  tenant?: string;
+}
+
+/** Options of `fail`. */
+export interface FailOptions {
+  /**
+   * Whether a later attempt may succeed. Default: `isRetryableFailure(error)` (network errors and
+   * timeouts, PostgreSQL serialization/deadlock/lock-timeout/connection errors, errors flagged
+   * `retryable` such as a retryable `HttpStatusError`).
+   * A non-retryable failure dead-letters the task at once.
+   */
+  retryable?: boolean;
+  /** Overrides the computed backoff, in ms (e.g. a downstream's Retry-After). */
+  retryAfterMs?: number;
+}
+
+/** Where `fail` left the task. */
+export interface FailResult {
+  state: 'ready' | 'dead';
+  /** When a ready task is due again (epoch ms). */
+  retryAt: number | null;
+}
+
+/** What `completeMany` did: the tasks completed, and those whose fence was raised. */
+export interface Completed {
+  completed: ClaimedTask[];
+  refused: ClaimedTask[];
+}
+
+/** `Claims.claim`: up to `limit` due tasks of `queue`, leased to this worker. */
+export async function claimTasks<P>(
+  claims: ClaimsContext,
+  queue: string,
+  options: ClaimOptions,
+): Promise<ClaimedTask<P>[]> {
+  const limit = positiveInteger('limit', options.limit ?? 1);
+  const leaseMs = positive('leaseMs', options.leaseMs ?? claims.leaseMs);
+  if (options.tenant !== undefined) validateTenant(options.tenant);
+  const now = claims.clock.now();
+  const batch = {
+    queue,
+    now: new Date(now),
+    limit,
+    leaseUntil: new Date(now + leaseMs),
+    workerId: claims.workerId,
+  };
+  const rows =
+    options.tenant === undefined
+      ? await claims.statements.claim(claims.sql, batch)
+      : await claims.statements.claimTenant(claims.sql, { ...batch, tenant: options.tenant });
+  return rows.map((row) => decodeClaimedTask<P>(row, claims.workerId));
+}
+
+/** `Claims.heartbeat`: renews the lease, or `FencedError` when it was taken over. */
+export async function renewLease(claims: ClaimsContext, task: ClaimedTask, leaseMs: number): Promise<void> {
+  const leaseUntil = claims.clock.now() + positive('leaseMs', leaseMs);
+  const renewed = await claims.statements.heartbeat(claims.sql, { task, leaseUntil: new Date(leaseUntil) });
+  if (renewed !== 1) throw new FencedError(taskScope(task), task.fence);
+  task.leaseUntil = leaseUntil;
+}
+
+/** `Claims.guard`: checks the fence in `tx` and row-locks the task until `tx` ends. */
+export async function guardTask(claims: ClaimsContext, tx: Queryable, task: ClaimedTask): Promise<void> {
+  const leaseUntil = new Date(claims.clock.now() + claims.leaseMs);
+  if ((await claims.statements.guard(tx, { task, leaseUntil })) !== 1) {
+    throw new FencedError(taskScope(task), task.fence);
+  }
+}
+
+/** `Claims.completeIn`: completes the task on `db`, fenced. */
+export async function completeTask(
+  claims: ClaimsContext,
+  db: Queryable,
+  task: ClaimedTask,
+  result: unknown,
+): Promise<void> {
+  const now = claims.clock.now();
+  const completed = await claims.statements.complete(db, {
+    task,
+    result: JSON.stringify(result ?? null),
+    now: new Date(now),
+    expiresAt: new Date(now + claims.retentionMs),
+  });
+  if (completed !== 1) throw new FencedError(taskScope(task), task.fence);
+}
+
+/** `Claims.completeMany`: a batch in one round trip; tasks whose fence was raised are refused. */
+export async function completeTasks(
+  claims: ClaimsContext,
+  tasks: readonly ClaimedTask[],
+  results: readonly unknown[] | undefined,
+): Promise<Completed> {
+  if (tasks.length === 0) return { completed: [], refused: [] };
+  const completions = completionsOf(claims, tasks, results);
+  // Tasks of one tenant (always, for a worker scoped to tenants) by a statement pinned to it.
+  const tenant = oneTenant(tasks.map((t) => t.tenant));
+  const rows =
+    tenant === null
+      ? await claims.statements.completeMany(claims.sql, completions)
+      : await claims.statements.completeManyTenant(claims.sql, { ...completions, tenant });
+  return split(
+    tasks,
+    rows.map((r) => r.id),
+  );
+}
+
+/** `Claims.completeAndClaim`: completes `done` and claims the next batch in one statement. */
+export async function completeAndClaimTasks<P>(
+  claims: ClaimsContext,
+  done: readonly ClaimedTask[],
+  queue: string,
+  options: ClaimOptions & { results?: readonly unknown[] },
+): Promise<Completed & { claimed: ClaimedTask<P>[] }> {
+  const limit = positiveInteger('limit', options.limit ?? 1);
+  const leaseMs = positive('leaseMs', options.leaseMs ?? claims.leaseMs);
+  const tenant = options.tenant;
+  if (tenant !== undefined) {
+    validateTenant(tenant);
+    if (done.some((t) => t.tenant !== tenant)) {
+      throw new InvalidArgumentError(`completeAndClaim for tenant ${tenant} got a task of another tenant`);
+    }
+  }
+  const completions = completionsOf(claims, done, options.results);
+  const now = completions.now.getTime();
+  const batch = {
+    ...completions,
+    queue,
+    limit,
+    leaseUntil: new Date(now + leaseMs),
+    workerId: claims.workerId,
+  };
+  const row =
+    tenant === undefined
+      ? await claims.statements.completeAndClaim(claims.sql, batch)
+      : await claims.statements.completeAndClaimTenant(claims.sql, { ...batch, tenant });
+  const claimed = (JSON.parse(row.claimed) as Record<string, unknown>[]).map((r) =>
+    decodeClaimedTask<P>(r, claims.workerId),
+  );
+  return { ...split(done, row.completed), claimed };
+}
+
+/** `Claims.fail`: a retryable failure makes the task due after a backoff while attempts remain. */
+export async function failTask(
+  claims: ClaimsContext,
+  task: ClaimedTask,
+  error: unknown,
+  options: FailOptions,
+): Promise<FailResult> {
+  const retryable = options.retryable ?? isRetryableFailure(error);
+  const now = claims.clock.now();
+  const delay = options.retryAfterMs ?? claims.backoff(task.attempts);
+  const row = await claims.statements.fail(claims.sql, {
+    task,
+    retryAt: new Date(now + Math.max(0, delay)),
+    error: describe(error),
+    retryable,
+    now: new Date(now),
+    expiresAt: new Date(now + claims.retentionMs),
+  });
+  if (!row) throw new FencedError(taskScope(task), task.fence);
+  return { state: row.state, retryAt: row.state === 'ready' ? now + Math.max(0, delay) : null };
+}
+
+/** `Claims.release`: gives the task back without counting the attempt. */
+export async function releaseTask(claims: ClaimsContext, task: ClaimedTask): Promise<boolean> {
+  return (await claims.statements.release(claims.sql, { task, now: new Date(claims.clock.now()) })) === 1;
+}
+
+/** The completions of `tasks` now, with `results` (null where none), kept for the retention. */
+function completionsOf(claims: ClaimsContext, tasks: readonly ClaimedTask[], results?: readonly unknown[]) {
+  const now = claims.clock.now();
+  return {
+    tasks,
+    results: tasks.map((_, i) => JSON.stringify(results?.[i] ?? null)),
+    now: new Date(now),
+    expiresAt: new Date(now + claims.retentionMs),
+  };
+}
+
+/** `tasks` split by the ids a completion accepted. */
+function split(tasks: readonly ClaimedTask[], acceptedIds: readonly unknown[]): Completed {
+  // Ids are unique across tenants (one sequence), so an id names one task of the batch.
+  const accepted = new Set(acceptedIds.map(String));
+  return {
+    completed: tasks.filter((t) => accepted.has(t.id)),
+    refused: tasks.filter((t) => !accepted.has(t.id)),
+  };
+}
+
+function describe(error: unknown): string {
+  const text = error instanceof Error ? `${error.name}: ${error.message}` : String(error);
+  return text.slice(0, 2000);
+}
