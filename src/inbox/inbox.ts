@@ -161,16 +161,19 @@ export class Inbox<Client = unknown> extends TableModule<Client, InboxStatements
   async record(tx: Queryable, message: InboxMessage): Promise<boolean> {
     this.validate(message);
     const now = this.clock.now();
-    const id = [this.tenantOf(message), message.consumer, message.messageId];
-    const params = [...id, new Date(now), new Date(now + this.retentionMs)];
+    const record = {
+      tenant: this.tenantOf(message),
+      consumer: message.consumer,
+      messageId: message.messageId,
+      now: new Date(now),
+      expiresAt: new Date(now + this.retentionMs),
+    };
     const { statements } = this;
-    const inserted = await tx.query(statements.record, params, statements.names.record);
-    if (inserted.rowCount === 1) return true;
+    if ((await statements.record(tx, record)) === 1) return true;
     // Rare paths, after the unique key said "seen": a dead record is revived by a redelivery
     // (the handler runs again), anything else is a duplicate.
-    const revived = await tx.query(statements.revive, params, statements.names.revive);
-    if (revived.rowCount === 1) return true;
-    await tx.query(statements.countDuplicate, id, statements.names.countDuplicate);
+    if ((await statements.revive(tx, record)) === 1) return true;
+    await statements.countDuplicate(tx, record);
     return false;
   }
 
@@ -182,30 +185,29 @@ export class Inbox<Client = unknown> extends TableModule<Client, InboxStatements
   async markDead(message: DeadMessage): Promise<boolean> {
     this.validate(message);
     const now = this.clock.now();
-    const { rowCount } = await this.sql.query(this.statements.markDead, [
-      this.tenantOf(message),
-      message.consumer,
-      message.messageId,
-      message.attempts,
-      message.error,
-      message.origin ?? null,
-      message.payload ? Buffer.from(message.payload) : null,
-      message.headers ? JSON.stringify(message.headers) : null,
-      new Date(now),
-      new Date(now + this.retentionMs),
-    ]);
-    return rowCount === 1;
+    const marked = await this.statements.markDead(this.sql, {
+      tenant: this.tenantOf(message),
+      consumer: message.consumer,
+      messageId: message.messageId,
+      attempts: message.attempts,
+      error: message.error,
+      origin: message.origin ?? null,
+      payload: message.payload ? Buffer.from(message.payload) : null,
+      headers: message.headers ? JSON.stringify(message.headers) : null,
+      now: new Date(now),
+      expiresAt: new Date(now + this.retentionMs),
+    });
+    return marked === 1;
   }
 
   /** One record, or null. */
   async get(message: InboxMessage): Promise<InboxRecord | null> {
     this.validate(message);
-    const { rows } = await this.sql.query(this.statements.read, [
-      this.tenantOf(message),
-      message.consumer,
-      message.messageId,
-    ]);
-    const r = rows[0];
+    const r = await this.statements.read(this.sql, {
+      tenant: this.tenantOf(message),
+      consumer: message.consumer,
+      messageId: message.messageId,
+    });
     if (!r) return null;
     return {
       tenant: r.tenant_id as string,
@@ -225,8 +227,7 @@ export class Inbox<Client = unknown> extends TableModule<Client, InboxStatements
 
   /** Counts in the table (all consumers, or one). */
   async stats(consumer?: string): Promise<{ processed: number; dead: number; duplicates: number }> {
-    const { rows } = await this.sql.query(this.statements.stats, [consumer ?? null]);
-    const r = rows[0] ?? {};
+    const r = (await this.statements.stats(this.sql, { consumer: consumer ?? null })) ?? {};
     return {
       processed: Number(r.processed ?? 0),
       dead: Number(r.dead ?? 0),

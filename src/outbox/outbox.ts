@@ -12,7 +12,7 @@ import {
 } from '../core/sweeper.js';
 import { defaultTenant, validateTenant } from '../core/tenant.js';
 import { defaultSchema } from '../core/schema-name.js';
-import { renderOutboxStatements, type OutboxStatements } from './statements.js';
+import { renderOutboxStatements, type EventRow, type OutboxStatements } from './statements.js';
 import { parseSnapshot } from '../observability/snapshot.js';
 import type { NewOutboxEvent, OutboxEvent } from './types.js';
 import type { StoreOptions } from '../core/store.js';
@@ -140,35 +140,19 @@ export class Outbox {
   async add(tx: Queryable, event: NewOutboxEvent): Promise<string> {
     const row = prepare(event, this.tenant);
     const now = new Date(this.clock.now());
-    const key = this.notify ? 'add' : 'addWithoutNotify';
-    await tx.query(
-      this.statements[key],
-      [...row, now, ...(this.notify ? [this.statements.channel] : [])],
-      this.statements.names[key],
-    );
-    return row[1];
+    const { add, addWithoutNotify } = this.statements;
+    await (this.notify ? add : addWithoutNotify)(tx, { event: row, now });
+    return row.id;
   }
 
   /** Adds several events in one statement, in array order. Returns their ids. */
   async addMany(tx: Queryable, events: readonly NewOutboxEvent[]): Promise<string[]> {
     if (events.length === 0) return [];
-    const ids: string[] = [];
-    const rows: string[] = [];
-    for (const event of events) {
-      const [tenant, id, topic, key, type, payload, headers] = prepare(event, this.tenant);
-      ids.push(id);
-      rows.push(
-        `[${JSON.stringify(tenant)},${JSON.stringify(id)},${JSON.stringify(topic)},${JSON.stringify(key)},${JSON.stringify(type)},${payload},${headers}]`,
-      );
-    }
+    const rows = events.map((event) => prepare(event, this.tenant));
     const now = new Date(this.clock.now());
-    const key = this.notify ? 'addMany' : 'addManyWithoutNotify';
-    await tx.query(
-      this.statements[key],
-      [`[${rows.join(',')}]`, now, ...(this.notify ? [this.statements.channel] : [])],
-      this.statements.names[key],
-    );
-    return ids;
+    const { addMany, addManyWithoutNotify } = this.statements;
+    await (this.notify ? addMany : addManyWithoutNotify)(tx, { events: rows, now });
+    return rows.map((row) => row.id);
   }
 
   /**
@@ -178,18 +162,17 @@ export class Outbox {
   async redrive(filter: RedriveFilter = {}): Promise<RedriveResult> {
     if (filter.id !== undefined && !isUuid(filter.id)) throw new InvalidArgumentError('id must be a UUID');
     if (filter.tenant !== undefined) validateTenant(filter.tenant);
-    const params = [
-      new Date(this.clock.now()),
-      filter.id ?? null,
-      filter.topic ?? null,
-      filter.key ?? null,
-      this.statements.channel,
-    ];
-    const { rows } =
+    const which = {
+      now: new Date(this.clock.now()),
+      id: filter.id ?? null,
+      topic: filter.topic ?? null,
+      key: filter.key ?? null,
+    };
+    const row =
       filter.tenant === undefined
-        ? await this.db().query(this.statements.redrive, params)
-        : await this.db().query(this.statements.redriveTenant, [...params, filter.tenant]);
-    return { revived: Number(rows[0]?.revived ?? 0), released: Number(rows[0]?.released ?? 0) };
+        ? await this.statements.redrive(this.db(), which)
+        : await this.statements.redriveTenant(this.db(), { ...which, tenant: filter.tenant });
+    return { revived: Number(row?.revived ?? 0), released: Number(row?.released ?? 0) };
   }
 
   /**
@@ -220,12 +203,12 @@ export class Outbox {
   async stats(options: { topic?: string; tenant?: string } = {}): Promise<OutboxStats> {
     if (options.tenant !== undefined) validateTenant(options.tenant);
     const now = this.clock.now();
-    const { rows } = await this.db().query<Record<string, unknown>>(this.statements.stats, [
-      new Date(now),
-      options.topic ?? null,
-      options.tenant ?? null,
-    ]);
-    const row = rows[0] ?? {};
+    const row =
+      (await this.statements.stats(this.db(), {
+        now: new Date(now),
+        topic: options.topic ?? null,
+        tenant: options.tenant ?? null,
+      })) ?? {};
     const { outbox } = parseSnapshot(row, ['outbox'], now);
     return {
       pending: outbox.backlog,
@@ -244,18 +227,18 @@ export class Outbox {
     if (!isUuid(id)) throw new InvalidArgumentError('id must be a UUID');
     const tenant = ref.tenant ?? this.tenant;
     validateTenant(tenant);
-    const { rows } = await this.db().query(this.statements.read, [tenant, id]);
-    return rows[0] ? decodeRecord(rows[0]) : null;
+    const row = await this.statements.read(this.db(), { tenant, id });
+    return row ? decodeRecord(row) : null;
   }
 
   /** Dead events, oldest first (of every tenant, or of one). */
   async listDead(options: { limit?: number; topic?: string; tenant?: string } = {}): Promise<OutboxRecord[]> {
     if (options.tenant !== undefined) validateTenant(options.tenant);
-    const { rows } = await this.db().query(this.statements.listDead, [
-      options.limit ?? 100,
-      options.topic ?? null,
-      options.tenant ?? null,
-    ]);
+    const rows = await this.statements.listDead(this.db(), {
+      limit: options.limit ?? 100,
+      topic: options.topic ?? null,
+      tenant: options.tenant ?? null,
+    });
     return rows.map(decodeRecord);
   }
 
@@ -276,11 +259,8 @@ export function createOutbox(options: OutboxOptions = {}): Outbox {
   return new Outbox(options);
 }
 
-/** Validates an event and returns its column values: tenant, id, topic, key, type, payload, headers. */
-function prepare(
-  event: NewOutboxEvent,
-  tenantByDefault: string,
-): [string, string, string, string, string, string, string] {
+/** Validates an event and returns its column values. */
+function prepare(event: NewOutboxEvent, tenantByDefault: string): EventRow {
   const tenant = event.tenant ?? tenantByDefault;
   validateTenant(tenant);
   validateName('topic', event.topic);
@@ -294,7 +274,15 @@ function prepare(
   for (const [name, value] of Object.entries(headers)) {
     if (typeof value !== 'string') throw new InvalidArgumentError(`header ${name} must be a string`);
   }
-  return [tenant, id, event.topic, event.key, event.type, payload, JSON.stringify(headers)];
+  return {
+    tenant,
+    id,
+    topic: event.topic,
+    key: event.key,
+    type: event.type,
+    payload,
+    headers: JSON.stringify(headers),
+  };
 }
 
 /** Decodes an event row as the claim statement returns it (for the dispatcher; not in `idem/outbox`). */

@@ -1,96 +1,71 @@
 import { createHash } from 'node:crypto';
-import { prepareNames } from '../core/prepared-statements.js';
 import { quoteSchema } from '../core/schema-name.js';
+import type { Row } from '../core/sql.js';
+import {
+  allRows,
+  defineStatement,
+  firstRow,
+  nothing,
+  preparedName,
+  type StatementSpec,
+} from '../core/statement.js';
+import { sweepStatement, tenantSweepStatement } from '../core/sweeper.js';
 import { snapshotStatement } from '../observability/snapshot.js';
+import { claimStatement, markMovedStatement, markStatement, sameTenant, type Pin } from './claim-and-mark.js';
+import { markedRows } from './marked.js';
+import type { OutboxEvent } from './types.js';
 
-/**
- * The outbox's SQL, rendered once per schema. One statement per hot path step. Statements about
- * known events name their tenant (the primary key is (tenant_id, id)); the dispatcher's scans come
- * in two forms: across every tenant (the default) and pinned to one tenant (`…Tenant`, used by a
- * dispatcher with the `tenants` option), which is what a database distributed by tenant needs.
- */
-export interface OutboxStatements {
-  /** The LISTEN/NOTIFY channel producers notify at commit and dispatchers listen on. */
-  channel: string;
-  /**
-   * $1 tenant, $2 id, $3 topic, $4 key, $5 type, $6 payload json text, $7 headers json text, $8 now,
-   * $9 channel.
-   */
-  add: string;
-  addWithoutNotify: string;
-  /** $1 JSON array of [tenant, id, topic, key, type, payload, headers] rows; $2 now; $3 channel. */
-  addMany: string;
-  addManyWithoutNotify: string;
-  /**
-   * $1 now, $2 batch size, $3 topics (JSON array text, or null), $4 idle-in-transaction timeout
-   * (ms, text). Locks key heads, returns their runs, and sets the transaction's settings.
-   */
-  claim: string;
-  /** `claim` of one tenant: $5 tenant. */
-  claimTenant: string;
-  /**
-   * $1 the published events (JSON text of {rows, n, sum}: the ctids the claim returned them at
-   * (`row`), how many, and the sum of their `seq`), $2 now, $3 failures (JSON array of {tenant_id,
-   * id, retry_at, error, dead}). Marks successes published, failures retried or dead, and holds
-   * back the failed keys' later events. Returns `failed`, and `marked`: null when the rows it found
-   * at those ctids are the batch's (same count, same sum of seq), else the JSON text of the
-   * [tenant, id] pairs it found there.
-   */
-  mark: string;
-  /** `mark` of one tenant's events: $4 tenant. */
-  markTenant: string;
-  /** Like `mark`, but deletes published rows at once (retention 0). */
-  markDeleting: string;
-  markDeletingTenant: string;
-  /**
-   * $1 published events the mark did not find at their ctid (JSON array of {tenant_id, id}), $2
-   * now. Marks them published by key, if still pending.
-   */
-  markMoved: string;
-  /** `markMoved` of one tenant's events: $3 tenant. */
-  markMovedTenant: string;
-  /** Like `markMoved`, but deletes them (retention 0): $1 the events, and `…Tenant` $2 tenant. */
-  markMovedDeleting: string;
-  markMovedDeletingTenant: string;
-  /**
-   * $1 now, $2 id, $3 topic, $4 key, $5 channel. Revives dead events and the events parked behind
-   * them, in every tenant.
-   */
-  redrive: string;
-  /** `redrive` in one tenant: $6 tenant. */
-  redriveTenant: string;
-  /** $1 cutoff, $2 batch size. Deletes published rows older than the cutoff. */
-  cleanup: string;
-  /** `cleanup` of one tenant: $3 tenant. */
-  cleanupTenant: string;
-  /** $1 cutoff, $2 batch size. For CDC (Debezium) setups: deletes any row older than the cutoff. */
-  cleanupCaptured: string;
-  cleanupCapturedTenant: string;
-  /** $1 now, $2 topic or null, $3 tenant or null. Counts by state. */
-  stats: string;
-  /** $1 tenant, $2 id. One event with its bookkeeping. */
-  read: string;
-  /**
-   * Names for the hot statements: node-postgres then parses and plans each once per connection
-   * (the claim's planning alone is ~1–2 ms of a batch's CPU). The hash ties a name to its text.
-   */
-  names: Record<(typeof namedStatements)[number], { name: string }>;
-  /** $1 limit, $2 topic or null, $3 tenant or null. Dead events, oldest first. */
-  listDead: string;
+/** An event's column values, validated (`prepare` in outbox.ts); payload and headers as JSON text. */
+export interface EventRow {
+  tenant: string;
+  id: string;
+  topic: string;
+  key: string;
+  type: string;
+  payload: string;
+  headers: string;
 }
 
-const namedStatements = [
-  'add',
-  'addWithoutNotify',
-  'addMany',
-  'addManyWithoutNotify',
-  'claim',
-  'claimTenant',
-  'mark',
-  'markTenant',
-  'markDeleting',
-  'markDeletingTenant',
-] as const;
+/** A row the claim returns: `held` on every row, and an event's columns (null on an empty batch). */
+export type ClaimedRow = Record<string, unknown> & { held: number; row: string; seq: string };
+
+/** What the claim takes: a batch of due events now, of `topics` (JSON text) or every topic. */
+export interface ClaimInput {
+  now: Date;
+  limit: number;
+  /** The topics as a JSON array text, or null for every topic. */
+  topics: string | null;
+  /** The batch transaction's `idle_in_transaction_session_timeout`, in ms. */
+  idleTimeoutMs: number;
+}
+
+/** A failed event as the mark records it: retried at `retry_at`, or parked (`dead`). */
+export interface MarkFailure {
+  tenant_id: string;
+  id: string;
+  /** An ISO time, or 'infinity' when parked. */
+  retry_at: string;
+  error: string;
+  dead: boolean;
+}
+
+/** What the mark settles: the published events where the claim read them, and the failures. */
+export interface MarkInput {
+  published: readonly { row: string; seq: string }[];
+  now: Date;
+  failures: readonly MarkFailure[];
+}
+
+/** Published events to mark by key (`markMoved`); `now` is unused when they are deleted. */
+export interface MovedInput {
+  events: readonly OutboxEvent[];
+  now: Date;
+}
+
+/** Pinned to one tenant. */
+interface Pinned {
+  tenant: string;
+}
 
 /**
  * Channel names are identifiers (at most 63 bytes); a long schema name is hashed so the name
@@ -103,45 +78,46 @@ export function outboxChannel(schema: string): string {
     : `idem_outbox_${createHash('sha256').update(schema).digest('hex').slice(0, 32)}`;
 }
 
+/** A hot statement, prepared under its old key (`idem_outbox_<key>_<hash>`). */
+function prepared<Input, R extends Row, Output>(key: string, spec: StatementSpec<Input, R, Output>) {
+  return defineStatement({ ...spec, name: preparedName('outbox', key, spec.text) });
+}
+
 // jsonb is read as text and parsed by idem, so every driver yields the same values.
 /** `stats`' filters: `$2` a topic, `$3` a tenant, each null for all. */
 const outboxFilter = '($2::text IS NULL OR aggregatetype = $2) AND ($3::text IS NULL OR tenant_id = $3)';
 
 const eventColumns = `tenant_id, id, aggregatetype, aggregateid, type, payload::text AS payload, headers::text AS headers, created_at, attempts`;
 
-export function renderOutboxStatements(schema: string): OutboxStatements {
-  const texts = renderTexts(schema);
-  return { ...texts, names: prepareNames('outbox', texts, namedStatements) };
+/** $1 tenant, $2 id, $3 topic, $4 key, $5 type, $6 payload json text, $7 headers json text. */
+const eventParams = (e: EventRow) => [e.tenant, e.id, e.topic, e.key, e.type, e.payload, e.headers];
+
+/** $1 of `addMany`: the events as one JSON array of [tenant, id, topic, key, type, payload, headers]. */
+function eventsJson(events: readonly EventRow[]): string {
+  const rows = events.map(
+    (e) =>
+      `[${JSON.stringify(e.tenant)},${JSON.stringify(e.id)},${JSON.stringify(e.topic)},${JSON.stringify(e.key)},${JSON.stringify(e.type)},${e.payload},${e.headers}]`,
+  );
+  return `[${rows.join(',')}]`;
 }
+
+/** $1 of `markMoved`: the events as a JSON array of {tenant_id, id}. */
+const movedJson = (events: readonly OutboxEvent[]) =>
+  JSON.stringify(events.map((e) => ({ tenant_id: e.tenant ?? '', id: e.id })));
 
 /**
- * How a statement finds rows of one tenant: `tenant` is the parameter of a statement pinned to one
- * tenant (every block of it repeats the pin, so a distributed planner routes it to one shard), or
- * null for a statement across tenants, where each lookup follows the tenant of the row it came from.
+ * The outbox's SQL, rendered once per schema. One statement per hot path step. Statements about
+ * known events name their tenant (the primary key is (tenant_id, id)); the dispatcher's scans come
+ * in two forms: across every tenant (the default) and pinned to one tenant (`…Tenant`, used by a
+ * dispatcher with the `tenants` option), which is what a database distributed by tenant needs.
+ *
+ * The hot statements (adds, claims, marks) are named: node-postgres then parses and plans each
+ * once per connection (the claim's planning alone is ~1–2 ms of a batch's CPU). The hash ties a
+ * name to its text.
  */
-type Pin = string | null;
-
-/** `alias.tenant_id` equals the pinned tenant, or the tenant of the row `outer` it follows. */
-function sameTenant(pin: Pin, alias: string, outer: string): string {
-  return pin === null ? `${alias}.tenant_id = ${outer}.tenant_id` : `${alias}.tenant_id = ${pin}`;
-}
-
-/**
- * Rows of `alias` whose (tenant_id, id) is one of the pairs in `source` (a relation with tenant_id
- * and id): the failed events of a batch across tenants. The two `= ANY(ARRAY(…))` conditions keep
- * primary-key lookups in a prepared statement's generic plan (a join alone would hash-join against
- * a sequential scan of the outbox); the IN makes the match exact when one id exists under two
- * tenants, as a hash semi-join of the few rows found (an `id ‖ tenant = ANY(…)` filter would be a
- * linear search of the array per row).
- */
-function pairs(alias: string, source: string): string {
-  return `${alias}.tenant_id = ANY(ARRAY(SELECT DISTINCT tenant_id FROM ${source}))
-        AND ${alias}.id = ANY(ARRAY(SELECT id FROM ${source}))
-        AND (${alias}.tenant_id, ${alias}.id) IN (SELECT tenant_id, id FROM ${source})`;
-}
-
-function renderTexts(schema: string): Omit<OutboxStatements, 'names'> {
+export function renderOutboxStatements(schema: string) {
   const s = quoteSchema(schema);
+  const channel = outboxChannel(schema);
   const insertColumns = `INSERT INTO ${s}.outbox (tenant_id, id, aggregatetype, aggregateid, type, payload, headers, created_at, available_at)`;
   // Arrays travel as one JSON text parameter: every adapter passes text through unchanged, while
   // some (Drizzle) expand array parameters into lists.
@@ -152,50 +128,203 @@ function renderTexts(schema: string): Omit<OutboxStatements, 'names'> {
   // so they cannot move before the DELETE reaches them.
   const cleanup = (due: string, pin: string) => `DELETE FROM ${s}.outbox WHERE ${pin}ctid = ANY(ARRAY(
         SELECT ctid FROM ${s}.outbox WHERE ${pin}${due} LIMIT $2 FOR UPDATE SKIP LOCKED))`;
+  const claimParams = (c: ClaimInput) => [c.now, c.limit, c.topics, String(c.idleTimeoutMs)];
+  const markParams = (m: MarkInput) => [markedRows(m.published), m.now, JSON.stringify(m.failures)];
+  const redriveParams = (r: RedriveInput) => [r.now, r.id, r.topic, r.key, channel];
+  const mark = (key: string, text: string) =>
+    prepared(key, { text, params: markParams, result: firstRow<MarkedRow> });
+  const markTenant = (key: string, text: string) =>
+    prepared(key, {
+      text,
+      params: (m: MarkInput & Pinned) => [...markParams(m), m.tenant],
+      result: firstRow<MarkedRow>,
+    });
   return {
-    channel: outboxChannel(schema),
-    // The NOTIFY rides in the INSERT (no extra round trip) and is delivered at COMMIT, so a
-    // dispatcher never wakes for an event it cannot see yet. PostgreSQL folds identical
-    // notifications of one transaction into one. `::text::jsonb`: the driver sends text, which
-    // stops drivers that JSON-encode jsonb parameters (postgres.js) from encoding it twice.
-    add: `${insertColumns}
+    /** The LISTEN/NOTIFY channel producers notify at commit and dispatchers listen on. */
+    channel,
+    /**
+     * Adds one event ($1–$7, `eventParams`; $8 now, $9 the channel). The NOTIFY rides in the
+     * INSERT (no extra round trip) and is delivered at COMMIT, so a dispatcher never wakes for an
+     * event it cannot see yet. PostgreSQL folds identical notifications of one transaction into
+     * one. `::text::jsonb`: the driver sends text, which stops drivers that JSON-encode jsonb
+     * parameters (postgres.js) from encoding it twice.
+     */
+    add: prepared('add', {
+      text: `${insertColumns}
       SELECT $1, $2::uuid, $3, $4, $5, $6::text::jsonb, $7::text::jsonb, $8::timestamptz, $8::timestamptz
       FROM (SELECT pg_notify($9, $3)) AS n`,
-    addWithoutNotify: `${insertColumns}
+      params: ({ event, now }: { event: EventRow; now: Date }) => [...eventParams(event), now, channel],
+      result: nothing,
+    }),
+    /** `add` without the NOTIFY (`notify: false`). */
+    addWithoutNotify: prepared('addWithoutNotify', {
+      text: `${insertColumns}
       VALUES ($1, $2::uuid, $3, $4, $5, $6::text::jsonb, $7::text::jsonb, $8::timestamptz, $8::timestamptz)`,
-    // ORDER BY ord: identity values (the per-key order) follow the order of the array.
-    addMany: `WITH n AS (
+      params: ({ event, now }: { event: EventRow; now: Date }) => [...eventParams(event), now],
+      result: nothing,
+    }),
+    /**
+     * Adds many events: $1 JSON array of [tenant, id, topic, key, type, payload, headers] rows; $2
+     * now; $3 channel. ORDER BY ord: identity values (the per-key order) follow the order of the
+     * array.
+     */
+    addMany: prepared('addMany', {
+      text: `WITH n AS (
         SELECT count(pg_notify($3, d.t)) FROM (SELECT DISTINCT r->>2 AS t FROM jsonb_array_elements($1::text::jsonb) AS r) AS d
       )
       ${insertColumns} ${manyRows} CROSS JOIN n ORDER BY u.ord`,
-    addManyWithoutNotify: `${insertColumns} ${manyRows} ORDER BY u.ord`,
-    claim: claimStatement(s, null),
-    claimTenant: claimStatement(s, '$5'),
-    mark: markStatement(s, false, null),
-    markTenant: markStatement(s, false, '$4'),
-    markDeleting: markStatement(s, true, null),
-    markDeletingTenant: markStatement(s, true, '$4'),
-    markMoved: markMovedStatement(s, false, null),
-    markMovedTenant: markMovedStatement(s, false, '$3'),
-    markMovedDeleting: markMovedStatement(s, true, null),
-    markMovedDeletingTenant: markMovedStatement(s, true, '$2'),
-    redrive: redriveStatement(s, null),
-    redriveTenant: redriveStatement(s, '$6'),
-    cleanup: cleanup('published_at < $1 ORDER BY published_at', ''),
-    cleanupTenant: cleanup('published_at < $1 ORDER BY published_at', 'tenant_id = $3 AND '),
-    cleanupCaptured: cleanup('created_at < $1 AND dead_at IS NULL', ''),
-    cleanupCapturedTenant: cleanup('created_at < $1 AND dead_at IS NULL', 'tenant_id = $3 AND '),
-    // The snapshot's outbox counts (observability/snapshot.ts: the console's and the gauges'
-    // definitions), filtered by topic and tenant, plus the published rows kept.
-    stats: `${snapshotStatement(s, ['outbox'], outboxFilter)},
+      params: ({ events, now }: { events: readonly EventRow[]; now: Date }) => [
+        eventsJson(events),
+        now,
+        channel,
+      ],
+      result: nothing,
+    }),
+    /** `addMany` without the NOTIFY. */
+    addManyWithoutNotify: prepared('addManyWithoutNotify', {
+      text: `${insertColumns} ${manyRows} ORDER BY u.ord`,
+      params: ({ events, now }: { events: readonly EventRow[]; now: Date }) => [eventsJson(events), now],
+      result: nothing,
+    }),
+    /**
+     * $1 now, $2 batch size, $3 topics (JSON array text, or null), $4 idle-in-transaction timeout
+     * (ms, text). Locks key heads, returns their runs, and sets the transaction's settings (see
+     * `claimStatement`).
+     */
+    claim: prepared('claim', {
+      text: claimStatement(s, null),
+      params: claimParams,
+      result: allRows<ClaimedRow>,
+    }),
+    /** `claim` of one tenant: $5 tenant. */
+    claimTenant: prepared('claimTenant', {
+      text: claimStatement(s, '$5'),
+      params: (c: ClaimInput & Pinned) => [...claimParams(c), c.tenant],
+      result: allRows<ClaimedRow>,
+    }),
+    /**
+     * $1 the published events (JSON text of {rows, n, sum}: the ctids the claim returned them at
+     * (`row`), how many, and the sum of their `seq`), $2 now, $3 failures (JSON array of {tenant_id,
+     * id, retry_at, error, dead}). Marks successes published, failures retried or dead, and holds
+     * back the failed keys' later events. Returns `failed`, and `marked`: null when the rows it found
+     * at those ctids are the batch's (same count, same sum of seq), else the JSON text of the
+     * [tenant, id] pairs it found there (see `markStatement`).
+     */
+    mark: mark('mark', markStatement(s, false, null)),
+    /** `mark` of one tenant's events: $4 tenant. */
+    markTenant: markTenant('markTenant', markStatement(s, false, '$4')),
+    /** Like `mark`, but deletes published rows at once (retention 0). */
+    markDeleting: mark('markDeleting', markStatement(s, true, null)),
+    markDeletingTenant: markTenant('markDeletingTenant', markStatement(s, true, '$4')),
+    /**
+     * $1 published events the mark did not find at their ctid (JSON array of {tenant_id, id}), $2
+     * now. Marks them published by key, if still pending.
+     */
+    markMoved: defineStatement({
+      text: markMovedStatement(s, false, null),
+      params: (m: MovedInput) => [movedJson(m.events), m.now],
+      result: nothing,
+    }),
+    /** `markMoved` of one tenant's events: $3 tenant. */
+    markMovedTenant: defineStatement({
+      text: markMovedStatement(s, false, '$3'),
+      params: (m: MovedInput & Pinned) => [movedJson(m.events), m.now, m.tenant],
+      result: nothing,
+    }),
+    /** Like `markMoved`, but deletes them (retention 0): $1 the events, and `…Tenant` $2 tenant. */
+    markMovedDeleting: defineStatement({
+      text: markMovedStatement(s, true, null),
+      params: (m: MovedInput) => [movedJson(m.events)],
+      result: nothing,
+    }),
+    markMovedDeletingTenant: defineStatement({
+      text: markMovedStatement(s, true, '$2'),
+      params: (m: MovedInput & Pinned) => [movedJson(m.events), m.tenant],
+      result: nothing,
+    }),
+    /**
+     * $1 now, $2 id, $3 topic, $4 key, $5 channel. Revives dead events and the events parked behind
+     * them, in every tenant.
+     */
+    redrive: defineStatement({
+      text: redriveStatement(s, null),
+      params: redriveParams,
+      result: firstRow<Record<string, unknown>>,
+    }),
+    /** `redrive` in one tenant: $6 tenant. */
+    redriveTenant: defineStatement({
+      text: redriveStatement(s, '$6'),
+      params: (r: RedriveInput & Pinned) => [...redriveParams(r), r.tenant],
+      result: firstRow<Record<string, unknown>>,
+    }),
+    /** $1 cutoff, $2 batch size. Deletes published rows older than the cutoff. */
+    cleanup: sweepStatement(cleanup('published_at < $1 ORDER BY published_at', '')),
+    /** `cleanup` of one tenant: $3 tenant. */
+    cleanupTenant: tenantSweepStatement(
+      cleanup('published_at < $1 ORDER BY published_at', 'tenant_id = $3 AND '),
+    ),
+    /** $1 cutoff, $2 batch size. For CDC (Debezium) setups: deletes any row older than the cutoff. */
+    cleanupCaptured: sweepStatement(cleanup('created_at < $1 AND dead_at IS NULL', '')),
+    cleanupCapturedTenant: tenantSweepStatement(
+      cleanup('created_at < $1 AND dead_at IS NULL', 'tenant_id = $3 AND '),
+    ),
+    /**
+     * $1 now, $2 topic or null, $3 tenant or null. Counts by state: the snapshot's outbox counts
+     * (observability/snapshot.ts: the console's and the gauges' definitions), filtered by topic and
+     * tenant, plus the published rows kept.
+     */
+    stats: defineStatement({
+      text: `${snapshotStatement(s, ['outbox'], outboxFilter)},
   (SELECT count(*) FROM ${s}.outbox WHERE published_at IS NOT NULL AND ${outboxFilter}) AS "outbox.published"`,
-    read: `SELECT ${eventColumns}, seq, available_at, last_error, published_at, dead_at FROM ${s}.outbox
+      params: (f: { now: Date; topic: string | null; tenant: string | null }) => [f.now, f.topic, f.tenant],
+      result: firstRow<Record<string, unknown>>,
+    }),
+    /** $1 tenant, $2 id. One event with its bookkeeping. */
+    read: defineStatement({
+      text: `SELECT ${eventColumns}, seq, available_at, last_error, published_at, dead_at FROM ${s}.outbox
       WHERE tenant_id = $1 AND id = $2`,
-    listDead: `SELECT ${eventColumns}, seq, available_at, last_error, published_at, dead_at FROM ${s}.outbox
+      params: ({ tenant, id }: { tenant: string; id: string }) => [tenant, id],
+      result: firstRow<Record<string, unknown>>,
+    }),
+    /** $1 limit, $2 topic or null, $3 tenant or null. Dead events, oldest first. */
+    listDead: defineStatement({
+      text: `SELECT ${eventColumns}, seq, available_at, last_error, published_at, dead_at FROM ${s}.outbox
       WHERE dead_at IS NOT NULL AND ($2::text IS NULL OR aggregatetype = $2) AND ($3::text IS NULL OR tenant_id = $3)
       ORDER BY dead_at LIMIT $1`,
+      params: (f: { limit: number; topic: string | null; tenant: string | null }) => [
+        f.limit,
+        f.topic,
+        f.tenant,
+      ],
+      result: allRows<Record<string, unknown>>,
+    }),
+    /**
+     * The LISTEN self-test's notification (see listener.ts), sent through `sql` the way producers
+     * notify: a pooler between them and the listener is exactly what the test must catch.
+     */
+    selfTest: defineStatement({
+      text: 'SELECT pg_notify($1, $2)',
+      params: ({ payload }: { payload: string }) => [channel, payload],
+      result: nothing,
+    }),
   };
 }
+
+/** Which dead events `redrive` revives: each filter null for any. */
+export interface RedriveInput {
+  now: Date;
+  id: string | null;
+  topic: string | null;
+  key: string | null;
+}
+
+/** What the mark answers (see `mark`). */
+export interface MarkedRow {
+  failed: number;
+  marked: string | null;
+}
+
+export type OutboxStatements = ReturnType<typeof renderOutboxStatements>;
 
 function redriveStatement(s: string, pin: Pin): string {
   return `WITH revived AS (
@@ -213,179 +342,4 @@ function redriveStatement(s: string, pin: Pin): string {
       )
       SELECT (SELECT count(*) FROM revived)::int AS revived, (SELECT count(*) FROM released)::int AS released,
         (SELECT count(pg_notify($5, t)) FROM (SELECT DISTINCT aggregatetype AS t FROM revived) AS d) AS notified`;
-}
-
-/**
- * One round trip that picks work, takes ownership of keys, and reads what to publish.
- *
- * Ownership of a key is the row lock on its head (its earliest pending event). Only the holder of
- * that lock publishes the key's events, and it marks them in the same transaction, so another
- * dispatcher sees either the old head still pending (and cannot lock it) or a new head whose
- * predecessors are all published. That is what keeps per-key order strict with any number of
- * dispatchers, across crashes (a dead connection releases its locks) and retries.
- *
- * 0. `cfg`: the transaction's settings (see the dispatcher), here to save a round trip.
- * 1. `cand`: keys with a due pending event, oldest first (index `outbox_pending_due`), skipping
- *    rows another dispatcher holds (FOR KEY SHARE SKIP LOCKED): its locked heads are not taken as
- *    candidates again, so a second dispatcher finds the next keys instead of an empty batch, and
- *    dispatchers work in parallel (measured, 2000 events over 200 keys, a 5 ms publisher: 4 975/s
- *    with one loop, 9 479/s with two, 13 158/s with four; before, the loops only took turns). KEY
- *    SHARE does not block the other dispatcher's marking UPDATE (it changes no key column).
- * 2. `heads`: each key's earliest pending event, due or not (index `outbox_pending_key`).
- * 3. `waiting`, `held`: keys whose head is not due (backing off, or parked at 'infinity'): their
- *    later events are pushed to the head's time, so they stop filling the scan while the head
- *    waits. Only rows nobody holds are touched (SKIP LOCKED), so this never waits. The head itself
- *    is locked first (KEY SHARE, SKIP LOCKED): a dispatcher whose clock runs a little ahead may
- *    already hold it as due and be publishing those events, and moving them under it made its mark
- *    miss them (they went out twice). With the head locked, the two never act on one key at once.
- * 4. `locked`: the due heads, locked with SKIP LOCKED. A head another dispatcher holds is skipped
- *    with its whole key. Heads are found again by the ctid `heads` read them at: a head changed
- *    since (published a moment ago, or rescheduled) no longer matches on recheck and its key waits
- *    for the next batch; one unchanged is locked as read. A TID lookup per head costs less than a
- *    primary-key probe: with (tenant_id, id) keys, finding them by (tenant, id) pairs made 500-head
- *    claims 20–30% slower than before tenant keys (3.2 → 4.1 ms, side by side).
- * 5. `runs`: the locked heads (read with their lock, so the latest version) and each key's next
- *    events, at most `batch / keys` per key in all, so a single hot key fills a whole batch and many
- *    keys get one event each without a second probe per key (measured: 22 ms → 12 ms per 500-key
- *    batch).
- */
-function claimStatement(s: string, pin: Pin): string {
-  const candidates = pin === null ? '' : `tenant_id = ${pin} AND `;
-  return `WITH cfg AS MATERIALIZED (
-      SELECT set_config('idle_in_transaction_session_timeout', $4::text, true) AS idle,
-        set_config('synchronous_commit', 'off', true) AS sync
-    ), cand AS MATERIALIZED (
-      SELECT DISTINCT c.tenant_id, c.aggregatetype, c.aggregateid FROM (
-        SELECT tenant_id, aggregatetype, aggregateid FROM ${s}.outbox
-        WHERE ${candidates}published_at IS NULL AND available_at <= $1
-          AND ($3::text IS NULL OR aggregatetype = ANY(ARRAY(SELECT jsonb_array_elements_text($3::text::jsonb))))
-        ORDER BY available_at LIMIT $2
-        FOR KEY SHARE SKIP LOCKED
-      ) AS c
-    ), heads AS MATERIALIZED (
-      SELECT h.* FROM cand CROSS JOIN LATERAL (
-        SELECT o.ctid AS row, o.tenant_id, o.id, o.aggregatetype, o.aggregateid, o.seq, o.available_at
-        FROM ${s}.outbox o
-        WHERE ${sameTenant(pin, 'o', 'cand')} AND o.published_at IS NULL
-          AND o.aggregatetype = cand.aggregatetype AND o.aggregateid = cand.aggregateid
-        ORDER BY o.seq LIMIT 1
-      ) AS h
-    ), waiting AS MATERIALIZED (
-      SELECT h.* FROM heads h CROSS JOIN LATERAL (
-        SELECT 1 FROM ${s}.outbox w
-        WHERE ${candidates.replace('tenant_id', 'w.tenant_id')}w.ctid = h.row AND w.published_at IS NULL AND w.available_at > $1
-        FOR KEY SHARE SKIP LOCKED
-      ) AS w
-      WHERE h.available_at > $1
-    ), held AS (
-      UPDATE ${s}.outbox f SET available_at = x.available_at
-      FROM (
-        SELECT x.tenant_id, x.id, h.available_at FROM waiting h CROSS JOIN LATERAL (
-          SELECT x.tenant_id, x.id FROM ${s}.outbox x
-          WHERE ${sameTenant(pin, 'x', 'h')} AND x.published_at IS NULL
-            AND x.aggregatetype = h.aggregatetype AND x.aggregateid = h.aggregateid
-            AND x.seq > h.seq AND x.available_at < h.available_at
-          LIMIT $2 FOR UPDATE SKIP LOCKED
-        ) AS x
-      ) AS x
-      WHERE ${sameTenant(pin, 'f', 'x')} AND f.id = x.id
-      RETURNING 1
-    ), locked AS MATERIALIZED (
-      SELECT o.ctid AS row, o.tenant_id, o.id, o.aggregatetype, o.aggregateid, o.seq, o.type, o.payload,
-        o.headers, o.created_at, o.attempts
-      FROM ${s}.outbox o
-      WHERE ${candidates.replace('tenant_id', 'o.tenant_id')}o.ctid = ANY(ARRAY(SELECT row FROM heads WHERE available_at <= $1))
-        AND o.published_at IS NULL AND o.available_at <= $1
-      FOR UPDATE SKIP LOCKED
-    ), runs AS (
-      SELECT * FROM locked
-      UNION ALL
-      SELECT f.* FROM locked l CROSS JOIN LATERAL (
-        SELECT e.ctid AS row, e.tenant_id, e.id, e.aggregatetype, e.aggregateid, e.seq, e.type, e.payload,
-          e.headers, e.created_at, e.attempts
-        FROM ${s}.outbox e
-        WHERE ${sameTenant(pin, 'e', 'l')} AND e.published_at IS NULL
-          AND e.aggregatetype = l.aggregatetype AND e.aggregateid = l.aggregateid AND e.seq > l.seq
-        ORDER BY e.seq LIMIT greatest(0, $2 / nullif((SELECT count(*) FROM locked), 0) - 1)
-      ) AS f
-    )
-    SELECT held.n AS held, r.row::text AS row, r.seq::text AS seq, r.tenant_id, r.id, r.aggregatetype, r.aggregateid, r.type,
-      r.payload::text AS payload, r.headers::text AS headers, r.created_at, r.attempts
-    FROM (SELECT count(*)::int AS n FROM held) AS held
-    CROSS JOIN cfg
-    LEFT JOIN LATERAL (SELECT * FROM runs) AS r ON true
-    ORDER BY r.seq`;
-}
-
-/** Rows `alias` of the (tenant_id, id) pairs in `source`: pinned to one tenant, or any tenant's. */
-function pairsOf(pin: Pin, alias: string, source: string): string {
-  return pin === null
-    ? `${alias}.tenant_id = ${source}.tenant_id AND ${alias}.id = ${source}.id AND ${pairs(alias, source)}`
-    : `${alias}.tenant_id = ${pin} AND ${alias}.id = ${source}.id AND ${alias}.id = ANY(ARRAY(SELECT id FROM ${source}))`;
-}
-
-/**
- * Settles a batch in one round trip, inside the claiming transaction (so the head locks are held
- * until the marks commit). Published events are found by the ctid the claim read them at: a TID
- * lookup per event instead of a probe of the (tenant_id, id) key (the mark of 500 events took
- * 2.1 ms before tenant keys, 3.0 ms by key after, less by ctid; a join that checked each id on the
- * row found cost 2.5 ms more per 500, measured side by side). Instead the statement checks the
- * count and the sum of `seq` (unique per row) of the rows it found against the batch's, and only
- * when they differ returns what it found (`marked`, [tenant, id] pairs; building and checking
- * those for every batch cost 7–10% of dispatch throughput with a no-op publisher) for the
- * dispatcher to check: an event of a run whose row
- * changed since the claim is not found (the run's later events are read without a lock; an
- * operator's UPDATE, or a dispatcher whose snapshot predates the head lock, can move one) and is
- * marked by key (`markMoved`); a row that is not one of the batch's events (a ctid reused after a
- * vacuum) aborts the batch, to be published again, rather than mark an event never sent. Failed
- * heads (few) are found by key, and get their attempt, error and retry time (or 'infinity' and
- * `dead_at` when parked); every later pending event of a failed key is held back to the same
- * time. The `= ANY(ARRAY(…))` conditions keep primary-key lookups in the generic plan of the
- * prepared statement, which otherwise hash-joins against a sequential scan of the outbox (see
- * `pairs`).
- */
-function markStatement(s: string, deletePublished: boolean, pin: Pin): string {
-  const rowsOf = (source: string) => pairsOf(pin, 'o', source);
-  const publishedRows = `${pin === null ? '' : `u.tenant_id = ${pin} AND `}u.ctid = ANY(ARRAY(
-        SELECT jsonb_array_elements_text((SELECT j->'rows' FROM arg))::tid))`;
-  const published = deletePublished
-    ? `DELETE FROM ${s}.outbox u WHERE ${publishedRows} RETURNING u.tenant_id, u.id, u.seq`
-    : `UPDATE ${s}.outbox u SET published_at = $2 WHERE ${publishedRows} RETURNING u.tenant_id, u.id, u.seq`;
-  return `WITH arg AS MATERIALIZED (SELECT $1::text::jsonb AS j),
-    published AS (${published}),
-    f AS (
-      SELECT * FROM jsonb_to_recordset($3::text::jsonb)
-        AS f(tenant_id text, id uuid, retry_at timestamptz, error text, dead boolean)
-    ), failed AS (
-      UPDATE ${s}.outbox o SET attempts = o.attempts + 1, last_error = f.error, available_at = f.retry_at,
-        dead_at = CASE WHEN f.dead THEN $2::timestamptz END
-      FROM f WHERE ${rowsOf('f')}
-      RETURNING o.tenant_id, o.aggregatetype, o.aggregateid, o.seq, o.available_at
-    ), later AS (
-      SELECT x.tenant_id, x.id, failed.available_at FROM failed CROSS JOIN LATERAL (
-        SELECT x.tenant_id, x.id FROM ${s}.outbox x
-        WHERE ${sameTenant(pin, 'x', 'failed')} AND x.published_at IS NULL
-          AND x.aggregatetype = failed.aggregatetype AND x.aggregateid = failed.aggregateid
-          AND x.seq > failed.seq AND x.available_at < failed.available_at
-      ) AS x
-    ), held AS (
-      UPDATE ${s}.outbox o SET available_at = later.available_at FROM later
-      WHERE ${rowsOf('later')}
-      RETURNING 1
-    )
-    SELECT (SELECT count(*) FROM failed)::int AS failed,
-      CASE WHEN (SELECT count(*) = (j->>'n')::bigint AND coalesce(sum(seq), 0) = (j->>'sum')::numeric FROM published)
-        THEN NULL ELSE (SELECT json_agg(json_build_array(tenant_id, id))::text FROM published) END AS marked
-    FROM arg`;
-}
-
-/** Marks published, by key, the events `markStatement` did not find at the ctid the claim read. */
-function markMovedStatement(s: string, deletePublished: boolean, pin: Pin): string {
-  const where = `${pairsOf(pin, 'o', 'm')} AND o.published_at IS NULL`;
-  return `WITH m AS (SELECT * FROM jsonb_to_recordset($1::text::jsonb) AS m(tenant_id text, id uuid))
-    ${
-      deletePublished
-        ? `DELETE FROM ${s}.outbox o USING m WHERE ${where}`
-        : `UPDATE ${s}.outbox o SET published_at = $2 FROM m WHERE ${where}`
-    }`;
 }
