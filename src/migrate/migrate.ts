@@ -4,6 +4,7 @@ import { MigrationError } from '../core/errors.js';
 import type { Sql } from '../core/sql.js';
 import { packagePath } from '../core/package-files.js';
 import { defaultSchema, quoteSchema } from '../core/schema-name.js';
+import { defineStatement, nothing } from '../core/statement.js';
 
 /** One numbered migration, with `{{schema}}` already replaced. */
 export interface Migration {
@@ -54,6 +55,26 @@ function bookkeepingTable(quoted: string): string {
 );`;
 }
 
+/**
+ * The migrator's own statements with parameters (the DDL of the migrations stays text). The lock:
+ * hashtext gives a stable int4 key; `::text`, because the function returns `void`, which some
+ * drivers cannot read (Prisma fails with P2010 UnsupportedNativeDataType); a text column reads
+ * everywhere.
+ */
+const lockMigrations = defineStatement({
+  text: `SELECT pg_advisory_xact_lock(hashtext($1))::text AS locked`,
+  params: ({ schema }: { schema: string }) => [`idem.migrate:${schema}`],
+  result: nothing,
+});
+
+/** Records an applied migration in `<schema>.migrations`. */
+const recordMigration = (quoted: string) =>
+  defineStatement({
+    text: `INSERT INTO ${quoted}.migrations (version, name) VALUES ($1, $2)`,
+    params: (m: Migration) => [m.version, m.name],
+    result: nothing,
+  });
+
 /** What `migrate` did. */
 export interface MigrateResult {
   applied: string[];
@@ -72,25 +93,19 @@ export async function migrate(sql: Sql, options: { schema?: string } = {}): Prom
     return await sql.transaction(async (tx) => {
       // A migration may rewrite or index a large table, and waits for the lock below as long as
       // another migrator runs: the statement bound the adapter gives idem's transactions (10 s)
-      // is lifted for this one. Serialises concurrent migrators; released at COMMIT. hashtext
-      // gives a stable int4 key. `::text`: the function returns `void`, which some drivers cannot
-      // read (Prisma fails with P2010 UnsupportedNativeDataType); a text column reads everywhere.
+      // is lifted for this one. The lock serialises concurrent migrators; released at COMMIT.
       await tx.query(`SELECT set_config('statement_timeout', '0', true)::text AS unbounded`);
-      await tx.query(`SELECT pg_advisory_xact_lock(hashtext($1))::text AS locked`, [
-        `idem.migrate:${schema}`,
-      ]);
+      await lockMigrations(tx, { schema });
       await tx.query(`CREATE SCHEMA IF NOT EXISTS ${quoted}`);
       await tx.query(bookkeepingTable(quoted));
       const { rows } = await tx.query<{ version: number }>(`SELECT version FROM ${quoted}.migrations`);
       const done = new Set(rows.map((r) => Number(r.version)));
       const applied: string[] = [];
+      const record = recordMigration(quoted);
       for (const m of all) {
         if (done.has(m.version)) continue;
         await tx.query(m.sql);
-        await tx.query(`INSERT INTO ${quoted}.migrations (version, name) VALUES ($1, $2)`, [
-          m.version,
-          m.name,
-        ]);
+        await record(tx, m);
         applied.push(m.name);
       }
       return { applied, alreadyApplied: done.size };

@@ -19,8 +19,8 @@ import type { FencedLease } from '../steps/lease.js';
 import { decodeResult, encodeResult } from '../steps/result-codec.js';
 import type { AnyStep, SagaDefinition, SagaPoint, SagaRef, SagaStep } from './definition.js';
 import { SagaFailedError, SagaStuckError } from './errors.js';
-import type { SagaStatus, SagaStepRecord } from './saga-record.js';
-import type { SagaStatements } from './statements.js';
+import type { SagaStepRecord } from './saga-record.js';
+import type { Holder, SagaStatements } from './statements.js';
 
 /** A hook's throw, carried out of the engine untouched: the process is treated as dead. */
 export class Halt {
@@ -145,8 +145,7 @@ export class SagaExecution<I, O, Client> {
   private failure: { text: string; error: unknown } | null = null;
   private readonly lease: FencedLease = {
     hold: (tx) => this.takeFence(tx),
-    renew: async () =>
-      (await this.engine.sql.query(this.engine.statements.fence, this.fenceParams())).rowCount === 1,
+    renew: async () => (await this.engine.statements.fence(this.engine.sql, this.fenceInput())) === 1,
     lost: () => new FencedError(sagaScope(this.ref), this.fence),
   };
 
@@ -206,7 +205,16 @@ export class SagaExecution<I, O, Client> {
     // so a replay of the completed saga returns what this run returns.
     const { json, meta } = encodeResult(result, `the result of saga "${this.ref.saga}"`);
     await this.engine.sql.transaction(async (tx) => {
-      await this.write(tx, 'finish', [this.fence, 'completed', json, this.now(), 'running', meta]);
+      await this.fenced(
+        this.engine.statements.finish(tx, {
+          ...this.holder(),
+          status: 'completed',
+          result: json,
+          meta,
+          now: this.now(),
+          from: 'running',
+        }),
+      );
       await this.point({ at: 'saga:finishing', status: 'completed' });
     });
     await this.point({ at: 'saga:finished', status: 'completed' });
@@ -220,15 +228,14 @@ export class SagaExecution<I, O, Client> {
     const now = this.now();
     await this.engine.sql.transaction(async (tx) => {
       await this.takeFence(tx);
-      await tx.query(this.engine.statements.registerStep, [
-        ...this.pk(),
-        this.fence,
+      await this.engine.statements.registerStep(tx, {
+        ...this.holder(),
         position,
-        step.name,
-        keys.action,
-        hasCompensation(step) ? keys.compensation : null,
+        name: step.name,
+        actionKey: keys.action,
+        compensationKey: hasCompensation(step) ? keys.compensation : null,
         now,
-      ]);
+      });
     });
     this.steps.set(position, {
       position,
@@ -302,7 +309,8 @@ export class SagaExecution<I, O, Client> {
     const points = { before: `${direction}:before`, after: `${direction}:after` } as const;
     const statement = direction === 'action' ? 'stepDone' : 'stepCompensated';
     const write = async (tx: Transaction<Client>, json: string, meta: string | null) => {
-      await this.write(tx, statement, [this.fence, position, json, this.now(), meta]);
+      const step = { ...this.holder(), position, result: json, meta, now: this.now() };
+      await this.fenced(this.engine.statements[statement](tx, step));
     };
     const runner = this.engine.runner;
     if (body === null || 'local' in body) {
@@ -338,7 +346,8 @@ export class SagaExecution<I, O, Client> {
   private async turnBack(position: number, error: unknown): Promise<void> {
     const text = describe(error);
     await this.engine.sql.transaction(async (tx) => {
-      await this.write(tx, 'startCompensating', [this.fence, position, text, this.now()]);
+      const turn = { ...this.holder(), position, error: text, now: this.now() };
+      await this.fenced(this.engine.statements.startCompensating(tx, turn));
     });
     this.failure = { text, error };
     this.status = 'compensating';
@@ -354,7 +363,16 @@ export class SagaExecution<I, O, Client> {
       await this.compensate(position, record);
     }
     await this.engine.sql.transaction(async (tx) => {
-      await this.write(tx, 'finish', [this.fence, 'compensated', null, this.now(), 'compensating', null]);
+      await this.fenced(
+        this.engine.statements.finish(tx, {
+          ...this.holder(),
+          status: 'compensated',
+          result: null,
+          meta: null,
+          now: this.now(),
+          from: 'compensating',
+        }),
+      );
       await this.point({ at: 'saga:finishing', status: 'compensated' });
     });
     await this.point({ at: 'saga:finished', status: 'compensated' });
@@ -380,20 +398,18 @@ export class SagaExecution<I, O, Client> {
       } catch (error) {
         if (error instanceof Halt || isFenced(error)) throw error;
         // Any failure of a compensation is retried: there is no going back from going back.
-        const { rows } = await this.engine.sql.query<{ compensation_attempts: number }>(
-          this.engine.statements.compensationFailed,
-          [...this.pk(), this.fence, position],
-        );
-        if (!rows[0]) throw new FencedError(sagaScope(this.ref), this.fence);
-        const failures = Number(rows[0].compensation_attempts);
+        const { statements, sql } = this.engine;
+        const counted = await statements.compensationFailed(sql, { ...this.holder(), position });
+        if (!counted) throw new FencedError(sagaScope(this.ref), this.fence);
+        const failures = Number(counted.compensation_attempts);
         if (failures >= this.engine.compensationAttempts) {
-          const { rowCount } = await this.engine.sql.query(this.engine.statements.markStuck, [
-            ...this.pk(),
-            this.fence,
-            `step ${step.name}: ${describe(error)}`,
-            this.now(),
-          ]);
-          if (rowCount !== 1) throw new FencedError(sagaScope(this.ref), this.fence);
+          await this.fenced(
+            statements.markStuck(sql, {
+              ...this.holder(),
+              error: `step ${step.name}: ${describe(error)}`,
+              now: this.now(),
+            }),
+          );
           this.engine.events.emit('saga:stuck', { saga: this.ref, step: step.name, error });
           throw new SagaStuckError(this.ref, step.name, error);
         }
@@ -404,27 +420,22 @@ export class SagaExecution<I, O, Client> {
 
   /** Checks the fence and direction, renews the lease, and row-locks the saga for this transaction. */
   private async takeFence(tx: Queryable): Promise<void> {
-    const { rowCount } = await tx.query(this.engine.statements.fence, this.fenceParams());
-    if (rowCount !== 1) throw new FencedError(sagaScope(this.ref), this.fence);
+    await this.fenced(this.engine.statements.fence(tx, this.fenceInput()));
   }
 
-  private fenceParams(): unknown[] {
-    return [
-      ...this.pk(),
-      this.fence,
-      new Date(this.engine.clock.now() + this.engine.leaseMs),
-      this.now(),
-      this.status satisfies SagaStatus,
-    ];
+  /** The fence check's input: this holder, a renewed lease, and the direction it goes. */
+  private fenceInput() {
+    return {
+      ...this.holder(),
+      leaseUntil: new Date(this.engine.clock.now() + this.engine.leaseMs),
+      now: this.now(),
+      status: this.status,
+    };
   }
 
-  private async write(
-    tx: Transaction<Client>,
-    statement: 'finish' | 'stepDone' | 'startCompensating' | 'stepCompensated',
-    params: unknown[],
-  ): Promise<void> {
-    const { rowCount } = await tx.query(this.engine.statements[statement], [...this.pk(), ...params]);
-    if (rowCount !== 1) throw new FencedError(sagaScope(this.ref), this.fence);
+  /** Waits for a fenced write; `FencedError` when it touched no row (the saga was taken over). */
+  private async fenced(written: Promise<number>): Promise<void> {
+    if ((await written) !== 1) throw new FencedError(sagaScope(this.ref), this.fence);
   }
 
   private async point(point: SagaPoint): Promise<void> {
@@ -437,8 +448,9 @@ export class SagaExecution<I, O, Client> {
     }
   }
 
-  private pk(): [string, string, string] {
-    return [this.ref.tenant, this.ref.saga, this.ref.key];
+  /** This holder, as every fenced statement names it. */
+  private holder(): Holder {
+    return { ref: this.ref, fence: this.fence };
   }
 
   private now(): Date {

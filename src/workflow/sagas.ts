@@ -235,8 +235,7 @@ export class Sagas<Client = unknown> {
   ): Promise<SagaStarted> {
     const begun = await this.begin(tx, definition, spec, null);
     if (!begun.created) {
-      const { rows } = await tx.query<{ fingerprint: string }>(this.statements.read, pk(begun.saga));
-      const stored = rows[0]?.fingerprint;
+      const stored = (await this.statements.read(tx, begun.saga))?.fingerprint as string | undefined;
       if (stored !== undefined && stored !== begun.fingerprint) {
         throw new KeyReusedError(sagaScope(begun.saga), stored, begun.fingerprint);
       }
@@ -260,16 +259,16 @@ export class Sagas<Client = unknown> {
     const saga: SagaRef = { tenant: spec.tenant, saga: definition.name, key: spec.key };
     const inputJson = JSON.stringify(spec.input ?? null);
     const print = fingerprint(spec.input ?? null);
-    const { rows } = await db.query(this.statements.insert, [
-      ...pk(saga),
-      print,
-      inputJson,
-      leaseUntil === null ? null : new Date(leaseUntil),
-      new Date(this.clock.now()),
-    ]);
-    if (rows[0]) await this.hook({ at: 'saga:started' }, saga);
+    const inserted = await this.statements.insert(db, {
+      ref: saga,
+      fingerprint: print,
+      input: inputJson,
+      leaseUntil: leaseUntil === null ? null : new Date(leaseUntil),
+      now: new Date(this.clock.now()),
+    });
+    if (inserted) await this.hook({ at: 'saga:started' }, saga);
     // The input is used as stored (parsed from JSON), so a resumed run sees exactly what a first run saw.
-    return { saga, input: JSON.parse(inputJson) as I, fingerprint: print, created: rows[0] !== undefined };
+    return { saga, input: JSON.parse(inputJson) as I, fingerprint: print, created: inserted !== null };
   }
 
   /**
@@ -293,17 +292,13 @@ export class Sagas<Client = unknown> {
    * sagas through the fence, and a busy saga is left to its holder.
    */
   async recover(options: { limit?: number } = {}): Promise<RecoveredSaga[]> {
-    const { rows } = await this.sql.query(this.statements.lapsed, [
-      new Date(this.clock.now()),
-      options.limit ?? 100,
-    ]);
+    const rows = await this.statements.lapsed(this.sql, {
+      now: new Date(this.clock.now()),
+      limit: options.limit ?? 100,
+    });
     const outcomes: RecoveredSaga[] = [];
     for (const row of rows) {
-      const ref: SagaRef = {
-        tenant: row.tenant_id as string,
-        saga: row.saga as string,
-        key: row.saga_key as string,
-      };
+      const ref: SagaRef = { tenant: row.tenant_id, saga: row.saga, key: row.saga_key };
       if (!this.definitions.has(ref.saga)) {
         outcomes.push({ saga: ref, outcome: 'unknown-definition' });
         continue;
@@ -329,23 +324,21 @@ export class Sagas<Client = unknown> {
     const definition = this.definitions.get(ref.saga);
     if (!definition) throw new InvalidArgumentError(`no saga definition registered as ${ref.saga}`);
     const now = this.clock.now();
-    const { rows } = await this.sql.transaction(async (tx) => {
-      const unstuck = await tx.query<{ fence: number; cursor: number }>(this.statements.unstick, [
-        ...pk(ref),
-        new Date(now + this.leaseMs),
-        new Date(now),
-      ]);
-      if (unstuck.rows[0]) {
-        await tx.query(this.statements.resetCompensationAttempts, [...pk(ref), unstuck.rows[0].cursor]);
-      }
-      return unstuck;
+    const unstuck = await this.sql.transaction(async (tx) => {
+      const row = await this.statements.unstick(tx, {
+        ref,
+        leaseUntil: new Date(now + this.leaseMs),
+        now: new Date(now),
+      });
+      if (row) await this.statements.resetCompensationAttempts(tx, { ref, position: row.cursor });
+      return row;
     });
-    if (!rows[0]) throw new InvalidArgumentError(`saga ${ref.saga} ${ref.key} is not stuck`);
+    if (!unstuck) throw new InvalidArgumentError(`saga ${ref.saga} ${ref.key} is not stuck`);
     const record = (await this.get(ref, { steps: true }))!;
     try {
       await this.drive(
         taken(definition, ref, record.input as never, {
-          ...rows[0],
+          ...unstuck,
           status: 'compensating',
           error: record.error,
         }),
@@ -359,28 +352,27 @@ export class Sagas<Client = unknown> {
 
   /** Reads one saga (with its steps when asked), or null. */
   async get(ref: SagaRef, options: { steps?: boolean } = {}): Promise<SagaRecord | null> {
-    const { rows } = await this.sql.query(this.statements.read, pk(ref));
-    if (!rows[0]) return null;
-    const record = decodeSaga(rows[0]);
+    const row = await this.statements.read(this.sql, ref);
+    if (!row) return null;
+    const record = decodeSaga(row);
     if (options.steps) record.steps = await this.readSteps(ref);
     return record;
   }
 
   /** Lists sagas by status, oldest change first. Default: the stuck ones. */
   async list(options: ListSagasOptions = {}): Promise<SagaRecord[]> {
-    const { rows } = await this.sql.query(this.statements.list, [
-      options.status ?? ['stuck'],
-      options.saga ?? null,
-      options.limit ?? 100,
-    ]);
+    const rows = await this.statements.list(this.sql, {
+      statuses: options.status ?? ['stuck'],
+      saga: options.saga ?? null,
+      limit: options.limit ?? 100,
+    });
     const records = rows.map(decodeSaga);
     if (options.steps) for (const r of records) r.steps = await this.readSteps(r);
     return records;
   }
 
   private async readSteps(ref: SagaRef) {
-    const { rows } = await this.sql.query(this.statements.readSteps, pk(ref));
-    return rows.map(decodeStep);
+    return (await this.statements.readSteps(this.sql, ref)).map(decodeStep);
   }
 
   private async resumeExisting<I, O>(
@@ -415,15 +407,15 @@ export class Sagas<Client = unknown> {
     if (record.lockedUntil !== null && record.lockedUntil > now) {
       throw new InProgressError(sagaScope(ref), Math.max(1, record.lockedUntil - now));
     }
-    const { rows } = await this.sql.query<{
-      fence: number;
-      status: string;
-      cursor: number;
-      error: string | null;
-    }>(this.statements.takeOver, [...pk(ref), record.fence, new Date(now + this.leaseMs), new Date(now)]);
-    if (!rows[0]) throw new InProgressError(sagaScope(ref), 1000); // another process took it first
+    const claimed = await this.statements.takeOver(this.sql, {
+      ref,
+      fence: record.fence,
+      leaseUntil: new Date(now + this.leaseMs),
+      now: new Date(now),
+    });
+    if (!claimed) throw new InProgressError(sagaScope(ref), 1000); // another process took it first
     // Steps are read after the takeover: from here on the previous holder can write nothing.
-    return this.drive(taken(definition, ref, record.input as I, rows[0]), await this.readSteps(ref));
+    return this.drive(taken(definition, ref, record.input as I, claimed), await this.readSteps(ref));
   }
 
   private async drive<I, O>(
@@ -480,10 +472,6 @@ function taken<I, O, Client>(
     failure: row.error,
     resumed: true,
   };
-}
-
-function pk(ref: SagaRef): [string, string, string] {
-  return [ref.tenant, ref.saga, ref.key];
 }
 
 declare module '../core/event-channel.js' {

@@ -1,12 +1,6 @@
 import type { Clock } from '../core/clock.js';
 import type { Queryable } from '../core/sql.js';
-import {
-  cutoffBefore,
-  deletedColumn,
-  sweepInBatches,
-  type SweepOptions,
-  type SweepResult,
-} from '../core/sweeper.js';
+import { cutoffBefore, sweepInBatches, type SweepOptions, type SweepResult } from '../core/sweeper.js';
 import type { SagaStatements } from './statements.js';
 
 /**
@@ -29,7 +23,6 @@ export function sweepSagas(
         statement: statements.sweep,
         tenantStatement: statements.sweepTenant,
         cutoff: cutoffBefore(clock, olderThanMs),
-        rowsOf: deletedColumn,
       },
     ],
     options,
