@@ -203,10 +203,11 @@ export async function consolePlugin(app: FastifyInstance, options: ConsoleOption
     // An app with `ignoreTrailingSlash` already routes `/console/` to the route above.
     if ((error as { code?: string }).code !== 'FST_ERR_DUPLICATED_ROUTE') throw error;
   }
-  app.get<{ Params: { name: string } }>(`${basePath}/assets/:name`, async (request, reply) => {
-    // Own properties only: `__proto__`, `constructor` and `toString` are no assets.
-    const name = request.params.name;
-    const file = Object.hasOwn(assets.files, name) ? assets.files[name] : undefined;
+  // The page's scripts (ES modules, which import each other by relative path: `views/outbox.js`)
+  // and stylesheets. Only the files found at startup: `__proto__`, `../index.html` and the like
+  // are no assets.
+  app.get<{ Params: { '*': string } }>(`${basePath}/assets/*`, async (request, reply) => {
+    const file = assets.files.get(request.params['*']);
     if (!file) return problem(reply, 404, 'no such asset');
     return reply.type(file.type).send(file.body);
   });
