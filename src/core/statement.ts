@@ -59,13 +59,14 @@ export function defineStatement<Input, R extends Row, Output>(
   const options = spec.name === undefined ? undefined : { name: spec.name };
   const run = async (db: Queryable, input: Input): Promise<Output> =>
     result(await db.query<R>(text, params(input), options));
-  return Object.assign(run, {
+  const statement = Object.assign(run, {
     text,
-    name: spec.name,
     params,
     withCommit: async (tx: PipelinedTransaction, input: Input): Promise<Output> =>
       result((await tx[queryAndCommit](text, params(input), options)) as QueryResult<R>),
   });
+  // A function's own `name` is read-only (assigning it throws in strict code): define it instead.
+  return Object.defineProperty(statement, 'name', { value: spec.name });
 }
 
 /**
