@@ -25,6 +25,7 @@ import { drainRounds, PollingWorker } from '../core/worker/polling-worker.js';
 import { describeFailure } from '../steps/engine.js';
 import type { GiveUpAction } from './definitions.js';
 import type { Idem } from './idem.js';
+import type { DueIntentRow } from './intent-statements.js';
 
 /** What became of one intent in a completer's round. */
 export type CompletionKind =
@@ -90,17 +91,6 @@ export interface CompleterOptions<Client = unknown> {
   events?: IdemEvents;
 }
 
-type DueIntent = {
-  tenant_id: string;
-  operation: string;
-  idempotency_key: string;
-  input: string;
-  input_meta: string | null;
-  attempts: number;
-  give_up: GiveUpAction | null;
-  last_error: string | null;
-};
-
 /** Finishes abandoned defined operations. Create it with `createCompleter`. */
 export class Completer<Client = unknown> extends PollingWorker {
   private readonly idem: Idem<Client>;
@@ -132,12 +122,12 @@ export class Completer<Client = unknown> extends PollingWorker {
     const names = [...this.idem.defined.keys()];
     if (names.length === 0) return [];
     const now = this.idem.clock.now();
-    const { rows } = await this.idem.sql.query<DueIntent>(this.idem.intentStatements.takeDue, [
-      new Date(now),
-      names,
-      this.batchSize,
-      new Date(now + this.idem.leaseMs),
-    ]);
+    const rows = await this.idem.intentStatements.takeDue(this.idem.sql, {
+      now,
+      operations: names,
+      limit: this.batchSize,
+      takenUntil: now + this.idem.leaseMs,
+    });
     const completions: Completion[] = [];
     for (const row of rows) completions.push(await this.complete(row));
     return completions;
@@ -166,7 +156,7 @@ export class Completer<Client = unknown> extends PollingWorker {
     return decideIntent(this.idem, scope, action);
   }
 
-  private async complete(row: DueIntent): Promise<Completion> {
+  private async complete(row: DueIntentRow): Promise<Completion> {
     const scope = { tenant: row.tenant_id, operation: row.operation, key: row.idempotency_key };
     const definition = this.idem.defined.get(row.operation);
     const attempts = row.attempts;
@@ -206,14 +196,8 @@ export class Completer<Client = unknown> extends PollingWorker {
       const retryInMs = this.retryDelay(attempts);
       const text = describeFailure(error);
       // Its lease was released by the failed attempt; the intent waits out the backoff.
-      await this.idem.sql
-        .query(this.idem.intentStatements.postpone, [
-          scope.tenant,
-          scope.operation,
-          scope.key,
-          new Date(this.idem.clock.now() + retryInMs),
-          text,
-        ])
+      await this.idem.intentStatements
+        .postpone(this.idem.sql, { scope, dueAt: this.idem.clock.now() + retryInMs, error: text })
         .catch(() => undefined); // the database is down: the intent comes due after a lease instead
       return report({ scope, kind: 'retrying', attempts, retryInMs, error: text });
     }
@@ -228,18 +212,10 @@ export async function listIntents<Client>(
   idem: Idem<Client>,
   options: { limit?: number; operation?: string } = {},
 ): Promise<PendingIntent[]> {
-  const { rows } = await idem.sql.query<{
-    tenant_id: string;
-    operation: string;
-    idempotency_key: string;
-    attempts: number;
-    last_error: string | null;
-    next_attempt_at: Date;
-    give_up: GiveUpAction | null;
-    created_at: Date;
-    recovery_point: string | null;
-    locked_until: Date | null;
-  }>(idem.intentStatements.list, [positiveInteger('limit', options.limit ?? 100), options.operation ?? null]);
+  const rows = await idem.intentStatements.list(idem.sql, {
+    limit: positiveInteger('limit', options.limit ?? 100),
+    operation: options.operation ?? null,
+  });
   return rows.map((r) => ({
     scope: { tenant: r.tenant_id, operation: r.operation, key: r.idempotency_key },
     attempts: r.attempts,
@@ -264,14 +240,7 @@ export async function decideIntent<Client>(
   if (action !== null && action !== 'compensate' && action !== 'fail') {
     throw new InvalidArgumentError("the decision must be 'compensate', 'fail' or null");
   }
-  const { rows } = await idem.sql.query(idem.intentStatements.decide, [
-    scope.tenant,
-    scope.operation,
-    scope.key,
-    action,
-    new Date(idem.clock.now()),
-  ]);
-  return rows.length === 1;
+  return idem.intentStatements.decide(idem.sql, { scope, action, now: idem.clock.now() });
 }
 
 /**

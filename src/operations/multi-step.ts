@@ -1,6 +1,7 @@
 import { FencedError, isFenced, isIdemError, OperationFailedError, StepFailedError } from '../core/errors.js';
 import type { OperationScope } from '../core/errors.js';
 import { deriveKey } from '../core/keys.js';
+import type { Clock } from '../core/clock.js';
 import type { Sql, Transaction } from '../core/sql.js';
 import { isRetryableStepFailure } from '../steps/retryable.js';
 import {
@@ -14,8 +15,9 @@ import type { FencedLease } from '../steps/lease.js';
 import { decodeResult, type EncodedResult } from '../steps/result-codec.js';
 import { freshResult, toOutcome, type OperationResult, type Outcome } from './outcome.js';
 import type { IntentStatements } from './intent-statements.js';
-import type { PreparedSpec, RequestStore } from './request-store.js';
+import type { PreparedSpec } from './prepared-spec.js';
 import { decide, inProgress } from './resolve-existing.js';
+import type { RequestStatements } from './statements.js';
 
 export type { CallContext } from '../steps/engine.js';
 
@@ -62,7 +64,9 @@ export interface MultiStepOperation<Client = unknown> {
 /** What a multi-step execution needs from the `Idem` that started it. */
 export interface MultiStepEnvironment<Client> {
   sql: Sql<Client>;
-  store: RequestStore;
+  clock: Clock;
+  /** The statements of the `requests` and `steps` tables. */
+  statements: RequestStatements;
   /** See `IdemOptions.leaseMs`. */
   leaseMs: number;
   /** See `IdemOptions.heartbeatMs`. */
@@ -103,24 +107,13 @@ export class MultiStepRun<T, Client> implements MultiStepOperation<Client> {
   ) {
     this.intent = options.intent;
     this.scope = prepared.scope;
-    this.runner = { sql: env.sql, clock: env.store.clock, heartbeatMs: env.heartbeatMs };
+    this.runner = { sql: env.sql, clock: env.clock, heartbeatMs: env.heartbeatMs };
+    const { fenceAndRenew } = env.statements;
     this.lease = {
       hold: async (tx, point) => {
-        const { rowCount } = await tx.query(
-          env.store.statements.fenceAndRenew,
-          this.renewParams(point),
-          env.store.statements.names.fenceAndRenew,
-        );
-        if (rowCount !== 1) throw this.lease.lost();
+        if (!(await fenceAndRenew(tx, { ...this.held(), point }))) throw this.lease.lost();
       },
-      renew: async () =>
-        (
-          await env.sql.query(
-            env.store.statements.fenceAndRenew,
-            this.renewParams(null),
-            env.store.statements.names.fenceAndRenew,
-          )
-        ).rowCount === 1,
+      renew: () => fenceAndRenew(env.sql, { ...this.held(), point: null }),
       lost: () => new FencedError(this.scope, this.fence),
     };
   }
@@ -140,14 +133,7 @@ export class MultiStepRun<T, Client> implements MultiStepOperation<Client> {
   async resumeAbandoned(
     body: (op: MultiStepOperation<Client>) => Promise<T | Outcome<T>> = this.body,
   ): Promise<OperationResult<T> | null> {
-    const now = this.env.store.clock.now();
-    const { rows } = await this.env.sql.query<{ fence: number }>(this.env.intents.takeOver, [
-      ...this.scopeParams(),
-      new Date(now + this.env.leaseMs),
-      new Date(now),
-    ]);
-    if (!rows[0]) return null;
-    this.fence = Number(rows[0].fence);
+    if (!(await this.takeOverAbandoned())) return null;
     this.resumed = true;
     await this.loadRecordedSteps();
     return this.runBody(body);
@@ -158,14 +144,7 @@ export class MultiStepRun<T, Client> implements MultiStepOperation<Client> {
    * or its give-up policy. Null when it is not abandoned any more.
    */
   async failAbandoned(failure: string): Promise<StepFailedError | null> {
-    const now = this.env.store.clock.now();
-    const { rows } = await this.env.sql.query<{ fence: number }>(this.env.intents.takeOver, [
-      ...this.scopeParams(),
-      new Date(now + this.env.leaseMs),
-      new Date(now),
-    ]);
-    if (!rows[0]) return null;
-    this.fence = Number(rows[0].fence);
+    if (!(await this.takeOverAbandoned())) return null;
     const stored = await this.storeFailure(failure, null);
     return stored ? new StepFailedError(this.scope, null, failure, undefined, false) : null;
   }
@@ -177,15 +156,10 @@ export class MultiStepRun<T, Client> implements MultiStepOperation<Client> {
    */
   async adopt(input: KeptInput): Promise<void> {
     if (this.intent) return;
-    const { rowCount } = await this.env.sql.query(this.env.intents.adopt, [
-      ...this.scopeParams(),
-      this.fence,
-      input.json,
-      input.meta,
-      new Date(this.env.store.clock.now()),
-    ]);
+    const { scope, fence, env } = this;
+    const kept = await env.intents.adopt(env.sql, { scope, fence, input, now: env.clock.now() });
     this.intent = input;
-    if (rowCount === 0) {
+    if (kept === 0) {
       // Kept by an earlier execution of the key, or fenced: the fence decides.
       if (!(await this.lease.renew())) throw this.lease.lost();
     }
@@ -200,12 +174,12 @@ export class MultiStepRun<T, Client> implements MultiStepOperation<Client> {
     } catch (error) {
       throw await this.settleFailure(error);
     }
-    const params = this.env.store.completeParams(this.prepared, this.fence, outcome, true);
-    const { statements } = this.env.store;
+    const { scope, fence, env } = this;
+    const completion = { scope, fence, outcome, retention: this.prepared.retention, now: env.clock.now() };
     const done = this.intent
-      ? Number((await this.env.sql.query<{ done: number }>(this.env.intents.complete, params)).rows[0]?.done)
-      : (await this.env.sql.query(statements.completeLate, params, statements.names.completeLate)).rowCount;
-    if (done !== 1) throw new FencedError(this.scope, this.fence);
+      ? await env.intents.complete(env.sql, completion)
+      : await env.statements.completeLate(env.sql, completion);
+    if (!done) throw new FencedError(scope, fence);
     return freshResult(outcome);
   }
 
@@ -220,19 +194,21 @@ export class MultiStepRun<T, Client> implements MultiStepOperation<Client> {
     const stored = this.recorded.get(name);
     if (stored !== undefined) return decodeResult(stored.json, stored.meta) as R;
     const key = this.deriveKey(name);
-    const { statements, clock } = this.env.store;
+    const { statements, clock } = this.env;
     const { value, json, meta } = await this.failingAt(name, () =>
       runLocalStep(this.runner, this.lease, {
         point: name,
         key,
         run: (tx) => fn(tx, { key }),
-        record: async (tx, text, types) => {
-          await tx.query(
-            statements.recordStep,
-            [...this.scopeParams(), name, text, this.fence, new Date(clock.now()), types],
-            statements.names.recordStep,
-          );
-        },
+        record: (tx, text, types) =>
+          statements.recordStep(tx, {
+            scope: this.scope,
+            fence: this.fence,
+            step: name,
+            json: text,
+            meta: types,
+            now: clock.now(),
+          }),
       }),
     );
     this.recorded.set(name, { json, meta });
@@ -242,27 +218,17 @@ export class MultiStepRun<T, Client> implements MultiStepOperation<Client> {
   async call<R>(name: string, fn: (call: CallContext) => Promise<R>): Promise<R> {
     const stored = this.recorded.get(name);
     if (stored !== undefined) return decodeResult(stored.json, stored.meta) as R;
-    const { statements, clock } = this.env.store;
+    const { statements, clock } = this.env;
     const { value, json, meta } = await this.failingAt(name, () =>
       runCallStep(this.runner, this.lease, {
         name,
         key: this.deriveKey(name),
-        begin: async (sql) => {
-          const { rows } = await sql.query<{ held: number }>(
-            statements.startCall,
-            [...this.renewParams(`call:${name}`), name, new Date(clock.now())],
-            statements.names.startCall,
-          );
-          return Number(rows[0]?.held) === 1;
-        },
+        begin: (sql) =>
+          statements.startCall(sql, { ...this.held(), point: `call:${name}`, step: name, now: clock.now() }),
         call: fn,
         record: async (sql, _value, text, types) => {
-          const { rows } = await sql.query<{ held: number }>(
-            statements.recordCall,
-            [...this.renewParams(name), text, new Date(clock.now()), types],
-            statements.names.recordCall,
-          );
-          if (Number(rows[0]?.held) !== 1) throw this.lease.lost();
+          const call = { ...this.held(), step: name, json: text, meta: types, now: clock.now() };
+          if (!(await statements.recordCall(sql, call))) throw this.lease.lost();
         },
       }),
     );
@@ -298,11 +264,11 @@ export class MultiStepRun<T, Client> implements MultiStepOperation<Client> {
       await this.release().catch(() => undefined);
       return isIdemError(error) ? error : new OperationFailedError(error, true);
     }
-    const { sql } = this.env;
-    const { statements } = this.env.store;
+    const { sql, statements } = this.env;
     try {
-      const freed = await sql.query(statements.releaseKey, [...this.scopeParams(), this.fence]);
-      if (freed.rowCount === 1) return isIdemError(error) ? error : new OperationFailedError(error, false);
+      if (await statements.releaseKey(sql, { scope: this.scope, fence: this.fence })) {
+        return isIdemError(error) ? error : new OperationFailedError(error, false);
+      }
       const text = describeFailure(error);
       if (!(await this.storeFailure(text, this.failedAt))) return new FencedError(this.scope, this.fence);
       return new StepFailedError(this.scope, this.failedAt, text, error, false);
@@ -315,64 +281,40 @@ export class MultiStepRun<T, Client> implements MultiStepOperation<Client> {
   }
 
   /** Ends the operation `failed` with `text` (and forgets its intent); false when fenced. */
-  private async storeFailure(text: string, step: string | null): Promise<boolean> {
-    const { sql } = this.env;
-    const now = this.env.store.clock.now();
-    const { retention } = this.prepared;
-    const params = [
-      ...this.scopeParams(),
-      this.fence,
-      text,
-      step,
-      new Date(now),
-      new Date(now + retention.resultMs),
-      new Date(now + retention.tombstoneMs),
-    ];
-    if (this.intent) {
-      const { rows } = await sql.query<{ done: number }>(this.env.intents.fail, params);
-      return Number(rows[0]?.done) === 1;
-    }
-    return (await sql.query(this.env.store.statements.failLate, params)).rowCount === 1;
+  private storeFailure(error: string, step: string | null): Promise<boolean> {
+    const { scope, fence, env } = this;
+    const failure = { scope, fence, error, step, retention: this.prepared.retention, now: env.clock.now() };
+    return this.intent ? env.intents.fail(env.sql, failure) : env.statements.failLate(env.sql, failure);
   }
 
   /** Claims the key, takes it over from a lapsed holder, or returns the stored result. */
   private async acquire(): Promise<OperationResult<T> | null> {
     const { env, prepared, scope } = this;
-    const { sql } = env;
-    const { statements, clock } = env.store;
+    const { sql, statements, clock } = env;
+    const { fingerprint, retention } = prepared;
     const deadline = clock.now() + prepared.waitMs;
     for (;;) {
       const lease = clock.now() + env.leaseMs;
+      const claim = () => ({ scope, fingerprint, retention, lockedUntil: lease, now: clock.now() });
       // Named (prepared once per connection): every multi-step operation starts with it. A
       // defined operation keeps its input in the same statement.
       const claimed = this.intent
-        ? await sql.query<{ fence: number }>(
-            env.intents.claim,
-            [...env.store.claimParams(prepared, lease), this.intent.json, this.intent.meta],
-            env.intents.names.claim,
-          )
-        : await sql.query<{ fence: number }>(
-            statements.claimCommitted,
-            env.store.claimParams(prepared, lease),
-            statements.names.claimCommitted,
-          );
-      if (claimed.rows[0]) {
-        this.fence = Number(claimed.rows[0].fence);
+        ? await env.intents.claim(sql, { ...claim(), input: this.intent })
+        : await statements.claimCommitted(sql, claim());
+      if (claimed !== null) {
+        this.fence = claimed;
         return null;
       }
-      const row = await env.store.readRow(sql, scope);
+      const row = await statements.read(sql, { scope });
       if (!row) continue; // swept or freed in between
       const now = clock.now();
-      const decision = decide<T>(scope, row, prepared.fingerprint, now);
+      const decision = decide<T>(scope, row, fingerprint, now);
       if (decision.kind === 'replay') return decision.result;
       if (decision.kind === 'forgotten') {
         const reclaimed = await sql.transaction(async (tx) => {
-          const { rows } = await tx.query<{ fence: number }>(
-            statements.reclaimForgotten,
-            env.store.claimParams(prepared, lease),
-          );
-          if (rows[0]) await tx.query(statements.forgetSteps, this.scopeParams());
-          return rows[0] ? Number(rows[0].fence) : null;
+          const fence = await statements.reclaimForgotten(tx, claim());
+          if (fence !== null) await statements.forgetSteps(tx, { scope });
+          return fence;
         });
         if (reclaimed !== null) {
           this.fence = reclaimed;
@@ -381,14 +323,9 @@ export class MultiStepRun<T, Client> implements MultiStepOperation<Client> {
         continue;
       }
       if (row.lockedUntil === null || row.lockedUntil <= now) {
-        const { rows } = await sql.query<{ fence: number }>(statements.takeOver, [
-          ...this.scopeParams(),
-          row.fence,
-          new Date(lease),
-          new Date(now),
-        ]);
-        if (rows[0]) {
-          this.fence = Number(rows[0].fence);
+        const fence = await statements.takeOver(sql, { scope, fence: row.fence, lockedUntil: lease, now });
+        if (fence !== null) {
+          this.fence = fence;
           this.resumed = true;
           await this.loadRecordedSteps();
           return null;
@@ -400,44 +337,37 @@ export class MultiStepRun<T, Client> implements MultiStepOperation<Client> {
     }
   }
 
+  /**
+   * A completer's takeover of an abandoned defined operation, by its key, whatever its fence.
+   * False when it is not abandoned any more.
+   */
+  private async takeOverAbandoned(): Promise<boolean> {
+    const { env, scope } = this;
+    const now = env.clock.now();
+    const fence = await env.intents.takeOver(env.sql, { scope, lockedUntil: now + env.leaseMs, now });
+    if (fence === null) return false;
+    this.fence = fence;
+    return true;
+  }
+
   private async loadRecordedSteps(): Promise<void> {
-    const { rows } = await this.env.sql.query<{ step: string; result: string; result_meta: string | null }>(
-      this.env.store.statements.readSteps,
-      this.scopeParams(),
-    );
+    const rows = await this.env.statements.readSteps(this.env.sql, { scope: this.scope });
     this.recorded = new Map(rows.map((r) => [r.step, { json: r.result, meta: r.result_meta }]));
   }
 
   private async release(): Promise<void> {
-    const now = this.env.store.clock.now();
+    const { scope, fence, env } = this;
+    const now = env.clock.now();
     if (this.intent) {
       // A client's retry may resume it at once; a completer, after one more lease.
-      await this.env.sql.query(this.env.intents.release, [
-        ...this.scopeParams(),
-        this.fence,
-        new Date(now),
-        new Date(now + this.env.leaseMs),
-      ]);
+      await env.intents.release(env.sql, { scope, fence, now, dueAt: now + env.leaseMs });
       return;
     }
-    await this.env.sql.query(this.env.store.statements.releaseLease, [
-      ...this.scopeParams(),
-      this.fence,
-      new Date(now),
-    ]);
+    await env.statements.releaseLease(env.sql, { scope, fence, now });
   }
 
-  /** $1..$6 of `fenceAndRenew`: scope, fence, the renewed lease end, the recovery point (or keep it). */
-  private renewParams(point: string | null): unknown[] {
-    return [
-      ...this.scopeParams(),
-      this.fence,
-      new Date(this.env.store.clock.now() + this.env.leaseMs),
-      point,
-    ];
-  }
-
-  private scopeParams(): [string, string, string] {
-    return [this.scope.tenant, this.scope.operation, this.scope.key];
+  /** What a holder's write checks and renews: the key, the fence, the lease renewed from now. */
+  private held() {
+    return { scope: this.scope, fence: this.fence, lockedUntil: this.env.clock.now() + this.env.leaseMs };
   }
 }

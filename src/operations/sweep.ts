@@ -1,7 +1,7 @@
 import type { Clock } from '../core/clock.js';
 import type { Queryable } from '../core/sql.js';
 import { sweepInBatches, type SweepOptions, type SweepResult } from '../core/sweeper.js';
-import type { Statements } from './statements.js';
+import type { RequestStatements } from './statements.js';
 
 export type { SweepOptions, SweepResult } from '../core/sweeper.js';
 
@@ -11,23 +11,19 @@ export type { SweepOptions, SweepResult } from '../core/sweeper.js';
  */
 export function sweep(
   db: Queryable,
-  statements: Statements,
+  statements: RequestStatements,
   clock: Clock,
   options: SweepOptions = {},
 ): Promise<SweepResult> {
   // Both phases compare with now: each row carries its own retention (`expires_at`, `tombstone_until`).
   const now = () => new Date(clock.now());
+  const { bodies, bodiesTenant, rows, rowsTenant } = statements.sweep;
   return sweepInBatches(
     db,
     clock,
     [
-      {
-        statement: statements.sweepBodies,
-        tenantStatement: statements.sweepBodiesTenant,
-        cutoff: now,
-        counts: 'cleared',
-      },
-      { statement: statements.sweepRows, tenantStatement: statements.sweepRowsTenant, cutoff: now },
+      { statement: bodies, tenantStatement: bodiesTenant, cutoff: now, counts: 'cleared' },
+      { statement: rows, tenantStatement: rowsTenant, cutoff: now },
     ],
     options,
   );

@@ -1,0 +1,262 @@
+import type { QueryResult } from '../core/sql.js';
+import { allRows, defineStatement, nothing } from '../core/statement.js';
+import type { RetentionPolicy } from './options.js';
+import type { Outcome } from './outcome.js';
+import {
+  claimParams,
+  fencedParams,
+  fenceOf,
+  keyParams,
+  outcomeParams,
+  pk,
+  prepared,
+  touchedRow,
+  type ClaimInput,
+  type FencedInput,
+} from './statement-parts.js';
+
+/** The end of a multi-step operation: its outcome, with retention counted from now. */
+export interface CompletionInput extends FencedInput {
+  outcome: Outcome<unknown>;
+  retention: RetentionPolicy;
+  now: number;
+}
+
+/** $1..$12 of `completeLate` (and of the intents' `complete`). */
+export function completionParams(done: CompletionInput): unknown[] {
+  const { now, retention } = done;
+  return [
+    ...fencedParams(done),
+    ...outcomeParams(done.outcome),
+    new Date(now),
+    new Date(now + retention.resultMs),
+    new Date(now + retention.tombstoneMs),
+  ];
+}
+
+/** The failed end of a multi-step operation: the error's text, the step it failed at. */
+export interface FailureInput extends FencedInput {
+  error: string;
+  step: string | null;
+  retention: RetentionPolicy;
+  now: number;
+}
+
+/** $1..$9 of `failLate` (and of the intents' `fail`). */
+export function failureParams(failed: FailureInput): unknown[] {
+  const { now, retention } = failed;
+  return [
+    ...fencedParams(failed),
+    failed.error,
+    failed.step,
+    new Date(now),
+    new Date(now + retention.resultMs),
+    new Date(now + retention.tombstoneMs),
+  ];
+}
+
+/** A holder's write that renews its lease to `lockedUntil`. */
+export interface RenewInput extends FencedInput {
+  lockedUntil: number;
+}
+
+/** A recorded step, as stored: its plain-JSON result and that result's type annotations. */
+export interface RecordedStep {
+  step: string;
+  result: string;
+  result_meta: string | null;
+}
+
+/** The result shape of the call statements: whether the fence held (`held` 1). */
+function held(result: QueryResult<{ held: number }>): boolean {
+  return Number(result.rows[0]?.held) === 1;
+}
+
+/**
+ * The statements of multi-step operations (`idem.steps`, HTTP steps mode, defined operations):
+ * the claim that commits at once, the lease and its fence, the recorded steps and calls, and the
+ * operation's end. Part of `renderRequestStatements` (statements.ts).
+ */
+export function renderStepStatements(s: string) {
+  return {
+    /**
+     * Claims a key outside any transaction: used by multi-step operations (commits at once).
+     * Named (prepared once per connection): every multi-step operation starts with it.
+     */
+    claimCommitted: prepared('', 'claimCommitted', {
+      text: `INSERT INTO ${s}.requests
+        (tenant_id, operation, idempotency_key, fingerprint, state, fence, locked_until,
+         created_at, expires_at, tombstone_until)
+      VALUES ($1, $2, $3, $4, 'pending', 1, $5, $6, $7, $8)
+      ON CONFLICT DO NOTHING
+      RETURNING fence`,
+      params: (claim: ClaimInput & { lockedUntil: number }) => claimParams(claim),
+      result: fenceOf,
+    }),
+
+    /** Takes over a pending operation whose holder's lease ran out. Raises the fence. */
+    takeOver: defineStatement({
+      text: `UPDATE ${s}.requests SET fence = fence + 1, locked_until = $5
+      WHERE ${pk} AND state = 'pending' AND fence = $4 AND (locked_until IS NULL OR locked_until <= $6)
+      RETURNING fence`,
+      params: (take: RenewInput & { now: number }) => [
+        ...fencedParams(take),
+        new Date(take.lockedUntil),
+        new Date(take.now),
+      ],
+      result: fenceOf,
+    }),
+
+    /**
+     * Renews the lease and moves the recovery point (null: keeps it); false (no row back) means
+     * the fence was raised.
+     */
+    fenceAndRenew: prepared('', 'fenceAndRenew', {
+      text: `UPDATE ${s}.requests SET locked_until = $5, recovery_point = coalesce($6, recovery_point)
+      WHERE ${pk} AND state = 'pending' AND fence = $4
+      RETURNING fence`,
+      params: (renew: RenewInput & { point: string | null }) => [
+        ...fencedParams(renew),
+        new Date(renew.lockedUntil),
+        renew.point,
+      ],
+      result: touchedRow,
+    }),
+
+    /** Lets a retry take over at once after a retryable failure (the lease ends `now`). */
+    releaseLease: defineStatement({
+      text: `UPDATE ${s}.requests SET locked_until = $5
+      WHERE ${pk} AND state = 'pending' AND fence = $4`,
+      params: (release: FencedInput & { now: number }) => [...fencedParams(release), new Date(release.now)],
+      result: nothing,
+    }),
+
+    /**
+     * Stores the outcome of a multi-step operation, which may finish long after its claim, so its
+     * retention is counted from completion. The fence check makes a zombie's completion a no-op
+     * (false).
+     */
+    completeLate: prepared('', 'completeLate', {
+      text: `UPDATE ${s}.requests SET
+        state = $5, result = $6, body = $7, resource_type = $8, resource_id = $9,
+        completed_at = $10, expires_at = $11, tombstone_until = $12, locked_until = NULL
+      WHERE ${pk} AND state = 'pending' AND fence = $4`,
+      params: completionParams,
+      result: touchedRow,
+    }),
+
+    /**
+     * The recorded steps; a call that started and has no result yet is not one. `result_meta`:
+     * the result's type annotations (migration 0009), NULL for plain JSON and older rows.
+     */
+    readSteps: defineStatement({
+      text: `SELECT step, result, result_meta FROM ${s}.steps WHERE ${pk} AND result IS NOT NULL`,
+      params: keyParams,
+      result: allRows<RecordedStep>,
+    }),
+
+    /** Records a local step's result ($5 its plain JSON, $8 its type annotations), in the step's transaction. */
+    recordStep: prepared('', 'recordStep', {
+      text: `INSERT INTO ${s}.steps
+        (tenant_id, operation, idempotency_key, step, result, fence, completed_at, result_meta)
+      VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
+      params: (step: FencedInput & { step: string; json: string; meta: string | null; now: number }) => [
+        ...keyParams(step),
+        step.step,
+        step.json,
+        step.fence,
+        new Date(step.now),
+        step.meta,
+      ],
+      result: nothing,
+    }),
+
+    /**
+     * Before a call, in one statement on its own: checks the fence, renews the lease, moves the
+     * recovery point to `call:<name>` ($6) and marks the call as started ($7 the step, $8 the
+     * time), committed before the call runs: from here on an external effect may exist. A retry
+     * that repeats the call finds the row and keeps the first start time. False (`held` 0): fenced.
+     * One statement instead of a transaction of two: 1 round trip instead of 4, while a burst of
+     * calls starts at once (40 calls on a pool of 8: see test/operations/calls-hold-nothing.test.ts).
+     */
+    startCall: prepared('', 'startCall', {
+      text: `WITH held AS (
+        UPDATE ${s}.requests SET locked_until = $5, recovery_point = $6
+        WHERE ${pk} AND state = 'pending' AND fence = $4
+        RETURNING 1
+      ), started AS (
+        INSERT INTO ${s}.steps (tenant_id, operation, idempotency_key, step, kind, fence, started_at)
+        SELECT $1, $2, $3, $7, 'call', $4, $8 FROM held
+        ON CONFLICT DO NOTHING
+      )
+      SELECT count(*)::int AS held FROM held`,
+      params: (start: RenewInput & { point: string; step: string; now: number }) => [
+        ...fencedParams(start),
+        new Date(start.lockedUntil),
+        start.point,
+        start.step,
+        new Date(start.now),
+      ],
+      result: held,
+    }),
+
+    /**
+     * After a call, in one statement: checks the fence, renews the lease, moves the recovery
+     * point to the step ($6) and records the call's result ($7, with its type annotations $9).
+     * False (`held` 0): fenced, nothing written.
+     */
+    recordCall: prepared('', 'recordCall', {
+      text: `WITH held AS (
+        UPDATE ${s}.requests SET locked_until = $5, recovery_point = $6
+        WHERE ${pk} AND state = 'pending' AND fence = $4
+        RETURNING 1
+      ), recorded AS (
+        INSERT INTO ${s}.steps
+          (tenant_id, operation, idempotency_key, step, kind, result, result_meta, fence, started_at, completed_at)
+        SELECT $1, $2, $3, $6, 'call', $7, $9, $4, $8, $8 FROM held
+        ON CONFLICT (tenant_id, operation, idempotency_key, step)
+        DO UPDATE SET result = EXCLUDED.result, result_meta = EXCLUDED.result_meta, fence = EXCLUDED.fence,
+          completed_at = EXCLUDED.completed_at
+      )
+      SELECT count(*)::int AS held FROM held`,
+      params: (call: RenewInput & { step: string; json: string; meta: string | null; now: number }) => [
+        ...fencedParams(call),
+        new Date(call.lockedUntil),
+        call.step,
+        call.json,
+        new Date(call.now),
+        call.meta,
+      ],
+      result: held,
+    }),
+
+    /**
+     * Frees the key of a multi-step operation that failed for good before it committed anything:
+     * no step recorded and no call started (checked here, in the same statement). A retry runs
+     * afresh, as after a failed single-transaction operation. True: freed.
+     */
+    releaseKey: defineStatement({
+      text: `DELETE FROM ${s}.requests r
+      WHERE r.tenant_id = $1 AND r.operation = $2 AND r.idempotency_key = $3
+        AND r.state = 'pending' AND r.fence = $4
+        AND NOT EXISTS (SELECT 1 FROM ${s}.steps st
+          WHERE st.tenant_id = $1 AND st.operation = $2 AND st.idempotency_key = $3)`,
+      params: fencedParams,
+      result: touchedRow,
+    }),
+
+    /**
+     * Ends a multi-step operation that failed for good after it had committed a step or started a
+     * call: state 'failed' with the error and the step, replayed to every retry until its
+     * tombstone passes. Retention counts from now, as for `completeLate`. False: fenced.
+     */
+    failLate: defineStatement({
+      text: `UPDATE ${s}.requests SET
+        state = 'failed', error = $5, error_step = $6, completed_at = $7, expires_at = $8,
+        tombstone_until = $9, locked_until = NULL
+      WHERE ${pk} AND state = 'pending' AND fence = $4`,
+      params: failureParams,
+      result: touchedRow,
+    }),
+  };
+}
