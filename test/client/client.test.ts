@@ -19,7 +19,7 @@ import { ConsecutiveBreaker } from 'cockatiel';
 import type { Clock } from '../../src/core/clock.js';
 import { createEvents } from '../../src/core/event-channel.js';
 import { databaseUrl } from '../support/database.js';
-import { startProvider, type Provider } from './support/provider.js';
+import { startProvider, type Provider } from '../support/client/provider.js';
 
 /** A clock whose sleeps return at once but are recorded, and move its time. */
 function recordingClock(

@@ -18,7 +18,7 @@ import { createIdem } from '../../src/operations/idem.js';
 import type { OutboxEvent } from '../../src/outbox/types.js';
 import { createTestSchema, databaseUrl, type TestSchema } from '../support/database.js';
 import { until } from '../support/poll.js';
-import { codeBlocks, documentationFiles, read, root } from './markdown.js';
+import { codeBlocks, documentationFiles, read, root } from '../support/docs/markdown.js';
 
 const examplesDir = 'examples/readme/';
 const marker = /^\/\/ (examples\/readme\/[\w-]+\.ts)$/;

@@ -18,7 +18,7 @@ import { renderTable } from '../../src/drill/report-table.js';
 import { runDrills, type DrillReport } from '../../src/drill/runner.js';
 import type { DrillOptions } from '../../src/drill/options.js';
 import { createTestSchema, type TestSchema } from '../support/database.js';
-import { startPaymentsServer, type PaymentsServer, type ServerKind } from './support/payments-servers.js';
+import { startPaymentsServer, type PaymentsServer, type ServerKind } from '../support/drill/payments-servers.js';
 
 const kinds: ServerKind[] = ['correct', 'no-dedupe', 'check-then-act', 'ignores-tenant', 'ignores-payload'];
 

@@ -1,6 +1,6 @@
 /**
  * idem's contract on a real high-availability PostgreSQL: a pg_auto_failover formation (a monitor
- * and two nodes, synchronous replication, test/ha/support/formation.ts) started by this file, under
+ * and two nodes, synchronous replication, test/support/ha/formation.ts) started by this file, under
  * a planned failover and a kill -9 of the primary, with node-postgres (through `primaryClient`) and
  * postgres.js (a multi-host URL with `target_session_attrs=primary`) side by side: two
  * applications on one database, 16 clients each, through the same fault.
@@ -44,13 +44,13 @@ import {
   startFormation,
   type FaultReport,
   type Formation,
-} from './support/formation.js';
+} from '../support/ha/formation.js';
 
 const tools = requirePgAutoFailover();
 
 const clients = 16;
 /**
- * The monitor's failure detection: shortened by default (support/formation.ts, `fastDetection`);
+ * The monitor's failure detection: shortened by default (test/support/ha/formation.ts, `fastDetection`);
  * `IDEM_HA_DETECTION=defaults` keeps pg_auto_failover's own (a crashed primary is replaced after
  * ~50 s), to measure the outage and retry budget a production formation needs.
  */

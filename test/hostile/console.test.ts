@@ -11,7 +11,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { consolePlugin } from '../../src/console/plugin.js';
 import { encodeCursor } from '../../src/console/params.js';
 import { createTestSchema } from '../support/database.js';
-import { startHostileDemo, type HostileDemo } from './support/demo.js';
+import { startHostileDemo, type HostileDemo } from '../support/hostile/demo.js';
 
 let h: HostileDemo;
 beforeAll(async () => {

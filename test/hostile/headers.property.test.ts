@@ -10,9 +10,9 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { fromPg } from '../../src/adapters/pg.js';
 import { idempotency } from '../../src/http/fastify.js';
 import { createIdem } from '../../src/operations/idem.js';
-import { post, rawRequest } from './support/raw-http.js';
-import { expectNoLeak, expectProblem } from './support/expect-answer.js';
-import { startSurfaces, type Surfaces } from './support/servers.js';
+import { post, rawRequest } from '../support/hostile/raw-http.js';
+import { expectNoLeak, expectProblem } from '../support/hostile/expect-answer.js';
+import { startSurfaces, type Surfaces } from '../support/hostile/servers.js';
 
 let s: Surfaces;
 beforeAll(async () => {

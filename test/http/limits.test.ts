@@ -21,7 +21,7 @@ import { idempotency as honoIdempotency, type IdemVariables } from '../../src/ht
 import { idempotency as nodeIdempotency } from '../../src/http/node-http.js';
 import { createIdem, type Idem } from '../../src/operations/idem.js';
 import { createTestSchema, type TestSchema } from '../support/database.js';
-import { client, type Sent } from './support/client.js';
+import { client, type Sent } from '../support/http/client.js';
 
 let db: TestSchema;
 let idem: Idem;

@@ -18,7 +18,7 @@ import { idempotency as honoIdempotency, type IdemVariables } from '../../src/ht
 import { createIdem, type Idem } from '../../src/operations/idem.js';
 import { createTestSchema, type TestSchema } from '../support/database.js';
 import { recordings } from '../support/recordings.js';
-import { client } from './support/client.js';
+import { client } from '../support/http/client.js';
 
 describe.each(recordings)('mounting the integrations, recorded at %s', (recording) => {
   let db: TestSchema;

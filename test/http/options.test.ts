@@ -14,8 +14,8 @@ import { idempotency as nodeIdempotency, type NodeHttpIdempotencyOptions } from 
 import { createIdem, type Idem } from '../../src/operations/idem.js';
 import { createTestSchema, type TestSchema } from '../support/database.js';
 import { recordings } from '../support/recordings.js';
-import { client } from './support/client.js';
-import { errorsInto } from './support/apps.js';
+import { client } from '../support/http/client.js';
+import { errorsInto } from '../support/http/apps.js';
 
 describe.each(recordings)('HTTP idempotency options, recorded at %s', (recording) => {
   let db: TestSchema;

@@ -12,7 +12,7 @@ import { deriveKey } from '../../src/core/keys.js';
 import { idempotency as nodeIdempotency } from '../../src/http/node-http.js';
 import { createIdem, type Idem } from '../../src/operations/idem.js';
 import { createTestSchema, type TestSchema } from '../support/database.js';
-import { errorsInto } from './support/apps.js';
+import { errorsInto } from '../support/http/apps.js';
 import { startFakeProvider, type FakeProvider } from '../support/fake-provider.js';
 
 describe('steps mode: a request that fails for good', () => {

@@ -13,7 +13,7 @@ import { createInDatabasePublisher } from '../../src/outbox/publishers/in-databa
 import type { OutboxEvent } from '../../src/outbox/types.js';
 import { orderViolations } from '../outbox/support.js';
 import { createTestSchema, databaseUrl, type TestSchema } from '../support/database.js';
-import { spawnChild } from './support.js';
+import { spawnChild } from '../support/brokers.js';
 
 let db: TestSchema;
 let sql: Sql;

@@ -21,7 +21,7 @@ import { createNatsPublisher } from '../../src/outbox/publishers/nats.js';
 import type { OutboxEvent } from '../../src/outbox/types.js';
 import { createTestSchema, databaseUrl, type TestSchema } from '../support/database.js';
 import { serviceUrl } from '../support/services.js';
-import { spawnChild, TcpProxy, uniqueName, waitFor } from './support.js';
+import { spawnChild, TcpProxy, uniqueName, waitFor } from '../support/brokers.js';
 
 const natsUrl = serviceUrl('NATS_URL');
 

@@ -22,7 +22,7 @@ import type { OutboxEvent, Publisher } from '../../src/outbox/types.js';
 import { orderViolations } from '../outbox/support.js';
 import { createTestSchema, databaseUrl, type TestSchema } from '../support/database.js';
 import { serviceUrl } from '../support/services.js';
-import { spawnChild, TcpProxy, uniqueName, waitFor } from './support.js';
+import { spawnChild, TcpProxy, uniqueName, waitFor } from '../support/brokers.js';
 
 const amqpUrl = serviceUrl('AMQP_URL');
 

@@ -44,7 +44,7 @@ import {
 } from '../../src/nestjs/index.js';
 import { createIdem, Idem } from '../../src/operations/idem.js';
 import { prepareAdapter } from '../support/adapters.js';
-import { client, type Send } from '../http/support/client.js';
+import { client, type Send } from '../support/http/client.js';
 import { prismaFactory, type OrmAdapterUnderTest } from '../support/orm-adapters.js';
 import type { Prisma, PrismaClient } from '../support/prisma/generated/index.js';
 

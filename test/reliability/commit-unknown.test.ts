@@ -19,8 +19,8 @@ import { isRetryable } from '../../src/core/retryable.js';
 import { idempotency as nodeIdempotency } from '../../src/http/node-http.js';
 import { createIdem, type Idem } from '../../src/operations/idem.js';
 import { createTestSchema, databaseUrl, type TestSchema } from '../support/database.js';
-import { createEffects, effectsOf } from './support/effects.js';
-import { startPgProxy, type CutMode, type PgProxy } from './support/pg-proxy.js';
+import { createEffects, effectsOf } from '../support/faults/effects.js';
+import { startPgProxy, type CutMode, type PgProxy } from '../support/faults/pg-proxy.js';
 
 let db: TestSchema;
 let proxy: PgProxy;

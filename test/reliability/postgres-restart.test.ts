@@ -13,14 +13,14 @@ import type { AddressInfo } from 'node:net';
 import pg from 'pg';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { fromPg } from '../../src/adapters/pg.js';
-import { errorsInto } from '../http/support/apps.js';
+import { errorsInto } from '../support/http/apps.js';
 import { isRetryable } from '../../src/core/retryable.js';
 import { startEmbeddedPostgres, type EmbeddedDatabase } from '../../src/embedded/embedded-postgres.js';
 import { idempotency as nodeIdempotency } from '../../src/http/node-http.js';
 import { migrate } from '../../src/migrate/migrate.js';
 import { createIdem } from '../../src/operations/idem.js';
-import { createEffects, effectsOf } from './support/effects.js';
-import { postUntilAnswered, type Attempted } from './support/retrying-client.js';
+import { createEffects, effectsOf } from '../support/faults/effects.js';
+import { postUntilAnswered, type Attempted } from '../support/faults/retrying-client.js';
 
 const dir = `.idem/reliability-pg-${randomBytes(4).toString('hex')}`;
 const schema = 'idem';

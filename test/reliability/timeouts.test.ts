@@ -16,7 +16,7 @@ import { createIdem, type Idem } from '../../src/operations/idem.js';
 import type { Recording } from '../../src/operations/options.js';
 import { recordings } from '../support/recordings.js';
 import { createTestSchema, databaseUrl, type TestSchema } from '../support/database.js';
-import { createEffects, effectsOf } from './support/effects.js';
+import { createEffects, effectsOf } from '../support/faults/effects.js';
 
 let db: TestSchema;
 let idem: Idem;

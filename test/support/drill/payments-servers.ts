@@ -13,7 +13,7 @@ import { isInProgress, isInvalidKey, isKeyReused } from '../../../src/core/error
 import { fingerprint } from '../../../src/core/fingerprint.js';
 import { createIdem, type Idem } from '../../../src/operations/idem.js';
 import { completed } from '../../../src/operations/outcome.js';
-import type { TestSchema } from '../../support/database.js';
+import type { TestSchema } from '../database.js';
 
 export type ServerKind =
   /** idem's keyed operation: claim, handler and stored body in one transaction. */

@@ -14,7 +14,7 @@ import { idempotency as nodeIdempotency } from '../../../src/http/node-http.js';
 import { createIdem } from '../../../src/operations/idem.js';
 import { createWebhookReceiver } from '../../../src/webhooks/receiver.js';
 import { createStandardWebhooksVerifier } from '../../../src/webhooks/verify/standard-webhooks.js';
-import { createTestSchema, type TestSchema } from '../../support/database.js';
+import { createTestSchema, type TestSchema } from '../database.js';
 import { webhooks as nodeWebhooks } from '../../../src/webhooks/node-http.js';
 
 export const webhookSecret =

@@ -1,6 +1,6 @@
 /**
  * The same service six times: Express 5, Fastify 5, Hono 4 on @hono/node-server, plain node:http,
- * and NestJS on Express and on Fastify (test/nestjs/support/apps.ts), each using the idempotency
+ * and NestJS on Express and on Fastify (test/support/nestjs/apps.ts), each using the idempotency
  * integration its own way and listening on 127.0.0.1.
  *
  * Routes (all covered ones behind the contract):
@@ -30,7 +30,7 @@ import { idempotency as honoIdempotency, type IdemVariables } from '../../../src
 import { idempotency as nodeIdempotency, type IdempotentRequest } from '../../../src/http/node-http.js';
 import type { IdempotencyOptions } from '../../../src/http/options.js';
 import { createEvents, type IdemEvents } from '../../../src/core/event-channel.js';
-import { nestFrameworks } from '../../nestjs/support/apps.js';
+import { nestFrameworks } from '../nestjs/apps.js';
 import { business, type Reply } from './business.js';
 import type { Harness } from './harness.js';
 

@@ -7,7 +7,7 @@ import type { Clock } from '../../../src/core/clock.js';
 import { fromPg } from '../../../src/adapters/pg.js';
 import { createIdem, type Idem } from '../../../src/operations/idem.js';
 import type { Recording } from '../../../src/operations/options.js';
-import { createTestSchema, type TestSchema } from '../../support/database.js';
+import { createTestSchema, type TestSchema } from '../database.js';
 import { startProvider, type Provider } from './provider.js';
 
 /** Real time plus an offset the test moves forward: expiry and leases without sleeping. */
