@@ -31,14 +31,9 @@ import { readFileSync } from 'node:fs';
 import pg from 'pg';
 import postgres from 'postgres';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { fromPg, pgConnectionDefaults, primaryClient } from '../../src/adapters/pg.js';
-import { fromPostgresJs } from '../../src/adapters/postgres.js';
-import { isIdemError } from '../../src/core/errors.js';
-import { isRetryable } from '../../src/core/retryable.js';
-import { sqlStateOf } from '../../src/core/sqlstate.js';
-import type { Sql } from '../../src/core/sql.js';
-import { migrate } from '../../src/migrate/migrate.js';
-import { createIdem } from '../../src/operations/idem.js';
+import { fromPg, pgConnectionDefaults, primaryClient } from 'idem/pg';
+import { fromPostgresJs } from 'idem/postgres';
+import { createIdem, isIdemError, isRetryable, migrate, type Sql, sqlStateOf } from 'idem';
 import {
   requirePgAutoFailover,
   startFormation,

@@ -4,8 +4,8 @@
  */
 import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { deriveKey } from '../../src/core/keys.js';
-import { problemKinds } from '../../src/http/problem.js';
+import { deriveKey } from 'idem';
+import { problemKinds } from 'idem/http';
 import { frameworks, type RunningApp } from '../support/http/apps.js';
 import { fixedJson, fixedText } from '../support/http/business.js';
 import { client, type Send, type Sent } from '../support/http/client.js';

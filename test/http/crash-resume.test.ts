@@ -8,7 +8,7 @@ import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { deriveKey } from '../../src/core/keys.js';
+import { deriveKey } from 'idem';
 import { databaseUrl } from '../support/database.js';
 import { frameworks, type RunningApp } from '../support/http/apps.js';
 import { client } from '../support/http/client.js';

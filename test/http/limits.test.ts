@@ -14,12 +14,12 @@ import Fastify, { type FastifyInstance } from 'fastify';
 import { Hono } from 'hono';
 import { bodyLimit } from 'hono/body-limit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { fromPg } from '../../src/adapters/pg.js';
-import { idempotency as expressIdempotency } from '../../src/http/express.js';
-import { idempotency as fastifyIdempotency } from '../../src/http/fastify.js';
-import { idempotency as honoIdempotency, type IdemVariables } from '../../src/http/hono.js';
-import { idempotency as nodeIdempotency } from '../../src/http/node-http.js';
-import { createIdem, type Idem } from '../../src/operations/idem.js';
+import { fromPg } from 'idem/pg';
+import { idempotency as expressIdempotency } from 'idem/express';
+import { idempotency as fastifyIdempotency } from 'idem/fastify';
+import { idempotency as honoIdempotency, type IdemVariables } from 'idem/hono';
+import { idempotency as nodeIdempotency } from 'idem/node-http';
+import { createIdem, type Idem } from 'idem';
 import { createTestSchema, type TestSchema } from '../support/database.js';
 import { client, type Sent } from '../support/http/client.js';
 

@@ -12,13 +12,11 @@ import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import pg from 'pg';
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import { fromPg } from '../../src/adapters/pg.js';
+import { fromPg } from 'idem/pg';
 import { errorsInto } from '../support/http/apps.js';
-import { isRetryable } from '../../src/core/retryable.js';
-import { startEmbeddedPostgres, type EmbeddedDatabase } from '../../src/embedded/embedded-postgres.js';
-import { idempotency as nodeIdempotency } from '../../src/http/node-http.js';
-import { migrate } from '../../src/migrate/migrate.js';
-import { createIdem } from '../../src/operations/idem.js';
+import { createIdem, isRetryable, migrate } from 'idem';
+import { type EmbeddedDatabase, startEmbeddedPostgres } from '../support/embedded.js';
+import { idempotency as nodeIdempotency } from 'idem/node-http';
 import { createEffects, effectsOf } from '../support/faults/effects.js';
 import { postUntilAnswered, type Attempted } from '../support/faults/retrying-client.js';
 

@@ -19,7 +19,7 @@
  */
 import pg from 'pg';
 import { randomSchema, startDemo } from '../../../demo/server.js';
-import { startEmbeddedPostgres, type EmbeddedDatabase } from '../../../src/embedded/embedded-postgres.js';
+import { startEmbeddedPostgres, type EmbeddedDatabase } from '../embedded.js';
 import { formatReport, runDemoUnderFaults, type FaultReport, type FaultRun } from './demo-under-fault.js';
 
 interface Options {

@@ -22,15 +22,15 @@ import {
 } from '@nestjs/common';
 import { APP_FILTER, NestFactory } from '@nestjs/core';
 import { FastifyAdapter, type NestFastifyApplication } from '@nestjs/platform-fastify';
-import { createEvents } from '../../../src/core/event-channel.js';
-import type { IdempotencyContext } from '../../../src/http/context.js';
+import { createEvents } from 'idem';
+import type { IdempotencyContext } from 'idem/http';
 import {
   IdemContext,
   IdemModule,
-  Idempotent,
-  IdempotencyBodyFilter,
   type IdemModuleOptions,
-} from '../../../src/nestjs/index.js';
+  IdempotencyBodyFilter,
+  Idempotent,
+} from 'idem/nestjs';
 import type { Framework, RunningApp } from '../http/apps.js';
 import { business, type Reply } from '../http/business.js';
 import type { Harness } from '../http/harness.js';
