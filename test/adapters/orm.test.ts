@@ -6,14 +6,18 @@
  */
 import { randomBytes } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { isRetryable } from '../../src/core/retryable.js';
+import {
+  createIdem,
+  type Idem,
+  isIdemError,
+  isRetryable,
+  SqlState,
+  sqlStateOf,
+  type Transaction,
+} from 'idem';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { fromPrisma } from '../../src/adapters/prisma.js';
-import { isIdemError } from '../../src/core/errors.js';
-import type { Transaction } from '../../src/core/sql.js';
-import { SqlState, sqlStateOf } from '../../src/core/sqlstate.js';
-import { createIdem, type Idem } from '../../src/operations/idem.js';
-import { fromTypeORMTransaction } from '../../src/adapters/typeorm.js';
+import { fromPrisma } from 'idem/prisma';
+import { fromTypeORMTransaction } from 'idem/typeorm';
 import { recordings } from '../support/recordings.js';
 import { prepareAdapter, type AdapterFactory, type AdapterUnderTest } from '../support/adapters.js';
 import { databaseUrl } from '../support/database.js';

@@ -1,6 +1,6 @@
 import { EventEmitter } from 'node:events';
 import { describe, expect, it } from 'vitest';
-import { fromPg, type PgPoolLike } from '../../src/adapters/pg.js';
+import { fromPg, type PgPoolLike } from 'idem/pg';
 
 /**
  * A pg-pool hands a client over inside the socket event that finished its connection; a server

@@ -10,14 +10,20 @@ import { randomBytes } from 'node:crypto';
 import pg from 'pg';
 import postgres from 'postgres';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { fromPg } from '../../src/adapters/pg.js';
-import { fromPostgresJs } from '../../src/adapters/postgres.js';
-import { ManualClock } from '../../src/core/clock.js';
-import { isCommitOutcomeUnknown, isOperationFailed } from '../../src/core/errors.js';
-import { isRetryable } from '../../src/core/retryable.js';
-import { canCommitWith, type Queryable, type Sql } from '../../src/core/sql.js';
-import { migrate } from '../../src/migrate/migrate.js';
-import { createIdem, type Idem } from '../../src/operations/idem.js';
+import { fromPg } from 'idem/pg';
+import { fromPostgresJs } from 'idem/postgres';
+import { createManualClock, type ManualClock } from 'idem/testing';
+import {
+  createIdem,
+  type Idem,
+  isCommitOutcomeUnknown,
+  isOperationFailed,
+  isRetryable,
+  migrate,
+  type Queryable,
+  type Sql,
+} from 'idem';
+import { canCommitWith } from '../../src/core/sql.js';
 import { databaseUrl } from '../support/database.js';
 
 const day = 86_400_000;
@@ -72,7 +78,7 @@ describe.each(drivers)('$name: the record goes out with COMMIT', (driver) => {
       CREATE TABLE "${schema}".deferred (
         code text UNIQUE DEFERRABLE INITIALLY DEFERRED
       );`);
-    clock = new ManualClock(Date.now());
+    clock = createManualClock({ startMs: Date.now() });
     idem = createIdem({
       sql: db.sql,
       schema,

@@ -5,8 +5,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { returnsRows, toQuestionMarks } from '../../src/adapters/sql-text.js';
-import { isIdemError } from '../../src/core/errors.js';
-import { migrations } from '../../src/migrate/migrate.js';
+import { isIdemError, migrations } from 'idem';
 
 describe('returnsRows (Prisma: $queryRawUnsafe or $executeRawUnsafe)', () => {
   it.each([

@@ -7,17 +7,17 @@
  */
 import pg from 'pg';
 import { describe, expect, it } from 'vitest';
-import * as root from '../../src/index.js';
-import * as claimsApi from '../../src/claims/index.js';
-import * as clientApi from '../../src/client/index.js';
-import * as httpApi from '../../src/http/index.js';
-import * as inboxApi from '../../src/inbox/index.js';
-import * as outboxApi from '../../src/outbox/index.js';
-import * as webhooksApi from '../../src/webhooks/index.js';
-import * as workflowApi from '../../src/workflow/index.js';
-import { IdemError, isIdemError } from '../../src/core/errors.js';
+import * as root from 'idem';
+import { IdemError, isIdemError } from 'idem';
+import * as claimsApi from 'idem/claims';
+import * as clientApi from 'idem/client';
+import * as httpApi from 'idem/http';
+import * as inboxApi from 'idem/inbox';
+import * as outboxApi from 'idem/outbox';
+import * as webhooksApi from 'idem/webhooks';
+import * as workflowApi from 'idem/workflow';
 import { toMillis } from '../../src/core/clock.js';
-import { fromPg } from '../../src/adapters/pg.js';
+import { fromPg } from 'idem/pg';
 
 const entryPoints = {
   idem: root,

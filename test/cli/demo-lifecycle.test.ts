@@ -13,7 +13,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, expect, it } from 'vitest';
-import { isAlive } from '../../src/embedded/process-info.js';
+import { isAlive } from '../support/embedded.js';
 
 const main = fileURLToPath(new URL('../../demo/main.ts', import.meta.url));
 // By path: the demo runs in a folder of its own, where `--import tsx` would not resolve.

@@ -3,12 +3,10 @@
  * cannot complete; the application's completer carries the decision out.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { fromPg } from '../../src/adapters/pg.js';
+import { fromPg } from 'idem/pg';
 import { run } from '../../src/cli/commands/intents.js';
-import { ManualClock } from '../../src/core/clock.js';
-import { isStepFailed } from '../../src/core/errors.js';
-import { createCompleter } from '../../src/operations/completer.js';
-import { createIdem } from '../../src/operations/idem.js';
+import { createManualClock } from 'idem/testing';
+import { createCompleter, createIdem, isStepFailed } from 'idem';
 import { printedBy } from '../support/console-output.js';
 import { createTestSchema, databaseUrl, type TestSchema } from '../support/database.js';
 
@@ -23,7 +21,7 @@ const capture = (argv: string[]) => printedBy(() => run(argv));
 
 describe('idem intents', () => {
   it('lists an intent the completer keeps retrying, and give-up --fail ends it failed', async () => {
-    const clock = new ManualClock(Date.now());
+    const clock = createManualClock({ startMs: Date.now() });
     const idem = createIdem({ sql: fromPg(db.pool), schema: db.schema, clock, leaseMs: 1000 });
     const stuck = idem.define('transfer', async (op) => {
       await op.step('debit', async () => 'debited');

@@ -9,22 +9,21 @@ import { execFile } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { fromPg } from '../../src/adapters/pg.js';
-import { createClaims } from '../../src/claims/claims.js';
+import { fromPg } from 'idem/pg';
+import { createClaims } from 'idem/claims';
 import { run } from '../../src/cli/commands/sweep.js';
-import { ManualClock, type Clock } from '../../src/core/clock.js';
-import { createInbox } from '../../src/inbox/inbox.js';
-import { createIdem } from '../../src/operations/idem.js';
-import { createOutboxDispatcher } from '../../src/outbox/dispatcher.js';
-import { createOutbox } from '../../src/outbox/outbox.js';
+import { createManualClock } from 'idem/testing';
+import { type Clock, createIdem } from 'idem';
+import { createInbox } from 'idem/inbox';
+import { createOutbox, createOutboxDispatcher } from 'idem/outbox';
 import {
+  createStandardWebhooksVerifier,
   createWebhookProcessor,
   createWebhookReceiver,
+  createWebhookSender,
   recordHeaders,
-  createStandardWebhooksVerifier,
-} from '../../src/webhooks/index.js';
-import { createWebhookSender } from '../../src/webhooks/sender/sender.js';
-import { createSagas, defineSaga, step } from '../../src/workflow/index.js';
+} from 'idem/webhooks';
+import { createSagas, defineSaga, step } from 'idem/workflow';
 import { RecordingPublisher } from '../outbox/support.js';
 import { createTestSchema, databaseUrl, type TestSchema } from '../support/database.js';
 import { signStandard, standardSecret } from '../webhooks/support.js';
@@ -83,7 +82,7 @@ async function counts(db: TestSchema): Promise<Counts> {
 async function fill(db: TestSchema, expired: number): Promise<void> {
   const { pool, schema } = db;
   const sql = fromPg(pool);
-  const old = new ManualClock(Date.now() - 60 * day);
+  const old = createManualClock({ startMs: Date.now() - 60 * day });
   const now: Clock = { now: () => Date.now(), sleep: (ms) => new Promise((r) => setTimeout(r, ms)) };
   const times: [Clock, number][] = [
     [old, expired],
@@ -92,7 +91,7 @@ async function fill(db: TestSchema, expired: number): Promise<void> {
 
   // Keyed operations, each with a recorded step; one more whose result (7 days) expired but whose
   // tombstone (30 days) holds: its result is cleared, the row kept.
-  for (const [clock, n] of [...times, [new ManualClock(Date.now() - 10 * day), 1] as const]) {
+  for (const [clock, n] of [...times, [createManualClock({ startMs: Date.now() - 10 * day }), 1] as const]) {
     const idem = createIdem({ sql, schema, clock });
     for (let i = 0; i < n; i++) {
       await idem.steps({ tenant: 't', operation: 'pay', key: `k-${clock.now()}-${i}` }, (op) =>

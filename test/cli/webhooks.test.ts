@@ -7,15 +7,15 @@ import { execFile } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { fromPg } from '../../src/adapters/pg.js';
+import { fromPg } from 'idem/pg';
 import { run } from '../../src/cli/commands/webhooks.js';
-import { ManualClock } from '../../src/core/clock.js';
+import { createManualClock } from 'idem/testing';
 import {
+  createStandardWebhooksVerifier,
   createWebhookProcessor,
   createWebhookReceiver,
   recordHeaders,
-  createStandardWebhooksVerifier,
-} from '../../src/webhooks/index.js';
+} from 'idem/webhooks';
 import { createTestSchema, databaseUrl, type TestSchema } from '../support/database.js';
 import { signStandard, standardSecret } from '../webhooks/support.js';
 import { printedBy } from '../support/console-output.js';
@@ -31,7 +31,7 @@ const capture = (argv: string[]) => printedBy(() => run(argv));
 
 describe('idem webhooks', () => {
   it('lists a parked entity, and a skip through the CLI resumes it', async () => {
-    const clock = new ManualClock(Date.UTC(2030, 0, 1));
+    const clock = createManualClock({ startMs: Date.UTC(2030, 0, 1) });
     const receiver = createWebhookReceiver({
       sql: fromPg(db.pool),
       schema: db.schema,

@@ -4,22 +4,21 @@ import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest
 import {
   assertOk,
   classifyError,
+  type ClientOptions,
   createResilientClient,
+  createRetryBudget,
   isCircuitOpen,
   isHttpStatusError,
   parseRetryAfter,
-  createRetryBudget,
   retry,
+  type RetryEvent,
   subKey,
   withIdempotencyKey,
-  type ClientOptions,
-  type RetryEvent,
-} from '../../src/client/index.js';
+} from 'idem/client';
 import { ConsecutiveBreaker } from 'cockatiel';
-import type { Clock } from '../../src/core/clock.js';
-import { createEvents } from '../../src/core/event-channel.js';
+import { type Clock, createEvents } from 'idem';
 import { databaseUrl } from '../support/database.js';
-import { startProvider, type Provider } from './support/provider.js';
+import { startProvider, type Provider } from '../support/client/provider.js';
 
 /** A clock whose sleeps return at once but are recorded, and move its time. */
 function recordingClock(

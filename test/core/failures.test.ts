@@ -8,15 +8,15 @@ import fc from 'fast-check';
 import pg from 'pg';
 import postgres from 'postgres';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { CommitOutcomeUnknownError, OperationFailedError } from '../../src/core/errors.js';
 import {
   classifyFailure,
-  databaseFailureRule,
+  CommitOutcomeUnknownError,
   databaseFailureRules,
   driverFailureRules,
-  isDatabaseOutage,
-} from '../../src/core/failures.js';
-import { isRetryable } from '../../src/core/retryable.js';
+  isRetryable,
+  OperationFailedError,
+} from 'idem';
+import { databaseFailureRule, isDatabaseOutage } from '../../src/core/failures.js';
 import { databaseUrl } from '../support/database.js';
 
 const sqlStateChar = fc.constantFrom(...'0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ'.split(''));

@@ -1,10 +1,17 @@
 import { ConsecutiveBreaker } from 'cockatiel';
 import { describe, expect, it } from 'vitest';
-import { ManualClock, systemClock } from '../../src/core/clock.js';
-import { createBackoff, resolveBackoff } from '../../src/core/resilience/backoff.js';
-import { CircuitBreaker, isCircuitOpen } from '../../src/core/resilience/circuit-breaker.js';
-import { isRetryableStatus, isUnhealthyStatus } from '../../src/core/resilience/http-failure.js';
-import { parseRetryAfter, retryDelay } from '../../src/core/resilience/retry-after.js';
+import { createManualClock } from 'idem/testing';
+import { systemClock } from 'idem';
+import {
+  createBackoff,
+  isCircuitOpen,
+  isRetryableStatus,
+  isUnhealthyStatus,
+  parseRetryAfter,
+  resolveBackoff,
+} from 'idem/client';
+import { CircuitBreaker } from '../../src/core/resilience/circuit-breaker.js';
+import { retryDelay } from '../../src/core/resilience/retry-after.js';
 import { sleepUnlessAborted } from '../../src/core/resilience/sleep.js';
 
 const now = Date.UTC(2031, 0, 1);
@@ -104,7 +111,7 @@ describe('HTTP failure classification', () => {
 
 describe('circuit breaker on the injected clock', () => {
   it('opens, fails fast, lets one probe through after halfOpenAfterMs, closes or reopens', async () => {
-    const clock = new ManualClock();
+    const clock = createManualClock();
     const breaker = new CircuitBreaker('https://a.example', {
       clock,
       breaker: new ConsecutiveBreaker(2),
@@ -158,7 +165,7 @@ describe('circuit breaker on the injected clock', () => {
 
 describe('cancellable sleep', () => {
   it('ends at once when aborted, on the system clock and on an injected one', async () => {
-    const manual = new ManualClock();
+    const manual = createManualClock();
     for (const clock of [systemClock, manual]) {
       const controller = new AbortController();
       const started = performance.now();

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { ManualClock } from '../../src/core/clock.js';
-import type { Queryable } from '../../src/core/sql.js';
+import { createManualClock } from 'idem/testing';
+import type { Queryable } from 'idem';
 import { cutoffBefore, deletedColumn, sweepInBatches } from '../../src/core/sweeper.js';
 
 /** A table of due rows per tenant, deleted `LIMIT $2` at a time, recording every statement. */
@@ -24,7 +24,7 @@ function fakeTable(due: Record<string, number>) {
 }
 
 describe('sweeper', () => {
-  const clock = new ManualClock();
+  const clock = createManualClock();
   const phase = (counts?: 'deleted' | 'cleared') => ({
     statement: 'all',
     tenantStatement: 'one',

@@ -18,8 +18,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { randomSchema, type DemoHandle } from '../../demo/server.js';
 import { databaseUrl } from '../support/database.js';
 import { dropDemoSchemas, startTestDemo } from '../support/demo.js';
-import { codeBlocks, documentationFiles, read, type CodeBlock } from './markdown.js';
-import { typecheckBlocks } from './typecheck-blocks.js';
+import { codeBlocks, documentationFiles, read, type CodeBlock } from '../support/docs/markdown.js';
+import { typecheckBlocks } from '../support/docs/typecheck-blocks.js';
 
 const rootDir = fileURLToPath(new URL('../../', import.meta.url));
 const shells = ['sh', 'bash', 'shell', 'console'];

@@ -13,12 +13,12 @@ import { randomUUID } from 'node:crypto';
 import pg from 'pg';
 import { Webhook } from 'standardwebhooks';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { fromPg } from '../../src/adapters/pg.js';
-import { createIdem } from '../../src/operations/idem.js';
-import type { OutboxEvent } from '../../src/outbox/types.js';
+import { fromPg } from 'idem/pg';
+import { createIdem } from 'idem';
+import type { OutboxEvent } from 'idem/outbox';
 import { createTestSchema, databaseUrl, type TestSchema } from '../support/database.js';
 import { until } from '../support/poll.js';
-import { codeBlocks, documentationFiles, read, root } from './markdown.js';
+import { codeBlocks, documentationFiles, read, root } from '../support/docs/markdown.js';
 
 const examplesDir = 'examples/readme/';
 const marker = /^\/\/ (examples\/readme\/[\w-]+\.ts)$/;

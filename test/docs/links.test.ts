@@ -9,7 +9,7 @@ import { existsSync, statSync } from 'node:fs';
 import { dirname, join, normalize } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
-import { documentationFiles, read } from './markdown.js';
+import { documentationFiles, read } from '../support/docs/markdown.js';
 
 const rootDir = fileURLToPath(new URL('../../', import.meta.url));
 const files = [...documentationFiles(), 'CHANGELOG.md'];

@@ -12,7 +12,7 @@ import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { databaseUrl } from '../support/database.js';
-import { codeBlocks, read } from './markdown.js';
+import { codeBlocks, read } from '../support/docs/markdown.js';
 
 const rootDir = fileURLToPath(new URL('../../', import.meta.url));
 const readme = read('README.md');

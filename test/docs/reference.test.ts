@@ -10,7 +10,7 @@
 import { fileURLToPath } from 'node:url';
 import ts from 'typescript';
 import { describe, expect, it } from 'vitest';
-import { read } from './markdown.js';
+import { read } from '../support/docs/markdown.js';
 
 const rootDir = fileURLToPath(new URL('../../', import.meta.url));
 const manifest = JSON.parse(read('package.json')) as { exports: Record<string, unknown> };

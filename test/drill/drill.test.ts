@@ -10,15 +10,22 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { run as runCommand } from '../../src/cli/commands/drill.js';
-import { parseCount } from '../../src/drill/count.js';
-import type { DrillName } from '../../src/drill/drill-names.js';
-import type { DrillResult } from '../../src/drill/drill.js';
+import {
+  type DrillName,
+  type DrillOptions,
+  type DrillReport,
+  type DrillResult,
+  parseCount,
+  renderTable,
+  runDrills,
+} from 'idem/testing';
 import { alterPayload } from '../../src/drill/payload.js';
-import { renderTable } from '../../src/drill/report-table.js';
-import { runDrills, type DrillReport } from '../../src/drill/runner.js';
-import type { DrillOptions } from '../../src/drill/options.js';
 import { createTestSchema, type TestSchema } from '../support/database.js';
-import { startPaymentsServer, type PaymentsServer, type ServerKind } from './support/payments-servers.js';
+import {
+  startPaymentsServer,
+  type PaymentsServer,
+  type ServerKind,
+} from '../support/drill/payments-servers.js';
 
 const kinds: ServerKind[] = ['correct', 'no-dedupe', 'check-then-act', 'ignores-tenant', 'ignores-payload'];
 

@@ -1,6 +1,6 @@
 /**
  * idem's contract on a real high-availability PostgreSQL: a pg_auto_failover formation (a monitor
- * and two nodes, synchronous replication, test/ha/support/formation.ts) started by this file, under
+ * and two nodes, synchronous replication, test/support/ha/formation.ts) started by this file, under
  * a planned failover and a kill -9 of the primary, with node-postgres (through `primaryClient`) and
  * postgres.js (a multi-host URL with `target_session_attrs=primary`) side by side: two
  * applications on one database, 16 clients each, through the same fault.
@@ -31,26 +31,21 @@ import { readFileSync } from 'node:fs';
 import pg from 'pg';
 import postgres from 'postgres';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { fromPg, pgConnectionDefaults, primaryClient } from '../../src/adapters/pg.js';
-import { fromPostgresJs } from '../../src/adapters/postgres.js';
-import { isIdemError } from '../../src/core/errors.js';
-import { isRetryable } from '../../src/core/retryable.js';
-import { sqlStateOf } from '../../src/core/sqlstate.js';
-import type { Sql } from '../../src/core/sql.js';
-import { migrate } from '../../src/migrate/migrate.js';
-import { createIdem } from '../../src/operations/idem.js';
+import { fromPg, pgConnectionDefaults, primaryClient } from 'idem/pg';
+import { fromPostgresJs } from 'idem/postgres';
+import { createIdem, isIdemError, isRetryable, migrate, type Sql, sqlStateOf } from 'idem';
 import {
   requirePgAutoFailover,
   startFormation,
   type FaultReport,
   type Formation,
-} from './support/formation.js';
+} from '../support/ha/formation.js';
 
 const tools = requirePgAutoFailover();
 
 const clients = 16;
 /**
- * The monitor's failure detection: shortened by default (support/formation.ts, `fastDetection`);
+ * The monitor's failure detection: shortened by default (test/support/ha/formation.ts, `fastDetection`);
  * `IDEM_HA_DETECTION=defaults` keeps pg_auto_failover's own (a crashed primary is replaced after
  * ~50 s), to measure the outage and retry budget a production formation needs.
  */

@@ -13,13 +13,9 @@ import { randomBytes } from 'node:crypto';
 import { createServer, connect, type Server, type Socket } from 'node:net';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { fromPg, NoPrimaryError, primaryClient, splitMultiHostUrl } from '../../src/adapters/pg.js';
-import { isRetryable } from '../../src/core/retryable.js';
-import { sqlStateOf } from '../../src/core/sqlstate.js';
-import { migrate } from '../../src/migrate/migrate.js';
-import { createIdem } from '../../src/operations/idem.js';
+import { fromPg, NoPrimaryError, primaryClient, splitMultiHostUrl } from 'idem/pg';
+import { createEvents, createIdem, isRetryable, migrate, sqlStateOf } from 'idem';
 import { databaseUrl } from '../support/database.js';
-import { createEvents } from '../../src/core/event-channel.js';
 
 const target = new URL(databaseUrl());
 const targetHost = target.hostname;

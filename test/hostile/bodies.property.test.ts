@@ -7,9 +7,9 @@
 import { randomUUID } from 'node:crypto';
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { post, rawRequest } from './support/raw-http.js';
-import { expectNoLeak, expectProblem } from './support/expect-answer.js';
-import { startSurfaces, type Surfaces } from './support/servers.js';
+import { post, rawRequest } from '../support/hostile/raw-http.js';
+import { expectNoLeak, expectProblem } from '../support/hostile/expect-answer.js';
+import { startSurfaces, type Surfaces } from '../support/hostile/servers.js';
 
 let s: Surfaces;
 beforeAll(async () => {

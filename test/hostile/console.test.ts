@@ -8,10 +8,10 @@
 import { request as httpRequest, type IncomingMessage } from 'node:http';
 import Fastify from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { consolePlugin } from '../../src/console/plugin.js';
+import { consolePlugin } from 'idem/console';
 import { encodeCursor } from '../../src/console/params.js';
 import { createTestSchema } from '../support/database.js';
-import { startHostileDemo, type HostileDemo } from './support/demo.js';
+import { startHostileDemo, type HostileDemo } from '../support/hostile/demo.js';
 
 let h: HostileDemo;
 beforeAll(async () => {

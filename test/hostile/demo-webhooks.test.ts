@@ -9,9 +9,9 @@
 import { createHmac, randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { demoWebhookSecret } from '../../demo/config.js';
-import { rawRequest, type RawResponse } from './support/raw-http.js';
-import { expectNoLeak, expectProblem } from './support/expect-answer.js';
-import { startHostileDemo, type HostileDemo } from './support/demo.js';
+import { rawRequest, type RawResponse } from '../support/hostile/raw-http.js';
+import { expectNoLeak, expectProblem } from '../support/hostile/expect-answer.js';
+import { startHostileDemo, type HostileDemo } from '../support/hostile/demo.js';
 
 let h: HostileDemo;
 let charge: { id: string; paymentId: string };

@@ -7,12 +7,12 @@ import { randomUUID } from 'node:crypto';
 import fc from 'fast-check';
 import Fastify, { type FastifyError } from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { fromPg } from '../../src/adapters/pg.js';
-import { idempotency } from '../../src/http/fastify.js';
-import { createIdem } from '../../src/operations/idem.js';
-import { post, rawRequest } from './support/raw-http.js';
-import { expectNoLeak, expectProblem } from './support/expect-answer.js';
-import { startSurfaces, type Surfaces } from './support/servers.js';
+import { fromPg } from 'idem/pg';
+import { idempotency } from 'idem/fastify';
+import { createIdem } from 'idem';
+import { post, rawRequest } from '../support/hostile/raw-http.js';
+import { expectNoLeak, expectProblem } from '../support/hostile/expect-answer.js';
+import { startSurfaces, type Surfaces } from '../support/hostile/servers.js';
 
 let s: Surfaces;
 beforeAll(async () => {

@@ -8,9 +8,9 @@
  */
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { post } from './support/raw-http.js';
-import { expectNoLeak, expectProblem, parserAccepts } from './support/expect-answer.js';
-import { startSurfaces, type Surfaces } from './support/servers.js';
+import { post } from '../support/hostile/raw-http.js';
+import { expectNoLeak, expectProblem, parserAccepts } from '../support/hostile/expect-answer.js';
+import { startSurfaces, type Surfaces } from '../support/hostile/servers.js';
 
 let s: Surfaces;
 beforeAll(async () => {

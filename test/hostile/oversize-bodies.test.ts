@@ -6,9 +6,9 @@
  * provider that meets a reset retries the oversize delivery for days instead of seeing a 413).
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startHostileDemo, type HostileDemo } from './support/demo.js';
+import { startHostileDemo, type HostileDemo } from '../support/hostile/demo.js';
 import { connect } from 'node:net';
-import { startSurfaces, type Surfaces } from './support/servers.js';
+import { startSurfaces, type Surfaces } from '../support/hostile/servers.js';
 
 /** A chunked body of `size` bytes, in chunks of 16 KiB, written with its head in one write. */
 function chunked(size: number): Buffer {

@@ -7,9 +7,9 @@
 import { randomUUID } from 'node:crypto';
 import fc from 'fast-check';
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import { rawRequest } from './support/raw-http.js';
-import { expectNoLeak } from './support/expect-answer.js';
-import { startHostileDemo, type HostileDemo } from './support/demo.js';
+import { rawRequest } from '../support/hostile/raw-http.js';
+import { expectNoLeak } from '../support/hostile/expect-answer.js';
+import { startHostileDemo, type HostileDemo } from '../support/hostile/demo.js';
 
 let h: HostileDemo;
 beforeAll(async () => {

@@ -7,9 +7,9 @@
  */
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { rawRequest, type RawResponse } from './support/raw-http.js';
-import { expectNoLeak, expectProblem } from './support/expect-answer.js';
-import { startHostileDemo, type HostileDemo } from './support/demo.js';
+import { rawRequest, type RawResponse } from '../support/hostile/raw-http.js';
+import { expectNoLeak, expectProblem } from '../support/hostile/expect-answer.js';
+import { startHostileDemo, type HostileDemo } from '../support/hostile/demo.js';
 
 let h: HostileDemo;
 beforeAll(async () => {

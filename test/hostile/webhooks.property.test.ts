@@ -9,9 +9,9 @@ import { createHmac, randomUUID } from 'node:crypto';
 import fc from 'fast-check';
 import { Webhook } from 'standardwebhooks';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { rawRequest, type RawResponse } from './support/raw-http.js';
-import { expectNoLeak, expectProblem, parserAccepts } from './support/expect-answer.js';
-import { startSurfaces, webhookSecret, type Surfaces } from './support/servers.js';
+import { rawRequest, type RawResponse } from '../support/hostile/raw-http.js';
+import { expectNoLeak, expectProblem, parserAccepts } from '../support/hostile/expect-answer.js';
+import { startSurfaces, webhookSecret, type Surfaces } from '../support/hostile/servers.js';
 
 let s: Surfaces;
 beforeAll(async () => {

@@ -4,12 +4,12 @@
  */
 import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { deriveKey } from '../../src/core/keys.js';
-import { problemKinds } from '../../src/http/problem.js';
-import { frameworks, type RunningApp } from './support/apps.js';
-import { fixedJson, fixedText } from './support/business.js';
-import { client, type Send, type Sent } from './support/client.js';
-import { createHarness, until, type Harness } from './support/harness.js';
+import { deriveKey } from 'idem';
+import { problemKinds } from 'idem/http';
+import { frameworks, type RunningApp } from '../support/http/apps.js';
+import { fixedJson, fixedText } from '../support/http/business.js';
+import { client, type Send, type Sent } from '../support/http/client.js';
+import { createHarness, until, type Harness } from '../support/http/harness.js';
 import { recordings } from '../support/recordings.js';
 
 const problemType = (kind: keyof typeof problemKinds) => `urn:idem:problem:${kind}`;

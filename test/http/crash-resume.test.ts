@@ -8,11 +8,11 @@ import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { deriveKey } from '../../src/core/keys.js';
+import { deriveKey } from 'idem';
 import { databaseUrl } from '../support/database.js';
-import { frameworks, type RunningApp } from './support/apps.js';
-import { client } from './support/client.js';
-import { createHarness, type Harness } from './support/harness.js';
+import { frameworks, type RunningApp } from '../support/http/apps.js';
+import { client } from '../support/http/client.js';
+import { createHarness, type Harness } from '../support/http/harness.js';
 
 const fixture = fileURLToPath(new URL('./fixtures/crash-server.ts', import.meta.url));
 

@@ -1,6 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { parseIdempotencyKey } from '../../src/http/key-header.js';
-import { requestFingerprint } from '../../src/http/request-fingerprint.js';
+import { parseIdempotencyKey, requestFingerprint } from 'idem/http';
 
 describe('Idempotency-Key header parsing (draft-ietf-httpapi-idempotency-key-header, RFC 8941)', () => {
   it.each([

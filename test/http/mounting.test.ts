@@ -11,14 +11,14 @@ import express from 'express';
 import Fastify from 'fastify';
 import { Hono } from 'hono';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { fromPg } from '../../src/adapters/pg.js';
-import { idempotency as expressIdempotency } from '../../src/http/express.js';
-import { idempotency as fastifyIdempotency } from '../../src/http/fastify.js';
-import { idempotency as honoIdempotency, type IdemVariables } from '../../src/http/hono.js';
-import { createIdem, type Idem } from '../../src/operations/idem.js';
+import { fromPg } from 'idem/pg';
+import { idempotency as expressIdempotency } from 'idem/express';
+import { idempotency as fastifyIdempotency } from 'idem/fastify';
+import { idempotency as honoIdempotency, type IdemVariables } from 'idem/hono';
+import { createIdem, type Idem } from 'idem';
 import { createTestSchema, type TestSchema } from '../support/database.js';
 import { recordings } from '../support/recordings.js';
-import { client } from './support/client.js';
+import { client } from '../support/http/client.js';
 
 describe.each(recordings)('mounting the integrations, recorded at %s', (recording) => {
   let db: TestSchema;

@@ -3,19 +3,17 @@
  * database: setup errors, the single-tenant opt-out, operation override, replayed-header choice,
  * problem type base, and a serialization failure at COMMIT (the handler must not run twice).
  */
-import { createServer, type IncomingMessage, type Server } from 'node:http';
+import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { fromPg } from '../../src/adapters/pg.js';
-import { isIdemError } from '../../src/core/errors.js';
-import { HttpIdempotency } from '../../src/http/engine.js';
-import { idempotency as nodeIdempotency, type NodeHttpIdempotencyOptions } from '../../src/http/node-http.js';
-import { createIdem, type Idem } from '../../src/operations/idem.js';
+import { fromPg } from 'idem/pg';
+import { createIdem, type Idem, isIdemError } from 'idem';
+import { type NodeHttpIdempotencyOptions, idempotency as nodeIdempotency } from 'idem/node-http';
 import { createTestSchema, type TestSchema } from '../support/database.js';
 import { recordings } from '../support/recordings.js';
-import { client } from './support/client.js';
-import { errorsInto } from './support/apps.js';
+import { client } from '../support/http/client.js';
+import { errorsInto } from '../support/http/apps.js';
 
 describe.each(recordings)('HTTP idempotency options, recorded at %s', (recording) => {
   let db: TestSchema;
@@ -70,7 +68,8 @@ describe.each(recordings)('HTTP idempotency options, recorded at %s', (recording
   it('refuses a setup without a tenant scope, or with never-replayed headers', () => {
     const setupError = (options: object) => {
       try {
-        new HttpIdempotency<IncomingMessage>({ idem, ...options });
+        // The middleware builds its engine at once: a setup error throws here, not per request.
+        nodeIdempotency({ idem, handler: async () => undefined, ...options });
       } catch (error) {
         return isIdemError(error) ? error.code : error;
       }

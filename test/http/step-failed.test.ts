@@ -7,12 +7,11 @@ import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { fromPg } from '../../src/adapters/pg.js';
-import { deriveKey } from '../../src/core/keys.js';
-import { idempotency as nodeIdempotency } from '../../src/http/node-http.js';
-import { createIdem, type Idem } from '../../src/operations/idem.js';
+import { fromPg } from 'idem/pg';
+import { createIdem, deriveKey, type Idem } from 'idem';
+import { idempotency as nodeIdempotency } from 'idem/node-http';
 import { createTestSchema, type TestSchema } from '../support/database.js';
-import { errorsInto } from './support/apps.js';
+import { errorsInto } from '../support/http/apps.js';
 import { startFakeProvider, type FakeProvider } from '../support/fake-provider.js';
 
 describe('steps mode: a request that fails for good', () => {

@@ -7,13 +7,10 @@
  *   observability does not import the operations it observes; claims, sagas and step helpers do
  *   not import the HTTP client's internals (but the named temporary exceptions below).
  */
-import { readdirSync, readFileSync } from 'node:fs';
-import { join, relative, sep } from 'node:path';
-import { fileURLToPath } from 'node:url';
-import ts from 'typescript';
+import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
+import { fromRoot, resolveInRepository, root, specifiers, typescriptFiles } from '../support/layout.js';
 
-const root = fileURLToPath(new URL('../../', import.meta.url));
 const src = join(root, 'src');
 
 /**
@@ -36,56 +33,14 @@ interface Edge {
   specifier: string;
 }
 
-function typescriptFiles(dir: string): string[] {
-  return readdirSync(dir, { withFileTypes: true }).flatMap((entry) => {
-    const path = join(dir, entry.name);
-    if (entry.isDirectory()) return typescriptFiles(path);
-    return entry.name.endsWith('.ts') ? [path] : [];
-  });
-}
-
-/** Every module specifier of a file: imports, re-exports, `import('…')` with a literal, `import x = require('…')`. */
-function specifiers(file: string): string[] {
-  const source = ts.createSourceFile(file, readFileSync(file, 'utf8'), ts.ScriptTarget.Latest, true);
-  const found: string[] = [];
-  const visit = (node: ts.Node): void => {
-    if ((ts.isImportDeclaration(node) || ts.isExportDeclaration(node)) && node.moduleSpecifier) {
-      if (ts.isStringLiteral(node.moduleSpecifier)) found.push(node.moduleSpecifier.text);
-    } else if (
-      ts.isCallExpression(node) &&
-      node.expression.kind === ts.SyntaxKind.ImportKeyword &&
-      node.arguments[0] &&
-      ts.isStringLiteralLike(node.arguments[0])
-    ) {
-      found.push(node.arguments[0].text);
-    } else if (ts.isImportTypeNode(node) && ts.isLiteralTypeNode(node.argument)) {
-      const literal = node.argument.literal;
-      if (ts.isStringLiteral(literal)) found.push(literal.text);
-    } else if (ts.isExternalModuleReference(node) && ts.isStringLiteral(node.expression)) {
-      found.push(node.expression.text);
-    }
-    ts.forEachChild(node, visit);
-  };
-  visit(source);
-  return found;
-}
-
-const options: ts.CompilerOptions = {
-  module: ts.ModuleKind.NodeNext,
-  moduleResolution: ts.ModuleResolutionKind.NodeNext,
-};
-
 /** The import graph of src/: an edge per specifier that resolves to a file of this repository. */
 function importGraph(): { files: string[]; edges: Edge[] } {
-  const files = typescriptFiles(src).map((file) => relative(root, file).split(sep).join('/'));
+  const files = typescriptFiles(src).map(fromRoot);
   const edges: Edge[] = [];
   for (const from of files) {
     for (const specifier of specifiers(join(root, from))) {
-      const resolved = ts.resolveModuleName(specifier, join(root, from), options, ts.sys).resolvedModule;
-      if (!resolved || resolved.isExternalLibraryImport) continue;
-      const to = relative(root, resolved.resolvedFileName).split(sep).join('/');
-      if (to.startsWith('..')) continue;
-      edges.push({ from, to, specifier });
+      const to = resolveInRepository(specifier, join(root, from));
+      if (to) edges.push({ from, to, specifier });
     }
   }
   return { files, edges };

@@ -17,10 +17,12 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import { describe, expect, it } from 'vitest';
-import { fromPg } from '../../src/adapters/pg.js';
-import { idemErrorCodes, isIdemError } from '../../src/core/errors.js';
-import { problemKinds } from '../../src/http/problem.js';
-import type { QueryOptions, Row, Sql, Transaction } from '../../src/core/sql.js';
+import { fromPg } from 'idem/pg';
+import { idemErrorCodes, isIdemError, type Row, type Sql, type Transaction } from 'idem';
+import { problemKinds } from 'idem/http';
+
+/** The options of a query (`Sql.query`'s third parameter). */
+type QueryOptions = Parameters<Sql['query']>[2];
 
 const root = fileURLToPath(new URL('../../', import.meta.url));
 type Target = string | { import?: Target; default?: Target; [condition: string]: Target | undefined };
@@ -275,26 +277,25 @@ describe('the public surface', () => {
         return base.transaction(fn);
       },
     };
-    const { createIdem, createCompleter } = await import('../../src/index.js');
+    const { createIdem, createCompleter } = await import('idem');
     const {
       createOutbox,
       createOutboxDispatcher,
       createInDatabasePublisher,
       createRabbitMqPublisher,
       createNatsPublisher,
-    } = await import('../../src/outbox/index.js');
-    const { createInbox, createRabbitMqConsumer, createJetStreamConsumer } =
-      await import('../../src/inbox/index.js');
-    const { createClaims, createClaimsWorker, createKeepAlive } = await import('../../src/claims/index.js');
+    } = await import('idem/outbox');
+    const { createInbox, createRabbitMqConsumer, createJetStreamConsumer } = await import('idem/inbox');
+    const { createClaims, createClaimsWorker, createKeepAlive } = await import('idem/claims');
     const {
       createWebhookReceiver,
       createWebhookProcessor,
       createWebhookSender,
       createStandardWebhooksVerifier,
-    } = await import('../../src/webhooks/index.js');
-    const { createSagas } = await import('../../src/workflow/index.js');
-    const { createResilientClient } = await import('../../src/client/index.js');
-    const { createIdemMetrics } = await import('../../src/observability/prometheus.js');
+    } = await import('idem/webhooks');
+    const { createSagas } = await import('idem/workflow');
+    const { createResilientClient } = await import('idem/client');
+    const { createIdemMetrics } = await import('idem/metrics');
     const before = process.getActiveResourcesInfo().length;
     const idem = createIdem({ sql });
     const inbox = createInbox({ sql });

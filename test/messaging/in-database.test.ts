@@ -3,17 +3,19 @@
  * retries and dead events, and the inbox's dedupe (seed scenario 6 by SIGKILL).
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { fromPg } from '../../src/adapters/pg.js';
-import type { Sql } from '../../src/core/sql.js';
-import { createEvents } from '../../src/core/event-channel.js';
-import { createInbox, type Inbox } from '../../src/inbox/inbox.js';
-import { createOutboxDispatcher } from '../../src/outbox/dispatcher.js';
-import { createOutbox, type Outbox } from '../../src/outbox/outbox.js';
-import { createInDatabasePublisher } from '../../src/outbox/publishers/in-database.js';
-import type { OutboxEvent } from '../../src/outbox/types.js';
+import { fromPg } from 'idem/pg';
+import { createEvents, type Sql } from 'idem';
+import { createInbox, type Inbox } from 'idem/inbox';
+import {
+  createInDatabasePublisher,
+  createOutbox,
+  createOutboxDispatcher,
+  type Outbox,
+  type OutboxEvent,
+} from 'idem/outbox';
 import { orderViolations } from '../outbox/support.js';
 import { createTestSchema, databaseUrl, type TestSchema } from '../support/database.js';
-import { spawnChild } from './support.js';
+import { spawnChild } from '../support/brokers.js';
 
 let db: TestSchema;
 let sql: Sql;

@@ -6,22 +6,20 @@
 import { AckPolicy, jetstreamManager, type JetStreamManager } from '@nats-io/jetstream';
 import { connect, type NatsConnection } from '@nats-io/transport-node';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { fromPg } from '../../src/adapters/pg.js';
-import type { Sql } from '../../src/core/sql.js';
-import { createEvents, type IdemEventMap } from '../../src/core/event-channel.js';
+import { fromPg } from 'idem/pg';
+import { createEvents, type IdemEventMap, type Sql } from 'idem';
 import { consumerCounts, quietEvents } from '../support/events.js';
-import { createInbox, type Inbox } from '../../src/inbox/inbox.js';
+import { createInbox, createJetStreamConsumer, type Inbox, type JetStreamConsumerOptions } from 'idem/inbox';
 import {
-  createJetStreamConsumer,
-  type JetStreamConsumerOptions,
-} from '../../src/inbox/jetstream-consumer.js';
-import { createOutboxDispatcher } from '../../src/outbox/dispatcher.js';
-import { createOutbox, type Outbox } from '../../src/outbox/outbox.js';
-import { createNatsPublisher } from '../../src/outbox/publishers/nats.js';
-import type { OutboxEvent } from '../../src/outbox/types.js';
+  createNatsPublisher,
+  createOutbox,
+  createOutboxDispatcher,
+  type Outbox,
+  type OutboxEvent,
+} from 'idem/outbox';
 import { createTestSchema, databaseUrl, type TestSchema } from '../support/database.js';
 import { serviceUrl } from '../support/services.js';
-import { spawnChild, TcpProxy, uniqueName, waitFor } from './support.js';
+import { spawnChild, TcpProxy, uniqueName, waitFor } from '../support/brokers.js';
 
 const natsUrl = serviceUrl('NATS_URL');
 

@@ -4,25 +4,23 @@
  */
 import amqp, { type Channel, type ChannelModel } from 'amqplib';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { fromPg } from '../../src/adapters/pg.js';
-import type { Sql } from '../../src/core/sql.js';
-import {
-  createEvents,
-  type IdemErrorEvent,
-  type IdemEventMap,
-  type IdemEvents,
-} from '../../src/core/event-channel.js';
+import { fromPg } from 'idem/pg';
+import { createEvents, type IdemErrorEvent, type IdemEventMap, type IdemEvents, type Sql } from 'idem';
 import { consumerCounts, quietEvents } from '../support/events.js';
-import { createInbox, type Inbox } from '../../src/inbox/inbox.js';
-import { createRabbitMqConsumer, type RabbitMqConsumer } from '../../src/inbox/rabbitmq-consumer.js';
-import { createOutboxDispatcher } from '../../src/outbox/dispatcher.js';
-import { createOutbox, type Outbox } from '../../src/outbox/outbox.js';
-import { createRabbitMqPublisher, type RabbitMqPublisher } from '../../src/outbox/publishers/rabbitmq.js';
-import type { OutboxEvent, Publisher } from '../../src/outbox/types.js';
+import { createInbox, createRabbitMqConsumer, type Inbox, type RabbitMqConsumer } from 'idem/inbox';
+import {
+  createOutbox,
+  createOutboxDispatcher,
+  createRabbitMqPublisher,
+  type Outbox,
+  type OutboxEvent,
+  type Publisher,
+  type RabbitMqPublisher,
+} from 'idem/outbox';
 import { orderViolations } from '../outbox/support.js';
 import { createTestSchema, databaseUrl, type TestSchema } from '../support/database.js';
 import { serviceUrl } from '../support/services.js';
-import { spawnChild, TcpProxy, uniqueName, waitFor } from './support.js';
+import { spawnChild, TcpProxy, uniqueName, waitFor } from '../support/brokers.js';
 
 const amqpUrl = serviceUrl('AMQP_URL');
 

@@ -9,7 +9,7 @@ import type { INestApplication } from '@nestjs/common';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { bootstrap } from '../../examples/nestjs-prisma/main.js';
-import { client, type Send } from '../http/support/client.js';
+import { client, type Send } from '../support/http/client.js';
 import { databaseUrl, dropAndEnd } from '../support/database.js';
 
 describe.each([false, true])('examples/nestjs-prisma (fastify: %s)', (fastify) => {

@@ -31,20 +31,14 @@ import { ClsPluginTransactional, Transactional, TransactionHost } from '@nestjs-
 import { ClsModule } from 'nestjs-cls';
 import { map, timer } from 'rxjs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { fromPrisma } from '../../src/adapters/prisma.js';
-import { createEvents, type IdemErrorEvent } from '../../src/core/event-channel.js';
-import type { Transaction } from '../../src/core/sql.js';
-import type { IdempotencyContext } from '../../src/http/context.js';
-import {
-  IdemContext,
-  IdemModule,
-  IdemTransaction,
-  Idempotent,
-  TransactionalAdapterIdem,
-} from '../../src/nestjs/index.js';
-import { createIdem, Idem } from '../../src/operations/idem.js';
+import { fromPrisma } from 'idem/prisma';
+import { createEvents, createIdem, type IdemErrorEvent, type Transaction } from 'idem';
+// The class itself, the token IdemModule provides the instance under ('idem' exports it as a type).
+import { Idem } from '../../src/operations/idem.js';
+import type { IdempotencyContext } from 'idem/http';
+import { IdemContext, IdemModule, Idempotent, IdemTransaction, TransactionalAdapterIdem } from 'idem/nestjs';
 import { prepareAdapter } from '../support/adapters.js';
-import { client, type Send } from '../http/support/client.js';
+import { client, type Send } from '../support/http/client.js';
 import { prismaFactory, type OrmAdapterUnderTest } from '../support/orm-adapters.js';
 import type { Prisma, PrismaClient } from '../support/prisma/generated/index.js';
 

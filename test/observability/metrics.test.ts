@@ -1,10 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { fromPg } from '../../src/adapters/pg.js';
-import type { OperationEvent } from '../../src/observability/events.js';
-import { createEvents } from '../../src/core/event-channel.js';
-import { createIdemMetrics } from '../../src/observability/prometheus.js';
-import { createIdem } from '../../src/operations/idem.js';
-import { refused } from '../../src/operations/outcome.js';
+import { fromPg } from 'idem/pg';
+import { createEvents, createIdem, type OperationEvent, refused } from 'idem';
+import { createIdemMetrics } from 'idem/metrics';
 import { createTestSchema, type TestSchema } from '../support/database.js';
 
 describe('operation events and Prometheus metrics', () => {

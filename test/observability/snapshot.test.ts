@@ -3,14 +3,14 @@
  * read one snapshot (src/observability/snapshot.ts), on the clock they are given, so they agree on
  * every count, and a lease that lapses on the application's clock is stuck on every screen at once.
  */
+import Fastify from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { fromPg } from '../../src/adapters/pg.js';
-import { consoleDatabase } from '../../src/console/database.js';
-import { readSummary } from '../../src/console/views/summary.js';
-import { createIdemMetrics } from '../../src/observability/prometheus.js';
-import { createIdem } from '../../src/operations/idem.js';
-import { createOutbox } from '../../src/outbox/outbox.js';
-import { createManualClock } from '../../src/testing/index.js';
+import { fromPg } from 'idem/pg';
+import { consolePlugin } from 'idem/console';
+import { createIdemMetrics } from 'idem/metrics';
+import { createIdem } from 'idem';
+import { createOutbox } from 'idem/outbox';
+import { createManualClock } from 'idem/testing';
 import { createTestSchema, type TestSchema } from '../support/database.js';
 
 describe('one snapshot: the console, Prometheus and stats agree', () => {
@@ -29,10 +29,20 @@ describe('one snapshot: the console, Prometheus and stats agree', () => {
     const sql = fromPg(db.pool);
     const idem = createIdem({ sql, schema: db.schema, clock, leaseMs: 1000 });
     const outbox = createOutbox({ schema: db.schema, sql, clock });
-    const console = consoleDatabase({ pool: db.pool, schema: db.schema }, clock, 5000);
+    const app = Fastify({ logger: false });
+    await app.register(consolePlugin, { pool: db.pool, schema: db.schema, host: '127.0.0.1', clock });
+    await app.ready();
+    const summary = async () => {
+      const response = await app.inject({ url: '/console/api/summary', remoteAddress: '127.0.0.1' });
+      expect(response.statusCode, response.body).toBe(200);
+      return response.json<{
+        requests: { pending: number; stuck: number };
+        outbox: { backlog: number; lagMs: number | null };
+      }>();
+    };
     const metrics = createIdemMetrics({ sql, schema: db.schema, clock });
     const read = async () => ({
-      summary: await readSummary(console),
+      summary: await summary(),
       text: await metrics.render(),
       stats: await outbox.stats(),
     });
@@ -77,5 +87,6 @@ describe('one snapshot: the console, Prometheus and stats agree', () => {
 
     release();
     await running;
+    await app.close();
   });
 });

@@ -7,12 +7,8 @@ import { randomBytes } from 'node:crypto';
 import pg from 'pg';
 import { trace, type Span, type SpanOptions, type Tracer } from '@opentelemetry/api';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { fromPg } from '../../src/adapters/pg.js';
-import { isKeyReused } from '../../src/core/errors.js';
-import { migrate } from '../../src/migrate/migrate.js';
-import { createIdem, type Idem } from '../../src/operations/idem.js';
-import type { OperationEvent } from '../../src/observability/events.js';
-import { createEvents } from '../../src/core/event-channel.js';
+import { fromPg } from 'idem/pg';
+import { createEvents, createIdem, type Idem, isKeyReused, migrate, type OperationEvent } from 'idem';
 import { databaseUrl } from '../support/database.js';
 
 interface Recorded {

@@ -8,14 +8,17 @@
 import { randomBytes } from 'node:crypto';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { fromPg } from '../../src/adapters/pg.js';
-import { isIdemError } from '../../src/core/errors.js';
-import { createEvents } from '../../src/core/event-channel.js';
-import { migrate } from '../../src/migrate/migrate.js';
-import { createOutboxDispatcher, type OutboxDispatcher } from '../../src/outbox/dispatcher.js';
+import { fromPg } from 'idem/pg';
+import { createEvents, isIdemError, migrate } from 'idem';
+import {
+  createOutbox,
+  createOutboxDispatcher,
+  type OutboxDispatcher,
+  type OutboxEvent,
+  type Publisher,
+  type PublishResult,
+} from 'idem/outbox';
 import { NotificationListener } from '../../src/outbox/listener.js';
-import { createOutbox } from '../../src/outbox/outbox.js';
-import type { OutboxEvent, Publisher, PublishResult } from '../../src/outbox/types.js';
 import { percentiles } from '../../bench/lib/measure.js';
 import { databaseUrl } from '../support/database.js';
 import { requirePgBouncer, startPgBouncer, type PgBouncer } from '../support/pgbouncer.js';

@@ -9,16 +9,16 @@ import { randomBytes } from 'node:crypto';
 import pg from 'pg';
 import postgres from 'postgres';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { fromPg } from '../../src/adapters/pg.js';
-import { fromPostgresJs } from '../../src/adapters/postgres.js';
+import { fromPg } from 'idem/pg';
+import { fromPostgresJs } from 'idem/postgres';
 import {
+  createIdem,
   isPreparedStatementsUnsupported,
+  migrate,
   type PreparedStatementsUnsupportedError,
-} from '../../src/core/errors.js';
-import { sqlStateOf } from '../../src/core/sqlstate.js';
-import { migrate } from '../../src/migrate/migrate.js';
-import { createIdem } from '../../src/operations/idem.js';
-import { createOutbox } from '../../src/outbox/outbox.js';
+  sqlStateOf,
+} from 'idem';
+import { createOutbox } from 'idem/outbox';
 import { databaseUrl } from '../support/database.js';
 import { requirePgBouncer, startPgBouncer, type PgBouncer } from '../support/pgbouncer.js';
 import { turnedOffEvents } from '../support/events.js';

@@ -5,13 +5,9 @@
 import { randomBytes } from 'node:crypto';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { fromPg } from '../../src/adapters/pg.js';
-import { migrate } from '../../src/migrate/migrate.js';
-import { createEvents } from '../../src/core/event-channel.js';
-import { createIdem } from '../../src/operations/idem.js';
-import { createOutboxDispatcher } from '../../src/outbox/dispatcher.js';
-import { createOutbox } from '../../src/outbox/outbox.js';
-import type { OutboxEvent, PublishResult } from '../../src/outbox/types.js';
+import { fromPg } from 'idem/pg';
+import { createEvents, createIdem, migrate } from 'idem';
+import { createOutbox, createOutboxDispatcher, type OutboxEvent, type PublishResult } from 'idem/outbox';
 import { databaseUrl } from '../support/database.js';
 import { requirePgBouncer, startPgBouncer, type PgBouncer } from '../support/pgbouncer.js';
 import { until } from '../support/poll.js';

@@ -6,10 +6,8 @@
 import { randomBytes } from 'node:crypto';
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
 import { openDatabase } from '../../src/cli/database.js';
-import { isIdemError } from '../../src/core/errors.js';
+import { createIdem, isIdemError, migrate } from 'idem';
 import { readConfig } from '../../demo/config.js';
-import { migrate } from '../../src/migrate/migrate.js';
-import { createIdem } from '../../src/operations/idem.js';
 import { databaseUrl } from '../support/database.js';
 import { requirePgBouncer, startPgBouncer, type PgBouncer } from '../support/pgbouncer.js';
 

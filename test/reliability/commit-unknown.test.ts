@@ -10,17 +10,21 @@ import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { fromPg } from '../../src/adapters/pg.js';
-import { createEvents } from '../../src/core/event-channel.js';
-import { isCommitOutcomeUnknown, isOperationFailed } from '../../src/core/errors.js';
-import { classifyFailure } from '../../src/core/failures.js';
-import type { Queryable } from '../../src/core/sql.js';
-import { isRetryable } from '../../src/core/retryable.js';
-import { idempotency as nodeIdempotency } from '../../src/http/node-http.js';
-import { createIdem, type Idem } from '../../src/operations/idem.js';
+import { fromPg } from 'idem/pg';
+import {
+  classifyFailure,
+  createEvents,
+  createIdem,
+  type Idem,
+  isCommitOutcomeUnknown,
+  isOperationFailed,
+  isRetryable,
+  type Queryable,
+} from 'idem';
+import { idempotency as nodeIdempotency } from 'idem/node-http';
 import { createTestSchema, databaseUrl, type TestSchema } from '../support/database.js';
-import { createEffects, effectsOf } from './support/effects.js';
-import { startPgProxy, type CutMode, type PgProxy } from './support/pg-proxy.js';
+import { createEffects, effectsOf } from '../support/faults/effects.js';
+import { startPgProxy, type CutMode, type PgProxy } from '../support/faults/pg-proxy.js';
 
 let db: TestSchema;
 let proxy: PgProxy;

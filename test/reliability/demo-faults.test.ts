@@ -1,5 +1,5 @@
 /**
- * The payments demo end to end through a faulty link to PostgreSQL (support/pg-proxy.ts), one
+ * The payments demo end to end through a faulty link to PostgreSQL (test/support/faults/pg-proxy.ts), one
  * fault per case, with node-postgres's pipeline mode on and off, and the outbox dispatcher's
  * LISTEN through the proxy or straight to PostgreSQL (alternating, so each fault meets both).
  * Clients POST /v1/payments and retry the SAME key on 409, 5xx and network errors. After the
@@ -18,9 +18,9 @@ import {
   runDemoUnderFaults,
   type FaultReport,
   type FaultRun,
-} from './support/demo-under-fault.js';
-import { attemptOnce, newIntent, pay } from './support/payment-clients.js';
-import type { ProxyStats } from './support/pg-proxy.js';
+} from '../support/faults/demo-under-fault.js';
+import { attemptOnce, newIntent, pay } from '../support/faults/payment-clients.js';
+import type { ProxyStats } from '../support/faults/pg-proxy.js';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const faultMs = 2500;

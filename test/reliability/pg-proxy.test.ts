@@ -1,5 +1,5 @@
 /**
- * The fault proxy itself (support/pg-proxy.ts), against the real PostgreSQL: each fault does what
+ * The fault proxy itself (test/support/faults/pg-proxy.ts), against the real PostgreSQL: each fault does what
  * it says, seen from node-postgres and postgres.js, so the end-to-end fault tests can trust it.
  * Among them: node-postgres sends COMMIT as a simple query (`Q`) in pipeline mode too, in the
  * same TCP chunk as idem's last statement, and postgres.js as a Parse (extended protocol).
@@ -8,12 +8,12 @@ import { randomUUID } from 'node:crypto';
 import pg from 'pg';
 import postgres from 'postgres';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { fromPg } from '../../src/adapters/pg.js';
-import { fromPostgresJs } from '../../src/adapters/postgres.js';
-import { createIdem } from '../../src/operations/idem.js';
+import { fromPg } from 'idem/pg';
+import { fromPostgresJs } from 'idem/postgres';
+import { createIdem } from 'idem';
 import { createTestSchema, databaseUrl, type TestSchema } from '../support/database.js';
-import { createEffects, effectsOf } from './support/effects.js';
-import { startPgProxy, type PgProxy } from './support/pg-proxy.js';
+import { createEffects, effectsOf } from '../support/faults/effects.js';
+import { startPgProxy, type PgProxy } from '../support/faults/pg-proxy.js';
 
 let db: TestSchema;
 let proxy: PgProxy;

@@ -25,9 +25,9 @@ import pg from 'pg';
 import { randomSchema, type DemoHandle } from '../../demo/server.js';
 import { databaseUrl } from '../support/database.js';
 import { dropDemoSchemas, startTestDemo } from '../support/demo.js';
-import { captureStderr } from './support/demo-under-fault.js';
-import { attemptOnce, newClientLog, newIntent, pay, type Intent } from './support/payment-clients.js';
-import { startPgProxy, type PgProxy } from './support/pg-proxy.js';
+import { captureStderr } from '../support/faults/demo-under-fault.js';
+import { attemptOnce, newClientLog, newIntent, pay, type Intent } from '../support/faults/payment-clients.js';
+import { startPgProxy, type PgProxy } from '../support/faults/pg-proxy.js';
 
 type Step = 'record-payment' | 'charge' | 'record-charge';
 type Fault =

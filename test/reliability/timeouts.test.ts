@@ -7,16 +7,21 @@
 import { randomUUID } from 'node:crypto';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { fromPg, fromPgClient } from '../../src/adapters/pg.js';
-import { isInProgress, isOperationFailed } from '../../src/core/errors.js';
-import { isRetryable } from '../../src/core/retryable.js';
-import { SqlState, sqlStateOf } from '../../src/core/sqlstate.js';
-import type { Queryable } from '../../src/core/sql.js';
-import { createIdem, type Idem } from '../../src/operations/idem.js';
-import type { Recording } from '../../src/operations/options.js';
+import { fromPg, fromPgClient } from 'idem/pg';
+import {
+  createIdem,
+  type Idem,
+  isInProgress,
+  isOperationFailed,
+  isRetryable,
+  type Queryable,
+  SqlState,
+  sqlStateOf,
+} from 'idem';
+import type { Recording } from '../support/recordings.js';
 import { recordings } from '../support/recordings.js';
 import { createTestSchema, databaseUrl, type TestSchema } from '../support/database.js';
-import { createEffects, effectsOf } from './support/effects.js';
+import { createEffects, effectsOf } from '../support/faults/effects.js';
 
 let db: TestSchema;
 let idem: Idem;

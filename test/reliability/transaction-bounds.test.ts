@@ -10,12 +10,10 @@ import { Kysely, PostgresDialect } from 'kysely';
 import pg from 'pg';
 import postgres from 'postgres';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { fromKysely } from '../../src/adapters/kysely.js';
-import { fromPg } from '../../src/adapters/pg.js';
-import { fromPostgresJs } from '../../src/adapters/postgres.js';
-import { isRetryable } from '../../src/core/retryable.js';
-import type { Sql } from '../../src/core/sql.js';
-import { createIdem } from '../../src/operations/idem.js';
+import { fromKysely } from 'idem/kysely';
+import { fromPg } from 'idem/pg';
+import { fromPostgresJs } from 'idem/postgres';
+import { createIdem, isRetryable, type Sql } from 'idem';
 import { createTestSchema, databaseUrl, type TestSchema } from '../support/database.js';
 
 let db: TestSchema;

@@ -23,38 +23,34 @@ import { createServer } from 'node:http';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { fromPg } from '../../src/adapters/pg.js';
+import { fromPg } from 'idem/pg';
 import { renderClaimStatements } from '../../src/claims/statements.js';
-import { createClaims } from '../../src/claims/claims.js';
-import { createClaimsWorker } from '../../src/claims/worker.js';
-import { ManualClock } from '../../src/core/clock.js';
-import type { QueryOptions, Row, Sql, Transaction } from '../../src/core/sql.js';
-import { createInbox } from '../../src/inbox/inbox.js';
+import { createClaims, createClaimsWorker } from 'idem/claims';
+import { createManualClock } from 'idem/testing';
+import { createIdem, migrationScript, quoteSchema, type Row, type Sql, type Transaction } from 'idem';
+import { createInbox } from 'idem/inbox';
 import { renderInboxStatements } from '../../src/inbox/statements.js';
 import { citusScript, distributedTables } from '../../src/migrate/citus.js';
-import { migrationScript } from '../../src/migrate/migrate.js';
-import { quoteSchema } from '../../src/core/schema-name.js';
-import { createIdem } from '../../src/operations/idem.js';
 import { renderStatements } from '../../src/operations/statements.js';
-import { createOutboxDispatcher } from '../../src/outbox/dispatcher.js';
-import { createOutbox } from '../../src/outbox/outbox.js';
-import { createInDatabasePublisher } from '../../src/outbox/publishers/in-database.js';
+import { createInDatabasePublisher, createOutbox, createOutboxDispatcher, type Publisher } from 'idem/outbox';
 import { renderOutboxStatements } from '../../src/outbox/statements.js';
-import type { Publisher } from '../../src/outbox/types.js';
 import {
+  createStandardWebhooksVerifier,
   createWebhookProcessor,
   createWebhookReceiver,
   createWebhookSender,
   recordHeaders,
-  createStandardWebhooksVerifier,
-} from '../../src/webhooks/index.js';
+} from 'idem/webhooks';
 import { listParkedEntities } from '../../src/webhooks/entities.js';
 import { senderStatements } from '../../src/webhooks/sender/statements.js';
 import { receiptStatements } from '../../src/webhooks/statements.js';
-import { createSagas } from '../../src/workflow/sagas.js';
+import { createSagas } from 'idem/workflow';
 import { renderSagaStatements } from '../../src/workflow/statements.js';
 import { createTestSchema, type TestSchema } from '../support/database.js';
 import { listenNode, signStandard, standardSecret } from '../webhooks/support.js';
+
+/** The options of a query (`Sql.query`'s third parameter). */
+type QueryOptions = Parameters<Sql['query']>[2];
 
 /**
  * Statements that read or write rows of every tenant, with why. They serve workers and sweeps
@@ -405,7 +401,7 @@ describe('a schema distributable on tenant_id', () => {
   });
 
   it('request paths and workers scoped to tenants send only statements pinned to one tenant', async () => {
-    const clock = new ManualClock(Date.parse('2026-03-01T00:00:00Z'));
+    const clock = createManualClock({ startMs: Date.parse('2026-03-01T00:00:00Z') });
     const sent = new Set<string>();
     const sql = recording(fromPg(db.pool), sent);
     // The test's own checks (operator reads across tenants) go around the recording.

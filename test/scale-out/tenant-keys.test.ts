@@ -8,23 +8,20 @@ import { randomBytes } from 'node:crypto';
 import { createServer } from 'node:http';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { fromPg } from '../../src/adapters/pg.js';
-import { createClaims } from '../../src/claims/claims.js';
-import { ManualClock } from '../../src/core/clock.js';
-import { createInbox } from '../../src/inbox/inbox.js';
-import { migrate, migrations } from '../../src/migrate/migrate.js';
-import { quoteSchema } from '../../src/core/schema-name.js';
-import { createOutboxDispatcher } from '../../src/outbox/dispatcher.js';
-import { createOutbox } from '../../src/outbox/outbox.js';
-import type { OutboxEvent, Publisher } from '../../src/outbox/types.js';
+import { fromPg } from 'idem/pg';
+import { createClaims } from 'idem/claims';
+import { createManualClock, type ManualClock } from 'idem/testing';
+import { createInbox } from 'idem/inbox';
+import { migrate, migrations, quoteSchema } from 'idem';
+import { createOutbox, createOutboxDispatcher, type OutboxEvent, type Publisher } from 'idem/outbox';
 import {
+  createStandardWebhooksVerifier,
   createWebhookProcessor,
   createWebhookReceiver,
   createWebhookSender,
   recordHeaders,
-  createStandardWebhooksVerifier,
   type WebhookEvent,
-} from '../../src/webhooks/index.js';
+} from 'idem/webhooks';
 import { createTestSchema, databaseUrl, type TestSchema } from '../support/database.js';
 import { listenNode, signStandard, standardSecret } from '../webhooks/support.js';
 
@@ -143,7 +140,7 @@ describe('the same id under two tenants', () => {
   let clock: ManualClock;
   beforeAll(async () => {
     db = await createTestSchema();
-    clock = new ManualClock(Date.parse('2026-04-01T00:00:00Z'));
+    clock = createManualClock({ startMs: Date.parse('2026-04-01T00:00:00Z') });
   });
   afterAll(() => db.close());
 

@@ -10,21 +10,20 @@ import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 import Fastify from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { fromPg } from '../../src/adapters/pg.js';
-import { createClaims } from '../../src/claims/claims.js';
-import { consolePlugin } from '../../src/console/plugin.js';
-import { isIdemError } from '../../src/core/errors.js';
-import { createInbox } from '../../src/inbox/inbox.js';
-import { migrate, migrations, migrationScript } from '../../src/migrate/migrate.js';
-import { createIdemMetrics } from '../../src/observability/prometheus.js';
-import { createIdem } from '../../src/operations/idem.js';
-import { createOutboxDispatcher } from '../../src/outbox/dispatcher.js';
-import { createOutbox } from '../../src/outbox/outbox.js';
-import { createWebhookProcessor } from '../../src/webhooks/processor.js';
-import { createWebhookReceiver } from '../../src/webhooks/receiver.js';
-import { createWebhookSender } from '../../src/webhooks/sender/sender.js';
-import { createStandardWebhooksVerifier } from '../../src/webhooks/verify/standard-webhooks.js';
-import { createSagas, defineSaga, step } from '../../src/workflow/index.js';
+import { fromPg } from 'idem/pg';
+import { createClaims } from 'idem/claims';
+import { consolePlugin } from 'idem/console';
+import { createIdem, isIdemError, migrate, migrations, migrationScript } from 'idem';
+import { createInbox } from 'idem/inbox';
+import { createIdemMetrics } from 'idem/metrics';
+import { createOutbox, createOutboxDispatcher } from 'idem/outbox';
+import {
+  createStandardWebhooksVerifier,
+  createWebhookProcessor,
+  createWebhookReceiver,
+  createWebhookSender,
+} from 'idem/webhooks';
+import { createSagas, defineSaga, step } from 'idem/workflow';
 import { createTestSchema, databaseUrl, type TestSchema } from '../support/database.js';
 
 const run = promisify(execFile);

@@ -6,16 +6,15 @@
  */
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import { fromPg } from '../../src/adapters/pg.js';
-import { ManualClock } from '../../src/core/clock.js';
-import { completed } from '../../src/operations/outcome.js';
-import { createIdem, type Idem } from '../../src/operations/idem.js';
+import { fromPg } from 'idem/pg';
+import { createManualClock } from 'idem/testing';
+import { completed, createIdem, type Idem } from 'idem';
 import { createTestSchema, type TestSchema } from '../support/database.js';
 
 const minute = 60_000;
 let db: TestSchema;
 let idem: Idem;
-const clock = new ManualClock();
+const clock = createManualClock();
 
 beforeAll(async () => {
   db = await createTestSchema({ poolSize: 12 });

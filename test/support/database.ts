@@ -1,8 +1,8 @@
 import { randomBytes } from 'node:crypto';
 import pg from 'pg';
 import { inject } from 'vitest';
-import { fromPg } from '../../src/adapters/pg.js';
-import { migrate } from '../../src/migrate/migrate.js';
+import { fromPg } from 'idem/pg';
+import { migrate } from 'idem';
 
 export const databaseUrl = (): string => inject('databaseUrl');
 

@@ -1,5 +1,5 @@
 /** Event channels for tests: one that swallows survived failures, for a test that causes them on purpose. */
-import { createEvents, type IdemEvents } from '../../src/core/event-channel.js';
+import { createEvents, type IdemEvents } from 'idem';
 
 /** A channel whose `error` events go nowhere (without a listener they would be written to stderr). */
 export function quietEvents(): IdemEvents {

@@ -1,5 +1,5 @@
 import type { TestProject } from 'vitest/node';
-import { startEmbeddedPostgres, type EmbeddedDatabase } from '../../src/embedded/embedded-postgres.js';
+import { startEmbeddedPostgres, type EmbeddedDatabase } from './embedded.js';
 import { findPgBouncer, startPgBouncer, type PgBouncer } from './pgbouncer.js';
 import { generatePrismaClients } from './prisma/generate.js';
 

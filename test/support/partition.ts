@@ -1,4 +1,4 @@
-import type { Sql } from '../../src/core/sql.js';
+import type { Sql } from 'idem';
 
 /**
  * An `Sql` that can be cut off from the database like a process behind a network partition or in

@@ -1,4 +1,7 @@
-import type { Recording } from '../../src/operations/options.js';
+import type { IdemOptions } from 'idem';
+
+/** How `run`/`runIn` record a key: `'commit'` or `'claim'` (`IdemOptions.recording`). */
+export type Recording = NonNullable<IdemOptions['recording']>;
 
 /**
  * Both ways `run`/`runIn` record a key. Suites about single-transaction operations run under each:

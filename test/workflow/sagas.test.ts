@@ -17,7 +17,7 @@ import {
   type SagaRef,
   type SagasOptions,
 } from '../../src/workflow/index.js';
-import { startProvider, type Provider } from '../client/support/provider.js';
+import { startProvider, type Provider } from '../support/client/provider.js';
 import { createTestSchema, type TestSchema } from '../support/database.js';
 import { partitionable } from '../support/partition.js';
 import { SteppingClock } from './support/stepping-clock.js';

@@ -12,7 +12,7 @@ import {
   runActivitySteps,
   type ActivityContextLike,
 } from '../../src/workflow/index.js';
-import { startProvider, type Provider } from '../client/support/provider.js';
+import { startProvider, type Provider } from '../support/client/provider.js';
 import { createTestSchema, databaseUrl, type TestSchema } from '../support/database.js';
 
 const child = fileURLToPath(new URL('./support/activity-child.ts', import.meta.url));

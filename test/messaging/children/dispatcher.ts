@@ -5,12 +5,14 @@
  * - CRASH=mid-batch: half the batch was published, then the process dies.
  */
 import pg from 'pg';
-import { fromPg } from '../../../src/adapters/pg.js';
-import { createInbox } from '../../../src/inbox/inbox.js';
-import { createOutboxDispatcher } from '../../../src/outbox/dispatcher.js';
-import { createInDatabasePublisher } from '../../../src/outbox/publishers/in-database.js';
-import { createRabbitMqPublisher } from '../../../src/outbox/publishers/rabbitmq.js';
-import type { Publisher } from '../../../src/outbox/types.js';
+import { fromPg } from 'idem/pg';
+import { createInbox } from 'idem/inbox';
+import {
+  createInDatabasePublisher,
+  createOutboxDispatcher,
+  createRabbitMqPublisher,
+  type Publisher,
+} from 'idem/outbox';
 import { crash, env, say } from './env.js';
 
 const schema = env('SCHEMA');

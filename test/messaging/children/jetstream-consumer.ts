@@ -1,8 +1,7 @@
 /** A JetStream consumer process that commits and then dies by SIGKILL instead of acking (seed scenario 4). */
 import pg from 'pg';
-import { fromPg } from '../../../src/adapters/pg.js';
-import { createInbox } from '../../../src/inbox/inbox.js';
-import { createJetStreamConsumer } from '../../../src/inbox/jetstream-consumer.js';
+import { fromPg } from 'idem/pg';
+import { createInbox, createJetStreamConsumer } from 'idem/inbox';
 import { crash, env, say } from './env.js';
 
 const schema = env('SCHEMA');

@@ -4,9 +4,8 @@
  */
 import amqp from 'amqplib';
 import pg from 'pg';
-import { fromPg } from '../../../src/adapters/pg.js';
-import { createInbox } from '../../../src/inbox/inbox.js';
-import { createRabbitMqConsumer } from '../../../src/inbox/rabbitmq-consumer.js';
+import { fromPg } from 'idem/pg';
+import { createInbox, createRabbitMqConsumer } from 'idem/inbox';
 import { crash, env, say } from './env.js';
 
 const schema = env('SCHEMA');

@@ -1,5 +1,5 @@
 /**
- * The contract suite's service (test/http/support/apps.ts) as a NestJS 12 app, on
+ * The contract suite's service (test/support/http/apps.ts) as a NestJS 12 app, on
  * @nestjs/platform-express and on @nestjs/platform-fastify: one controller with `@Idempotent()`
  * routes, the business written once (business.ts), Nest's own body parsing, status codes and
  * exception filters. The controller is made per harness, so it needs no dependency injection.
@@ -22,18 +22,18 @@ import {
 } from '@nestjs/common';
 import { APP_FILTER, NestFactory } from '@nestjs/core';
 import { FastifyAdapter, type NestFastifyApplication } from '@nestjs/platform-fastify';
-import { createEvents } from '../../../src/core/event-channel.js';
-import type { IdempotencyContext } from '../../../src/http/context.js';
+import { createEvents } from 'idem';
+import type { IdempotencyContext } from 'idem/http';
 import {
   IdemContext,
   IdemModule,
-  Idempotent,
-  IdempotencyBodyFilter,
   type IdemModuleOptions,
-} from '../../../src/nestjs/index.js';
-import type { Framework, RunningApp } from '../../http/support/apps.js';
-import { business, type Reply } from '../../http/support/business.js';
-import type { Harness } from '../../http/support/harness.js';
+  IdempotencyBodyFilter,
+  Idempotent,
+} from 'idem/nestjs';
+import type { Framework, RunningApp } from '../http/apps.js';
+import { business, type Reply } from '../http/business.js';
+import type { Harness } from '../http/harness.js';
 
 type Body = Record<string, unknown> | undefined;
 

@@ -18,7 +18,7 @@ export interface BlockDiagnostic {
 }
 
 export function typecheckBlocks(blocks: CodeBlock[]): BlockDiagnostic[] {
-  const rootDir = fileURLToPath(new URL('../../', import.meta.url));
+  const rootDir = fileURLToPath(new URL('../../../', import.meta.url));
   // Inside the repository, so node_modules and tsconfig's paths resolve as for any source file.
   const dir = `${rootDir}.idem/doc-blocks-${process.pid}`;
   mkdirSync(dir, { recursive: true });

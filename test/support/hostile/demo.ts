@@ -5,8 +5,8 @@
  */
 import { demoConsole } from '../../../demo/console.js';
 import { randomSchema, type DemoHandle } from '../../../demo/server.js';
-import { dropDemoSchemas, startTestDemo } from '../../support/demo.js';
-import { until } from '../../support/poll.js';
+import { dropDemoSchemas, startTestDemo } from '../demo.js';
+import { until } from '../poll.js';
 
 /** Rows of every table a request could write, and the provider's charges. */
 export interface DemoCounts {

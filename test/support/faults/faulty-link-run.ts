@@ -2,7 +2,7 @@
  * The long run: the payments demo through a faulty link to PostgreSQL, every fault at once and in
  * sequence, for two minutes, with node-postgres's pipeline mode on and then off.
  *
- *   npx tsx test/reliability/support/faulty-link-run.ts [--duration 120] [--clients 6]
+ *   npx tsx test/support/faults/faulty-link-run.ts [--duration 120] [--clients 6]
  *     [--pipeline both|on|off] [--listen proxy|direct] [--keep]
  *
  * DATABASE_URL when set; otherwise an embedded PostgreSQL under .idem/faulty-link-postgres.
@@ -19,7 +19,7 @@
  */
 import pg from 'pg';
 import { randomSchema, startDemo } from '../../../demo/server.js';
-import { startEmbeddedPostgres, type EmbeddedDatabase } from '../../../src/embedded/embedded-postgres.js';
+import { startEmbeddedPostgres, type EmbeddedDatabase } from '../embedded.js';
 import { formatReport, runDemoUnderFaults, type FaultReport, type FaultRun } from './demo-under-fault.js';
 
 interface Options {

@@ -1,6 +1,6 @@
 /**
  * The same service six times: Express 5, Fastify 5, Hono 4 on @hono/node-server, plain node:http,
- * and NestJS on Express and on Fastify (test/nestjs/support/apps.ts), each using the idempotency
+ * and NestJS on Express and on Fastify (test/support/nestjs/apps.ts), each using the idempotency
  * integration its own way and listening on 127.0.0.1.
  *
  * Routes (all covered ones behind the contract):
@@ -23,14 +23,13 @@ import express from 'express';
 import Fastify, { type FastifyReply, type FastifyRequest } from 'fastify';
 import { Hono, type Context } from 'hono';
 import type { ContentfulStatusCode } from 'hono/utils/http-status';
-import type { IdempotencyContext } from '../../../src/http/context.js';
-import { idempotency as expressIdempotency } from '../../../src/http/express.js';
-import { idempotency as fastifyIdempotency } from '../../../src/http/fastify.js';
-import { idempotency as honoIdempotency, type IdemVariables } from '../../../src/http/hono.js';
-import { idempotency as nodeIdempotency, type IdempotentRequest } from '../../../src/http/node-http.js';
-import type { IdempotencyOptions } from '../../../src/http/options.js';
-import { createEvents, type IdemEvents } from '../../../src/core/event-channel.js';
-import { nestFrameworks } from '../../nestjs/support/apps.js';
+import type { IdempotencyContext, IdempotencyOptions } from 'idem/http';
+import { idempotency as expressIdempotency } from 'idem/express';
+import { idempotency as fastifyIdempotency } from 'idem/fastify';
+import { idempotency as honoIdempotency, type IdemVariables } from 'idem/hono';
+import { type IdempotentRequest, idempotency as nodeIdempotency } from 'idem/node-http';
+import { createEvents, type IdemEvents } from 'idem';
+import { nestFrameworks } from '../nestjs/apps.js';
 import { business, type Reply } from './business.js';
 import type { Harness } from './harness.js';
 

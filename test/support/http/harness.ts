@@ -3,11 +3,10 @@
  * with idem's tables and the test's business tables, an Idem on a clock the test can move, a real
  * HTTP "provider" for multi-step handlers, gates to hold handlers at a point, and counters.
  */
-import type { Clock } from '../../../src/core/clock.js';
-import { fromPg } from '../../../src/adapters/pg.js';
-import { createIdem, type Idem } from '../../../src/operations/idem.js';
-import type { Recording } from '../../../src/operations/options.js';
-import { createTestSchema, type TestSchema } from '../../support/database.js';
+import { type Clock, createIdem, type Idem } from 'idem';
+import { fromPg } from 'idem/pg';
+import type { Recording } from '../recordings.js';
+import { createTestSchema, type TestSchema } from '../database.js';
 import { startProvider, type Provider } from './provider.js';
 
 /** Real time plus an offset the test moves forward: expiry and leases without sleeping. */

@@ -8,12 +8,9 @@
  */
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { fromPg } from '../../../src/adapters/pg.js';
-import { isInProgress, isInvalidKey, isKeyReused } from '../../../src/core/errors.js';
-import { fingerprint } from '../../../src/core/fingerprint.js';
-import { createIdem, type Idem } from '../../../src/operations/idem.js';
-import { completed } from '../../../src/operations/outcome.js';
-import type { TestSchema } from '../../support/database.js';
+import { fromPg } from 'idem/pg';
+import { completed, createIdem, fingerprint, type Idem, isInProgress, isInvalidKey, isKeyReused } from 'idem';
+import type { TestSchema } from '../database.js';
 
 export type ServerKind =
   /** idem's keyed operation: claim, handler and stored body in one transaction. */

@@ -94,7 +94,7 @@ export interface Child {
 }
 
 export function spawnChild(script: string, env: Record<string, string>): Child {
-  const path = fileURLToPath(new URL(`./children/${script}`, import.meta.url));
+  const path = fileURLToPath(new URL(`../messaging/children/${script}`, import.meta.url));
   // A name for the child's PostgreSQL sessions (node-postgres reads PGAPPNAME), so that `exited`
   // can wait until the server has closed them: a SIGKILLed child's backend holds its row locks
   // until PostgreSQL notices the dead socket, and on a loaded machine a dispatcher started at once

@@ -13,7 +13,7 @@ export interface CodeBlock {
   lines: string[];
 }
 
-export const root = new URL('../../', import.meta.url);
+export const root = new URL('../../../', import.meta.url);
 export const read = (path: string): string => readFileSync(new URL(path, root), 'utf8');
 
 /**

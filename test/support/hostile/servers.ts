@@ -7,15 +7,12 @@
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import Fastify, { type FastifyInstance } from 'fastify';
-import { fromPg } from '../../../src/adapters/pg.js';
-import { createEvents } from '../../../src/core/event-channel.js';
-import { idempotency } from '../../../src/http/fastify.js';
-import { idempotency as nodeIdempotency } from '../../../src/http/node-http.js';
-import { createIdem } from '../../../src/operations/idem.js';
-import { createWebhookReceiver } from '../../../src/webhooks/receiver.js';
-import { createStandardWebhooksVerifier } from '../../../src/webhooks/verify/standard-webhooks.js';
-import { createTestSchema, type TestSchema } from '../../support/database.js';
-import { webhooks as nodeWebhooks } from '../../../src/webhooks/node-http.js';
+import { fromPg } from 'idem/pg';
+import { createEvents, createIdem } from 'idem';
+import { idempotency } from 'idem/fastify';
+import { idempotency as nodeIdempotency, webhooks as nodeWebhooks } from 'idem/node-http';
+import { createStandardWebhooksVerifier, createWebhookReceiver } from 'idem/webhooks';
+import { createTestSchema, type TestSchema } from '../database.js';
 
 export const webhookSecret =
   'whsec_' + Buffer.from('hostile-input-test-secret-0123456789').toString('base64');

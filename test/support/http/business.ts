@@ -4,7 +4,7 @@
  * (`res.json`, `reply.send`, `c.json`, `res.writeHead().end()`).
  */
 import { randomBytes } from 'node:crypto';
-import type { IdempotencyContext } from '../../../src/http/context.js';
+import type { IdempotencyContext } from 'idem/http';
 import type { Harness } from './harness.js';
 
 export interface Reply {
