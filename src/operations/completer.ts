@@ -23,7 +23,7 @@ import { positive, positiveInteger } from '../core/validate.js';
 import type { IdemEvents } from '../core/event-channel.js';
 import { drainRounds, PollingWorker } from '../core/worker/polling-worker.js';
 import { describeFailure } from '../steps/engine.js';
-import type { GiveUpAction } from './definitions.js';
+import type { GiveUpAction } from './options.js';
 import type { Idem } from './idem.js';
 import type { DueIntentRow } from './intent-statements.js';
 

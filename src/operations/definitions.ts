@@ -6,14 +6,13 @@
  */
 import { InvalidArgumentError, type OperationScope } from '../core/errors.js';
 import type { MultiStepOperation } from './multi-step.js';
-import type { RetentionPolicy } from './options.js';
+import type { GiveUpAction, RetentionPolicy } from './options.js';
 import type { OperationResult, Outcome } from './outcome.js';
 
 /** The body of a defined operation: the same as `idem.steps`' body, with its input. */
 export type DefinedBody<I, T, Client> = (op: MultiStepOperation<Client>, input: I) => Promise<T | Outcome<T>>;
 
-/** What a completer does with an operation that cannot complete. */
-export type GiveUpAction = 'compensate' | 'fail';
+export type { GiveUpAction } from './options.js';
 
 /** Options of `idem.define`. */
 export interface DefineOptions<I, T, Client = unknown> {

@@ -1,7 +1,7 @@
 import { quoteSchema } from '../core/schema-name.js';
 import type { QueryResult } from '../core/sql.js';
 import { allRows, defineStatement, nothing } from '../core/statement.js';
-import type { GiveUpAction } from './definitions.js';
+import type { GiveUpAction } from './options.js';
 import {
   claimParams,
   doneOnce,

@@ -127,3 +127,6 @@ export interface OperationSpec {
    */
   readFirst?: ReadFirst;
 }
+
+/** What a completer does with an operation that cannot complete. */
+export type GiveUpAction = 'compensate' | 'fail';
