@@ -125,11 +125,20 @@ let idemTables: string[];
 beforeAll(async () => {
   db = await createTestSchema();
   s = quoteSchema(db.schema);
+  // The LISTEN channel's name, and the dispatcher's pg_notify self-test: no table in either.
+  const notTableStatements = new Set(['channel', 'selfTest']);
   const texts = (all: object) =>
+    // A statement is a typed function holding its text (core/statement.ts), or still a text.
     Object.fromEntries(
-      Object.entries(all).filter(
-        (entry): entry is [string, string] => typeof entry[1] === 'string' && entry[0] !== 'channel',
-      ),
+      Object.entries(all as Record<string, unknown>)
+        .map(([key, value]): [string, unknown] => [
+          key,
+          typeof value === 'function' ? (value as { text?: unknown }).text : value,
+        ])
+        .filter(
+          (entry): entry is [string, string] =>
+            typeof entry[1] === 'string' && !notTableStatements.has(entry[0]),
+        ),
     );
   modules = {
     operations: texts(renderStatements(db.schema)),
