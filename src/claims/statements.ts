@@ -5,7 +5,7 @@ import {
   allRows,
   defineStatement,
   firstRow,
-  preparedName,
+  preparedStatement,
   type StatementSpec,
 } from '../core/statement.js';
 import type { TaskRecord } from './task.js';
@@ -58,9 +58,10 @@ interface Pinned {
 }
 
 /** A statement of the hot path, prepared under its old key (`idem_task_<key>_<hash>`). */
-function prepared<Input, R extends Row, Output>(key: string, spec: StatementSpec<Input, R, Output>) {
-  return defineStatement({ ...spec, name: preparedName('task', key, spec.text) });
-}
+const prepared = <Input, R extends Row, Output>(
+  key: string,
+  spec: Omit<StatementSpec<Input, R, Output>, 'name'>,
+) => preparedStatement('task', key, spec);
 
 /**
  * Every statement of the claims engine, rendered once per schema. The hot path is two round

@@ -79,6 +79,18 @@ export function preparedName(prefix: string, key: string, text: string): string 
   return `${stem}_${key}_${createHash('sha1').update(text).digest('hex').slice(0, 12)}`;
 }
 
+/**
+ * A statement sent named, prepared once per connection (the hot path's), as
+ * `idem_<prefix>_<key>_<hash of its text>`; the others are sent unnamed (`defineStatement`).
+ */
+export function preparedStatement<Input, R extends Row, Output>(
+  prefix: string,
+  key: string,
+  spec: Omit<StatementSpec<Input, R, Output>, 'name'>,
+): Statement<Input, Output> {
+  return defineStatement({ ...spec, name: preparedName(prefix, key, spec.text) });
+}
+
 /** Result shape: every row. */
 export function allRows<R extends Row>(result: QueryResult<R>): R[] {
   return result.rows;

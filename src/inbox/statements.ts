@@ -5,7 +5,7 @@ import {
   defineStatement,
   firstRow,
   nothing,
-  preparedName,
+  preparedStatement,
   type StatementSpec,
 } from '../core/statement.js';
 import { sweepStatement, tenantSweepStatement } from '../core/sweeper.js';
@@ -34,9 +34,10 @@ export interface DeadRecord extends InboxWrite {
 }
 
 /** A hot statement, prepared under its old key (`idem_inbox_<key>_<hash>`). */
-function prepared<Input, R extends Row, Output>(key: string, spec: StatementSpec<Input, R, Output>) {
-  return defineStatement({ ...spec, name: preparedName('inbox', key, spec.text) });
-}
+const prepared = <Input, R extends Row, Output>(
+  key: string,
+  spec: Omit<StatementSpec<Input, R, Output>, 'name'>,
+) => preparedStatement('inbox', key, spec);
 
 const key = (m: InboxKey) => [m.tenant, m.consumer, m.messageId];
 const write = (m: InboxWrite) => [m.tenant, m.consumer, m.messageId, m.now, m.expiresAt];

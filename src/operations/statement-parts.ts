@@ -3,8 +3,8 @@
  * their common inputs, how those become `$1, $2, …`, and their result shapes.
  */
 import type { OperationScope } from '../core/errors.js';
-import type { QueryResult, Row } from '../core/sql.js';
-import { defineStatement, preparedName, type StatementSpec } from '../core/statement.js';
+import type { QueryResult } from '../core/sql.js';
+
 import type { RetentionPolicy } from './options.js';
 import type { Outcome } from './outcome.js';
 
@@ -85,14 +85,4 @@ export function doneOnce(result: QueryResult<{ done: number }>): boolean {
   return Number(result.rows[0]?.done) === 1;
 }
 
-/**
- * A statement sent named, prepared once per connection (the hot path's), as
- * `idem_<prefix>_<key>_<hash of its text>`; the others are sent unnamed.
- */
-export function prepared<Input, R extends Row, Output>(
-  prefix: string,
-  key: string,
-  spec: Omit<StatementSpec<Input, R, Output>, 'name'>,
-) {
-  return defineStatement({ ...spec, name: preparedName(prefix, key, spec.text) });
-}
+export { preparedStatement as prepared } from '../core/statement.js';

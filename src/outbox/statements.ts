@@ -6,7 +6,7 @@ import {
   defineStatement,
   firstRow,
   nothing,
-  preparedName,
+  preparedStatement,
   type StatementSpec,
 } from '../core/statement.js';
 import { sweepStatement, tenantSweepStatement } from '../core/sweeper.js';
@@ -79,9 +79,10 @@ export function outboxChannel(schema: string): string {
 }
 
 /** A hot statement, prepared under its old key (`idem_outbox_<key>_<hash>`). */
-function prepared<Input, R extends Row, Output>(key: string, spec: StatementSpec<Input, R, Output>) {
-  return defineStatement({ ...spec, name: preparedName('outbox', key, spec.text) });
-}
+const prepared = <Input, R extends Row, Output>(
+  key: string,
+  spec: Omit<StatementSpec<Input, R, Output>, 'name'>,
+) => preparedStatement('outbox', key, spec);
 
 // jsonb is read as text and parsed by idem, so every driver yields the same values.
 /** `stats`' filters: `$2` a topic, `$3` a tenant, each null for all. */
