@@ -7,33 +7,25 @@
 import { randomUUID } from 'node:crypto';
 import type { APIGatewayProxyEventV2, Context } from 'aws-lambda';
 import type pg from 'pg';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { idempotency, type IdemLambdaContext, type LambdaIdempotencyOptions } from 'idem/lambda';
 import {
   albEvent,
   apiGatewayV1Event,
   apiGatewayV2Event,
-  createLambdaHarness,
+  useLambdaHarness,
   createOrder,
   functionUrlEvent,
   httpDrills,
   lambdaContext,
   mountings,
   withoutMarker,
-  type LambdaHarness,
   type Mounting,
   type OrderHandler,
 } from '../support/lambda.js';
 
 type Result = Record<string, unknown>;
-let h: LambdaHarness;
-
-beforeAll(async () => {
-  h = await createLambdaHarness();
-});
-afterAll(async () => {
-  await h?.close();
-});
+const h = useLambdaHarness();
 
 describe.each(Object.keys(mountings) as Mounting[])('HTTP events through idempotency() as %s', (mounting) => {
   const mount = <E>(

@@ -15,7 +15,7 @@ import type {
   SQSRecord,
 } from 'aws-lambda';
 import pg from 'pg';
-import { expect } from 'vitest';
+import { afterAll, beforeAll, expect } from 'vitest';
 import { createIdem, type Idem } from 'idem';
 import { createInbox, type Inbox } from 'idem/inbox';
 import { fromPg } from 'idem/pg';
@@ -73,6 +73,18 @@ export async function createLambdaHarness(
       await db.close();
     },
   };
+}
+
+/** A harness for the test file: made before its tests, closed after them. */
+export function useLambdaHarness(): LambdaHarness {
+  const h = {} as LambdaHarness;
+  beforeAll(async () => {
+    Object.assign(h, await createLambdaHarness());
+  });
+  afterAll(async () => {
+    await h.close?.();
+  });
+  return h;
 }
 
 /** A Lambda context whose remaining time runs down from `remainingMs`. */
