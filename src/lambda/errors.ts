@@ -18,13 +18,6 @@ export class KeyMissingError extends IdemError {
   }
 }
 
-/** The `tenant` resolver named no tenant for this event. Nothing ran. */
-export class TenantMissingError extends IdemError {
-  constructor(detail: string) {
-    super('IDEM_TENANT_MISSING', detail, { retryable: false });
-  }
-}
-
 /**
  * True for a `KeyMissingError`, from any copy of the package.
  *
@@ -38,6 +31,13 @@ export class TenantMissingError extends IdemError {
  */
 export const isKeyMissing = (e: unknown): e is KeyMissingError =>
   isIdemError(e) && e.code === 'IDEM_KEY_MISSING';
+
+/** The `tenant` resolver named no tenant for this event. Nothing ran. */
+export class TenantMissingError extends IdemError {
+  constructor(detail: string) {
+    super('IDEM_TENANT_MISSING', detail, { retryable: false });
+  }
+}
 
 /**
  * True for a `TenantMissingError`, from any copy of the package.

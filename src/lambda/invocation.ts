@@ -14,7 +14,7 @@
  * Nothing here starts a timer, and no state outlives the invocation: waits are bounded by the
  * invocation's remaining time.
  */
-import { isOperationFailed, type Idem, type OperationSpec } from '../index.js';
+import { fingerprint, isOperationFailed, type Idem, type OperationSpec } from '../index.js';
 import {
   createHttpIdempotency,
   defaultReplayHeaders,
@@ -27,7 +27,6 @@ import {
   type RequestView,
   type RouteInfo,
 } from '../http/index.js';
-import { fingerprint } from '../index.js';
 // The transaction-mode context of the HTTP integrations, so that a handler sees one `context.idem`
 // whatever the event (`idem/http` exports its type only).
 import { TransactionContext } from '../http/context.js';

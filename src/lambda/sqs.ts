@@ -127,8 +127,8 @@ export function createSqsBatchHandler<Client = unknown, Record extends SqsRecord
       report('message-id', new MessageWithoutIdError(record.eventSourceARN ?? 'sqs'));
       return false;
     }
-    const tenant = options.tenant?.(record);
     try {
+      const tenant = options.tenant?.(record);
       await inbox.handle(
         { consumer, messageId, ...(tenant === undefined ? {} : { tenant }) },
         (tx, context) => handler(tx, record, { ...context, lambda }),

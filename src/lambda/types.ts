@@ -46,12 +46,16 @@ export interface MiddyRequestLike {
   internal?: unknown;
 }
 
-/** A Middy middleware: `middy(handler).use(middleware)`. */
-export interface MiddyMiddlewareLike {
+/**
+ * A Middy middleware: `middy(handler).use(middleware)`. Its `onError` is the hook Middy calls,
+ * named by Middy, which idem provides: not a callback an application hands to idem (idem reports
+ * through `events`), hence a type rather than an interface of options.
+ */
+export type MiddyMiddlewareLike = {
   before: (request: MiddyRequestLike) => Promise<unknown>;
   after: (request: MiddyRequestLike) => Promise<void>;
   onError: (request: MiddyRequestLike) => Promise<unknown>;
-}
+};
 
 /** One SQS message of an `SQSEvent` (`aws-lambda`'s `SQSRecord` fits). */
 export interface SqsRecord {

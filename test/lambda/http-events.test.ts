@@ -7,37 +7,30 @@
 import { randomUUID } from 'node:crypto';
 import type { APIGatewayProxyEventV2, Context } from 'aws-lambda';
 import type pg from 'pg';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { idempotency, type IdemLambdaContext, type LambdaIdempotencyOptions } from 'idem/lambda';
 import {
   albEvent,
   apiGatewayV1Event,
   apiGatewayV2Event,
-  createLambdaHarness,
+  useLambdaHarness,
   createOrder,
   functionUrlEvent,
   httpDrills,
   lambdaContext,
   mountings,
   withoutMarker,
-  type LambdaHarness,
   type Mounting,
+  type OrderHandler,
 } from '../support/lambda.js';
 
 type Result = Record<string, unknown>;
-let h: LambdaHarness;
-
-beforeAll(async () => {
-  h = await createLambdaHarness();
-});
-afterAll(async () => {
-  await h?.close();
-});
+const h = useLambdaHarness();
 
 describe.each(Object.keys(mountings) as Mounting[])('HTTP events through idempotency() as %s', (mounting) => {
   const mount = <E>(
     options: Partial<LambdaIdempotencyOptions<pg.PoolClient, E>> = {},
-    handler: (event: never, context: never) => Promise<unknown> = createOrder(h),
+    handler: OrderHandler = createOrder(h),
   ) =>
     mountings[mounting](
       idempotency<pg.PoolClient, E>({ idem: h.idem, singleTenant: true, ...options }),
@@ -81,7 +74,7 @@ describe.each(Object.keys(mountings) as Mounting[])('HTTP events through idempot
 
   it('replays a binary (base64) response as base64, byte for byte', async () => {
     const png = Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a, 0xff, 0x00]);
-    const handler = mount({}, async (...[event, context]: Parameters<ReturnType<typeof createOrder>>) => {
+    const handler = mount({}, async (event, context) => {
       await createOrder(h)(event, context);
       return {
         statusCode: 200,
@@ -100,7 +93,7 @@ describe.each(Object.keys(mountings) as Mounting[])('HTTP events through idempot
   });
 
   it('replays the stored headers only: cookies and per-request headers go with the first answer', async () => {
-    const handler = mount({}, async (...[event, context]: Parameters<ReturnType<typeof createOrder>>) => {
+    const handler = mount({}, async (event, context) => {
       const created = await createOrder(h)(event, context);
       return {
         ...created,
@@ -122,7 +115,7 @@ describe.each(Object.keys(mountings) as Mounting[])('HTTP events through idempot
   });
 
   it('answers a v2 result without statusCode as API Gateway does (200, JSON), and replays it the same', async () => {
-    const handler = mount({}, async (...[event, context]: Parameters<ReturnType<typeof createOrder>>) => {
+    const handler = mount({}, async (event, context) => {
       await createOrder(h)(event, context);
       return { accepted: true };
     });
@@ -141,7 +134,7 @@ describe.each(Object.keys(mountings) as Mounting[])('HTTP events through idempot
 
   it('refuses a request without a key (400 key-missing) and a malformed JSON body (400), running nothing', async () => {
     let runs = 0;
-    const handler = mount({}, async (...[event, context]: Parameters<ReturnType<typeof createOrder>>) => {
+    const handler = mount({}, async (event, context) => {
       runs++;
       return createOrder(h)(event, context);
     });
@@ -169,7 +162,7 @@ describe.each(Object.keys(mountings) as Mounting[])('HTTP events through idempot
 
   it('throws a failing handler’s error on, with its writes rolled back; the retry runs afresh', async () => {
     let fail = true;
-    const handler = mount({}, async (...[event, context]: Parameters<ReturnType<typeof createOrder>>) => {
+    const handler = mount({}, async (event, context) => {
       await createOrder(h)(event, context);
       if (fail) throw new Error('downstream refused');
       return { statusCode: 201, body: 'created' };

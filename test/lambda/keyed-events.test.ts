@@ -8,7 +8,7 @@ import { randomUUID } from 'node:crypto';
 import middy from '@middy/core';
 import type { Context, EventBridgeEvent, SQSEvent } from 'aws-lambda';
 import type pg from 'pg';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { isKeyReused, refused } from 'idem';
 import {
   idempotency,
@@ -17,18 +17,12 @@ import {
   type IdemLambdaContext,
   type LambdaIdempotencyOptions,
 } from 'idem/lambda';
-import { createLambdaHarness, lambdaContext, sqsRecord, type LambdaHarness } from '../support/lambda.js';
+import { useLambdaHarness, lambdaContext, sqsRecord } from '../support/lambda.js';
 
 type OrderPlaced = EventBridgeEvent<'OrderPlaced', { orderId: string; total: number; note?: string }>;
 type Handler<E> = (event: E, context: Context) => Promise<unknown>;
 
-let h: LambdaHarness;
-beforeAll(async () => {
-  h = await createLambdaHarness();
-});
-afterAll(async () => {
-  await h?.close();
-});
+const h = useLambdaHarness();
 
 /** An EventBridge event as the bus delivers it: a redelivery keeps `id`, the detail and the time. */
 function orderPlaced(orderId: string, total = 40, note?: string): OrderPlaced {

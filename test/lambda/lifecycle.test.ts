@@ -7,7 +7,7 @@
 import { randomUUID } from 'node:crypto';
 import type { Context } from 'aws-lambda';
 import pg from 'pg';
-import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { createIdem, isInProgress, type Idem, type OperationSpec, type Sql } from 'idem';
 import { createInbox } from 'idem/inbox';
 import { createSqsBatchHandler, idempotency, type IdemLambdaContext } from 'idem/lambda';
@@ -15,21 +15,14 @@ import { fromPg } from 'idem/pg';
 import { databaseUrl } from '../support/database.js';
 import {
   apiGatewayV2Event,
-  createLambdaHarness,
+  useLambdaHarness,
   createOrder,
   lambdaContext,
   sqsRecord,
   withoutMarker,
-  type LambdaHarness,
 } from '../support/lambda.js';
 
-let h: LambdaHarness;
-beforeAll(async () => {
-  h = await createLambdaHarness();
-});
-afterAll(async () => {
-  await h?.close();
-});
+const h = useLambdaHarness();
 
 const realSetTimeout = globalThis.setTimeout;
 

@@ -5,28 +5,15 @@
  */
 import { randomUUID } from 'node:crypto';
 import type { SQSRecord } from 'aws-lambda';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { isIdemError, isInvalidArgument, type IdemErrorEvent } from 'idem';
 import { isMessageWithoutId } from 'idem/inbox';
 import { createSqsBatchHandler, type SqsBatchOptions } from 'idem/lambda';
 import { createEvents } from 'idem';
 import pg from 'pg';
-import {
-  billing,
-  createLambdaHarness,
-  lambdaContext,
-  sqsBatchDrills,
-  sqsRecord,
-  type LambdaHarness,
-} from '../support/lambda.js';
+import { billing, useLambdaHarness, lambdaContext, sqsBatchDrills, sqsRecord } from '../support/lambda.js';
 
-let h: LambdaHarness;
-beforeAll(async () => {
-  h = await createLambdaHarness();
-});
-afterAll(async () => {
-  await h?.close();
-});
+const h = useLambdaHarness();
 
 /** A consumer writing one effect row per message, keyed by the body's `key`; `fail` throws. */
 function consumer(

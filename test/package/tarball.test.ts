@@ -10,6 +10,8 @@
  *   interface row types, compiles with TypeScript 5.9 and 5.7 (`tsc --noEmit`, the build of
  *   `nest build`, and under the newer template's `module: nodenext`), its Jest e2e test passes, and
  *   its compiled main answers the HTTP contract on Express and on Fastify.
+ * - a Lambda-style app of its own (ES modules, `@middy/core` 7 from the registry) runs a Middy
+ *   handler of API Gateway v2 events and an SQS batch handler from `idem/lambda` against PostgreSQL.
  * The app's packages come from the npm registry into the temporary folder, pinned in its
  * package.json. About 2–3 minutes on 2 cores, most of it `npm install` (see `timings` below).
  */
@@ -387,6 +389,93 @@ describe('installed in an app', () => {
         }
       },
     );
+  });
+});
+
+describe('idem/lambda with Middy, in a Lambda-style app of its own', () => {
+  const lambdaApp = join(work, 'lambda-app');
+
+  beforeAll(async () => {
+    mkdirSync(lambdaApp);
+    // @middy/core 7 declares node >= 22; it runs on this Node 20 (npm only warns).
+    const packageJson = {
+      name: 'lambda-app',
+      private: true,
+      type: 'module',
+      dependencies: { idem: `file:${tarball}`, pg: '8.23.1', '@middy/core': '7.9.2' },
+    };
+    writeFileSync(join(lambdaApp, 'package.json'), JSON.stringify(packageJson, null, 2));
+    await timed('npm install (lambda app)', () =>
+      ok('npm', ['install', '--no-audit', '--no-fund', '--no-package-lock', '--loglevel=error'], lambdaApp),
+    );
+  }, 600_000);
+
+  it('a Middy handler of API Gateway v2 events and an SQS batch handler hold the contract', async () => {
+    writeFileSync(
+      join(lambdaApp, 'handler.mjs'),
+      `
+      import assert from 'node:assert/strict';
+      import middy from '@middy/core';
+      import pg from 'pg';
+      import { createIdem, migrate } from 'idem';
+      import { createInbox } from 'idem/inbox';
+      import { createSqsBatchHandler, idempotency } from 'idem/lambda';
+      import { fromPg } from 'idem/pg';
+
+      // Once per container, outside the handlers.
+      const schema = process.env.APP_SCHEMA;
+      const pool = new pg.Pool({ connectionString: process.env.DATABASE_URL, max: 1 });
+      const sql = fromPg(pool, { prepare: false });
+      await migrate(sql, { schema });
+      await pool.query(\`CREATE TABLE IF NOT EXISTS "\${schema}".lambda_effects (key text NOT NULL)\`);
+      const idem = createIdem({ sql, schema });
+      const write = (tx, key) => tx.query(\`INSERT INTO "\${schema}".lambda_effects (key) VALUES ($1)\`, [key]);
+      const effects = async (key) =>
+        (await pool.query(\`SELECT count(*)::int AS n FROM "\${schema}".lambda_effects WHERE key = $1\`, [key])).rows[0].n;
+
+      const handler = middy(async (event, context) => {
+        await write(context.idem.tx, context.idem.key);
+        return { statusCode: 201, headers: { 'content-type': 'application/json' }, body: event.body };
+      }).use(idempotency({ idem, singleTenant: true }));
+      const context = { functionName: 'orders', getRemainingTimeInMillis: () => 30_000 };
+      const key = 'lambda-' + Date.now();
+      const event = (body) => ({
+        version: '2.0', routeKey: 'POST /orders', rawPath: '/orders', rawQueryString: '',
+        headers: { 'content-type': 'application/json', 'idempotency-key': key },
+        requestContext: { http: { method: 'POST', path: '/orders' }, requestId: String(Math.random()) },
+        body: JSON.stringify(body), isBase64Encoded: false,
+      });
+      const first = await handler(event({ total: 40 }), { ...context });
+      const retry = await handler(event({ total: 40 }), { ...context });
+      assert.equal(first.statusCode, 201);
+      assert.equal(retry.headers['idempotent-replayed'], 'true');
+      assert.equal(retry.body, first.body);
+      assert.equal((await handler(event({ total: 41 }), { ...context })).statusCode, 422);
+      assert.equal(await effects(key), 1);
+
+      const sqs = createSqsBatchHandler({
+        inbox: createInbox({ sql, schema }),
+        consumer: 'billing',
+        events: { emit() {}, on: () => () => {}, off() {}, has: () => true },
+        handler: async (tx, record) => {
+          if (record.body === 'fail') throw new Error('declined');
+          await write(tx, record.messageId);
+        },
+      });
+      const record = (messageId, body = 'ok') => ({ messageId, body, eventSource: 'aws:sqs' });
+      const batch = { Records: [record(key + '-a'), record(key + '-a'), record(key + '-b', 'fail')] };
+      assert.deepEqual(await sqs(batch, context), { batchItemFailures: [{ itemIdentifier: key + '-b' }] });
+      assert.deepEqual(await sqs(batch, context), { batchItemFailures: [{ itemIdentifier: key + '-b' }] });
+      assert.equal(await effects(key + '-a'), 1);
+      await pool.end();
+      console.log('lambda handlers hold');
+      `,
+    );
+    const output = await ok(process.execPath, ['handler.mjs'], lambdaApp, {
+      DATABASE_URL: databaseUrl(),
+      APP_SCHEMA: schema,
+    });
+    expect(output).toContain('lambda handlers hold');
   });
 });
 

@@ -15,13 +15,14 @@ import type {
   SQSRecord,
 } from 'aws-lambda';
 import pg from 'pg';
-import { expect } from 'vitest';
+import { afterAll, beforeAll, expect } from 'vitest';
 import { createIdem, type Idem } from 'idem';
 import { createInbox, type Inbox } from 'idem/inbox';
 import { fromPg } from 'idem/pg';
 import {
   createSqsBatchHandler,
   type IdemLambdaContext,
+  type LambdaHandler,
   type LambdaIdempotency,
   type SqsBatchHandler,
 } from 'idem/lambda';
@@ -72,6 +73,18 @@ export async function createLambdaHarness(
       await db.close();
     },
   };
+}
+
+/** A harness for the test file: made before its tests, closed after them. */
+export function useLambdaHarness(): LambdaHarness {
+  const h = {} as LambdaHarness;
+  beforeAll(async () => {
+    Object.assign(h, await createLambdaHarness());
+  });
+  afterAll(async () => {
+    await h.close?.();
+  });
+  return h;
 }
 
 /** A Lambda context whose remaining time runs down from `remainingMs`. */
@@ -377,14 +390,17 @@ export function createOrder(h: LambdaHarness) {
   };
 }
 
-/** Any business handler a test mounts (its event and context types are the test's own). */
-type AnyLambdaHandler = (event: never, context: never) => Promise<unknown>;
+/** A handler of HTTP events behind `idempotency` (`createOrder`, or a test's own). */
+export type OrderHandler = (
+  event: { body?: string | null; isBase64Encoded?: boolean },
+  context: IdemLambdaContext<pg.PoolClient, Context>,
+) => Promise<unknown>;
 
 /** The two ways to mount `idempotency`: its function wrapper, and as Middy middleware. */
 export const mountings = {
-  wrapper: <E>(idempotent: LambdaIdempotency<pg.PoolClient, E>, handler: AnyLambdaHandler) =>
-    idempotent.handler(handler as never) as (event: E, context: Context) => Promise<unknown>,
-  middy: <E>(idempotent: LambdaIdempotency<pg.PoolClient, E>, handler: AnyLambdaHandler) =>
+  wrapper: <E>(idempotent: LambdaIdempotency<pg.PoolClient, E>, handler: OrderHandler) =>
+    idempotent.handler(handler as LambdaHandler<E, unknown, IdemLambdaContext<pg.PoolClient, Context>>),
+  middy: <E>(idempotent: LambdaIdempotency<pg.PoolClient, E>, handler: OrderHandler) =>
     middy(handler as unknown as (event: E, context: Context) => Promise<unknown>, {
       timeoutEarlyInMillis: 0,
     }).use(idempotent) as unknown as (event: E, context: Context) => Promise<unknown>,
