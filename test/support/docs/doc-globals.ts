@@ -19,7 +19,8 @@ import type { Inbox } from 'idem/inbox';
 import type { Outbox, Publisher } from 'idem/outbox';
 import type { SagaDefinition, Sagas } from 'idem/workflow';
 // The client examples/prisma generates (its one model is Order), as an app's own generated client.
-import type { PrismaClient } from '../../../examples/prisma/generated/index.js';
+// Relative to where typecheck-blocks.ts writes this text (.idem/doc-blocks-<pid>/), not to here.
+import type { PrismaClient } from '../../examples/prisma/generated/index.js';
 
 declare global {
   const idem: Idem;
