@@ -30,11 +30,13 @@ import {
 // The transaction-mode context of the HTTP integrations, so that a handler sees one `context.idem`
 // whatever the event (`idem/http` exports its type only).
 import { TransactionContext } from '../http/context.js';
+import { boundsOf, boundTransactionBy } from './deadline.js';
 import { KeyMissingError, TenantMissingError } from './errors.js';
 import { defaultPayload, keyOf } from './event-key.js';
 import { base64Marker, captureResult, readHttpEvent, resultOf, type HttpEvent } from './http-event.js';
 import { lambdaSettings, type LambdaIdempotencyOptions, type LambdaSettings } from './options.js';
 import type { LambdaContext, LambdaRequest } from './types.js';
+import type { Queryable } from '../core/sql.js';
 
 /** Runs the handler; `idem` is undefined when the invocation runs without idempotency. */
 export type RunHandler<Client> = (idem: IdempotencyContext<Client> | undefined) => Promise<unknown>;
@@ -155,6 +157,7 @@ export class LambdaInvocations<Client, Event> {
       body,
       async (context) => {
         try {
+          await this.bound(context.tx, request.context);
           state.raw = await run(context);
         } catch (error) {
           state.threw = { error };
@@ -210,6 +213,7 @@ export class LambdaInvocations<Client, Event> {
       const result = await this.idem.run(spec, async (tx, operation) => {
         const idem = new TransactionContext<Client>(tx, operation);
         try {
+          await this.bound(tx, context);
           return await run(idem);
         } catch (error) {
           threw = { error };
@@ -224,6 +228,13 @@ export class LambdaInvocations<Client, Event> {
       if (threw && isOperationFailed(error) && error.cause === threw.error) throw threw.error;
       throw error;
     }
+  }
+
+  /** `boundByDeadline`: the transaction's statements and idle time end by the deadline. */
+  private async bound(tx: Queryable, context: LambdaContext | undefined): Promise<void> {
+    if (!this.settings.boundByDeadline) return;
+    const bounds = boundsOf(context, this.settings.reserveMs);
+    if (bounds) await boundTransactionBy(tx, bounds);
   }
 
   private async replayed(result: unknown, request: LambdaRequest<Event>): Promise<unknown> {

@@ -64,6 +64,18 @@ export interface LambdaIdempotencyOptions<Client = unknown, Event = unknown> ext
    */
   reserveMs?: number;
   /**
+   * Whether the business transaction is bounded by the invocation's deadline. When true, and the
+   * context has `getRemainingTimeInMillis`, the transaction opens with
+   * `statement_timeout` set to the remaining time less `reserveMs`, and
+   * `idle_in_transaction_session_timeout` to the remaining time (both `SET LOCAL`: they end with
+   * the transaction, so a pooled or PgBouncer connection is handed back unchanged). A statement
+   * stuck behind a lock then fails while the function can still answer (its writes roll back, the
+   * key stays free for a retry), and a container that stops mid-transaction releases the key's
+   * lock when its deadline passes instead of when TCP keepalive notices the dead peer (hours by
+   * default). It costs one round trip per invocation. Default true.
+   */
+  boundByDeadline?: boolean;
+  /**
    * Shapes what a replay returns (Powertools' `responseHook`): called with the stored result (for
    * an HTTP event, the result object, `Idempotent-Replayed: true` already in its headers) and the
    * request; its return value is returned. Default: the stored result as it is.
@@ -78,6 +90,7 @@ export interface LambdaSettings<Client, Event> {
   required: boolean;
   operation: LambdaIdempotencyOptions<Client, Event>['operation'];
   reserveMs: number;
+  boundByDeadline: boolean;
   mapReplay: LambdaIdempotencyOptions<Client, Event>['mapReplay'];
 }
 
@@ -93,12 +106,16 @@ export function lambdaSettings<Client, Event>(
   if (options.mapReplay !== undefined && typeof options.mapReplay !== 'function') {
     throw new InvalidArgumentError('mapReplay must be a function');
   }
+  if (options.boundByDeadline !== undefined && typeof options.boundByDeadline !== 'boolean') {
+    throw new InvalidArgumentError('boundByDeadline must be true or false');
+  }
   return {
     key: selector('key', options.key),
     payload: selector('payload', options.payload),
     required: options.required ?? true,
     operation: options.operation,
     reserveMs,
+    boundByDeadline: options.boundByDeadline ?? true,
     mapReplay: options.mapReplay,
   };
 }

@@ -8,6 +8,7 @@
 import { InvalidArgumentError, type IdemEvents, type Transaction } from '../index.js';
 import { MessageWithoutIdError, type Inbox, type InboxContext } from '../inbox/index.js';
 import { messageIdOf } from './event-key.js';
+import { boundsOf, boundTransactionBy } from './deadline.js';
 import { defaultReserveMs } from './options.js';
 import { compilePath } from './path.js';
 import type { LambdaContext, SqsBatchResponse, SqsEvent, SqsRecord } from './types.js';
@@ -47,6 +48,14 @@ export interface SqsBatchOptions<Client = unknown, Record extends SqsRecord = Sq
    * function answers before it times out (a timeout redelivers the whole batch). Default 500.
    */
   reserveMs?: number;
+  /**
+   * Whether each message's transaction is bounded by the invocation's deadline, as in
+   * `idempotency({ boundByDeadline })`: `statement_timeout` set to the remaining time less
+   * `reserveMs` and `idle_in_transaction_session_timeout` to the remaining time, both `SET LOCAL`.
+   * A handler stuck behind a lock then fails (that message alone is redelivered) while the
+   * function can still answer for the rest of the batch. One round trip per message. Default true.
+   */
+  boundByDeadline?: boolean;
   /**
    * How many messages of a standard queue are handled at once, each on its own connection.
    * Default 1. A FIFO queue's batch (its `eventSourceARN` ends in `.fifo`, or its records carry a
@@ -104,6 +113,9 @@ export function createSqsBatchHandler<Client = unknown, Record extends SqsRecord
   if (!(Number.isInteger(concurrency) && concurrency >= 1)) {
     throw new InvalidArgumentError('concurrency must be a positive integer');
   }
+  const boundByDeadline = options.boundByDeadline ?? true;
+  if (typeof boundByDeadline !== 'boolean')
+    throw new InvalidArgumentError('boundByDeadline must be true or false');
   const { inbox, consumer, handler } = options;
   const events = options.events ?? inbox.events;
   const selectId: (record: Record) => unknown =
@@ -131,7 +143,11 @@ export function createSqsBatchHandler<Client = unknown, Record extends SqsRecord
       const tenant = options.tenant?.(record);
       await inbox.handle(
         { consumer, messageId, ...(tenant === undefined ? {} : { tenant }) },
-        (tx, context) => handler(tx, record, { ...context, lambda }),
+        async (tx, context) => {
+          const bounds = boundByDeadline ? boundsOf(lambda, reserveMs) : undefined;
+          if (bounds) await boundTransactionBy(tx, bounds);
+          return handler(tx, record, { ...context, lambda });
+        },
       );
       return true;
     } catch (error) {

@@ -195,6 +195,97 @@ describe('the Lambda lifecycle', () => {
     expect(await holder).toBe('done');
   });
 
+  it('bounds the business transaction by the deadline, and only the transaction', async () => {
+    // One connection, so that the statement after the invocation runs where the transaction did.
+    const pool = new pg.Pool({ connectionString: databaseUrl(), max: 1 });
+    const idem = createIdem({ sql: fromPg(pool), schema: h.schema });
+    const settings = async (db: Pick<Sql<pg.PoolClient>, 'query'>) => {
+      const { rows } = await db.query<{ statement: string; idle: string }>(
+        `SELECT current_setting('statement_timeout') AS statement,
+                current_setting('idle_in_transaction_session_timeout') AS idle`,
+      );
+      return rows[0]!;
+    };
+    const outside = await settings(fromPg(pool));
+    const seen: { statement: string; idle: string }[] = [];
+    const http = idempotency({ idem, singleTenant: true }).handler(
+      async (_event: unknown, context: IdemLambdaContext<pg.PoolClient, Context>) => {
+        seen.push(await settings(context.idem!.tx));
+        return { statusCode: 201, body: 'ok' };
+      },
+    );
+    const keyed = idempotency({ idem, singleTenant: true, key: 'id' }).handler(
+      async (_event: unknown, context: IdemLambdaContext<pg.PoolClient, Context>) => {
+        seen.push(await settings(context.idem!.tx));
+        return 'ok';
+      },
+    );
+    const unbounded = idempotency({ idem, singleTenant: true, key: 'id', boundByDeadline: false }).handler(
+      async (_event: unknown, context: IdemLambdaContext<pg.PoolClient, Context>) => {
+        seen.push(await settings(context.idem!.tx));
+        return 'ok';
+      },
+    );
+    const sqs = createSqsBatchHandler({
+      inbox: createInbox({ sql: fromPg(pool), schema: h.schema }),
+      consumer: 'lifecycle-bounds',
+      handler: async (tx) => void seen.push(await settings(tx)),
+    });
+    const key = randomUUID();
+    await http(apiGatewayV2Event({ key, body: { note: key } }), lambdaContext(5_000));
+    await keyed({ id: randomUUID() }, lambdaContext(5_000));
+    await sqs({ Records: [sqsRecord(randomUUID(), {})] }, lambdaContext(5_000));
+    await unbounded({ id: randomUUID() }, lambdaContext(5_000));
+    await keyed({ id: randomUUID() }, lambdaContext(60_000));
+    const ms = (value: string) =>
+      value.endsWith('ms') ? Number(value.slice(0, -2)) : Number(value.slice(0, -1)) * 1000;
+    for (const bounded of seen.slice(0, 3)) {
+      // The remaining time (5 s, less what the invocation used so far) less reserveMs (500 ms).
+      expect(ms(bounded.statement)).toBeGreaterThan(0);
+      expect(ms(bounded.statement)).toBeLessThanOrEqual(4_500);
+      expect(ms(bounded.idle)).toBeGreaterThan(ms(bounded.statement));
+      expect(ms(bounded.idle)).toBeLessThanOrEqual(5_000);
+    }
+    // Without the bound: the adapter's own transaction bounds (10 s and 15 s by default).
+    expect(seen[3]).toEqual({ statement: '10s', idle: '15s' });
+    // With more time left than those, the tighter ones are kept.
+    expect(seen[4]).toEqual(seen[3]);
+    // SET LOCAL: the pooled connection is handed back as it was.
+    expect(await settings(fromPg(pool))).toEqual(outside);
+    await pool.end();
+  });
+
+  it('fails a statement stuck behind a lock before the deadline: the writes roll back and the key stays free', async () => {
+    const key = `locked-${randomUUID()}`;
+    await h.pool.query(`INSERT INTO "${h.schema}".effects (key, note) VALUES ($1, 'lock')`, [key]);
+    const blocker = new pg.Client({ connectionString: databaseUrl() });
+    await blocker.connect();
+    await blocker.query('BEGIN');
+    await blocker.query(`SELECT 1 FROM "${h.schema}".effects WHERE key = $1 AND note = 'lock' FOR UPDATE`, [
+      key,
+    ]);
+    const handler = idempotency({ idem: h.idem, singleTenant: true }).handler(
+      async (event: { body?: string | null }, context: IdemLambdaContext<pg.PoolClient, Context>) => {
+        const tx = context.idem!.tx;
+        await tx.query(`INSERT INTO "${h.schema}".effects (key, note) VALUES ($1, 'order')`, [key]);
+        await tx.query(`SELECT 1 FROM "${h.schema}".effects WHERE key = $1 AND note = 'lock' FOR UPDATE`, [
+          key,
+        ]);
+        return createOrder(h)(event, context);
+      },
+    );
+    const event = () => apiGatewayV2Event({ key, body: { note: key } });
+    // 1.5 s left, 0.5 s kept back: the lock wait is cancelled after about a second (57014), while
+    // the function can still answer; without the bound it would wait for the blocker, past the deadline.
+    await expect(handler(event(), lambdaContext(1_500))).rejects.toMatchObject({ code: '57014' });
+    await blocker.query('ROLLBACK');
+    await blocker.end();
+    expect(await h.effects(key)).toBe(1); // the blocker's row only
+    const retried = (await handler(event(), lambdaContext())) as Record<string, unknown>;
+    expect(retried.statusCode).toBe(201);
+    expect((retried.headers as Record<string, string>)['Idempotent-Replayed']).toBeUndefined();
+  });
+
   it('the SQS consumer’s remaining-time check leaves the rest of a batch for redelivery', async () => {
     const run = randomUUID();
     let remaining = 10_000;
