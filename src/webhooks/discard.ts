@@ -10,7 +10,6 @@ import type { IdemEvents } from '../core/event-channel.js';
 import type { Sql } from '../core/sql.js';
 import { defaultTenant, validateTenant } from '../core/tenant.js';
 import { defaultSchema } from '../core/schema-name.js';
-import { decisionFields } from './operator-decision.js';
 import { renderOperatorStatements } from './operator-statements.js';
 
 /** Which receipt to discard, and why. */
@@ -90,12 +89,8 @@ export async function discardReceipt(
     const unparked = await statements.unparkIdle(tx, { tenant, scope, key });
     return { from, entity: { scope, key }, unparked: unparked > 0 };
   });
-  options.events?.emit('webhook:discarded', {
-    ...decisionFields(options),
-    source: options.source,
-    deliveryId: options.deliveryId,
-    from: result.from,
-    unparked: result.unparked,
-  });
+  const { from, unparked } = result;
+  const reason = options.reason !== undefined ? { reason: options.reason } : {};
+  options.events?.emit('webhook:discarded', { ...receipt, from, unparked, ...reason });
   return result;
 }

@@ -10,7 +10,6 @@ import type { IdemEvents } from '../core/event-channel.js';
 import type { Queryable, Sql } from '../core/sql.js';
 import { defaultTenant, validateTenant } from '../core/tenant.js';
 import { defaultSchema } from '../core/schema-name.js';
-import { decisionFields } from './operator-decision.js';
 import { renderOperatorStatements } from './operator-statements.js';
 
 /** A `sequence` entity whose later versions waited longer than the gap timeout for a missing one. */
@@ -132,9 +131,9 @@ export async function skipEntityGap(
   if (options.through !== undefined && !/^\d{1,60}$/.test(String(options.through))) {
     throw new InvalidArgumentError('through must be a non-negative integer version');
   }
+  const ref = { tenant, scope: options.scope, key: options.key };
   const result = await sql.transaction(async (tx): Promise<SkipResult> => {
     // An operator may wait for a worker that holds the entity: it commits within one handler.
-    const ref = { tenant, scope: options.scope, key: options.key };
     const entity = await statements.skipLockEntity(tx, ref);
     if (!entity) {
       throw new InvalidArgumentError(
@@ -167,10 +166,10 @@ export async function skipEntityGap(
     const woken = await statements.skipWake(tx, { entity: ref, through: (through + 1n).toString(), now });
     return { from: from.toString(), through: through.toString(), woken };
   });
+  // The event names the entity as `scope` and `key`, as `ref` does, and the range skipped.
   options.events?.emit('webhook:gap-skipped', {
-    ...decisionFields(options),
-    scope: options.scope,
-    key: options.key,
+    ...ref,
+    ...(options.reason !== undefined ? { reason: options.reason } : {}),
     from: result.from,
     through: result.through,
   });

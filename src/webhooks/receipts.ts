@@ -9,7 +9,9 @@ import type { IdemEvents } from '../core/event-channel.js';
 import { parseJsonColumn } from '../core/json-column.js';
 import { defaultSchema } from '../core/schema-name.js';
 import type { Queryable } from '../core/sql.js';
+import { acrossOrPinned } from '../core/statement.js';
 import { validateTenant } from '../core/tenant.js';
+import type { ListParkedOptions } from './entities.js';
 import { renderOperatorStatements } from './operator-statements.js';
 import type { ReceiptRow } from './receipt-rows.js';
 
@@ -53,18 +55,15 @@ export interface RedriveOptions {
   tenant?: string;
 }
 
-/** Which receipts `listReceipts` reads. */
-export interface ListReceiptsOptions {
-  /** Schema of idem's tables. Default `idem`. */
-  schema?: string;
+/**
+ * Which receipts `listReceipts` reads: the schema, the limit (default 100, oldest first) and the
+ * tenant as for the parked entities.
+ */
+export interface ListReceiptsOptions extends Omit<ListParkedOptions, 'scope'> {
   /** Only these states. Default `['dead']`: the dead letters. */
   states?: WebhookReceipt['state'][];
   /** Only this source. Default: every source. */
   source?: string;
-  /** At most this many, oldest first. Default 100. */
-  limit?: number;
-  /** Only this tenant's receipts. Default: every tenant. */
-  tenant?: string;
 }
 
 declare module '../core/event-channel.js' {
@@ -115,11 +114,8 @@ export async function redriveReceipts(
     source: options.source ?? null,
     deliveryIds: options.deliveryIds ?? null,
   };
-  if (options.tenant !== undefined) validateTenant(options.tenant);
-  const count =
-    options.tenant === undefined
-      ? await statements.redrive(db, which)
-      : await statements.redriveTenant(db, { ...which, tenant: options.tenant });
+  const forms = { across: statements.redrive, pinned: statements.redriveTenant };
+  const count = await acrossOrPinned(db, forms, which, options.tenant);
   if (count > 0) {
     options.events?.emit('webhook:redriven', {
       count,

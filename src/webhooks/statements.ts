@@ -3,15 +3,7 @@
  * injected clock as parameters, never from `now()`, so tests move time instead of sleeping.
  */
 import { quoteSchema } from '../core/schema-name.js';
-import type { Row } from '../core/sql.js';
-import {
-  affectedRows,
-  allRows,
-  firstRow,
-  nothing,
-  preparedStatement,
-  type StatementSpec,
-} from '../core/statement.js';
+import { affectedRows, allRows, firstRow, nothing, preparedStatement } from '../core/statement.js';
 import { sweepStatement, tenantSweepStatement } from '../core/sweeper.js';
 import { renderOperatorStatements } from './operator-statements.js';
 import type {
@@ -31,12 +23,6 @@ export interface ReceiptClaim {
   limit: number;
   leaseUntil: Date;
 }
-
-/** A hot statement, prepared under its old key (`idem_wh_<key>_<hash>`). */
-const prepared = <Input, R extends Row, Output>(
-  key: string,
-  spec: Omit<StatementSpec<Input, R, Output>, 'name'>,
-) => preparedStatement('wh', key, spec);
 
 /** $1 source, $2 delivery id, $3 the claim's attempts: the fence of a claimed receipt's statements. */
 const fence = (r: HeldReceipt) => [r.source, r.delivery_id, r.attempts];
@@ -85,7 +71,7 @@ export function renderReceiptStatements(schema: string) {
      * One statement, so one transaction: the receipt exists or it does not. A duplicate hits the
      * primary key and inserts nothing (0 rows); no row lock is held past the statement.
      */
-    insert: prepared('insert', {
+    insert: preparedStatement('wh', 'insert', {
       text: `INSERT INTO ${s}.webhook_receipts
         (tenant_id, source, delivery_id, event_type, headers, body, received_at, next_attempt_at, expires_at)
       VALUES ($8, $1, $2, $3, $4::jsonb, $5, $6, $6, $7)
@@ -104,16 +90,20 @@ export function renderReceiptStatements(schema: string) {
     }),
 
     /** Claims due receipts of every tenant. */
-    claim: prepared('claim', { text: claim(null), params: claimParams, result: allRows<ClaimedRow> }),
+    claim: preparedStatement('wh', 'claim', {
+      text: claim(null),
+      params: claimParams,
+      result: allRows<ClaimedRow>,
+    }),
     /** `claim` of one tenant's receipts: $4 tenant. */
-    claimTenant: prepared('claimTenant', {
+    claimTenant: preparedStatement('wh', 'claimTenant', {
       text: claim('$4'),
       params: (c: ReceiptClaim & Pinned) => [...claimParams(c), c.tenant],
       result: allRows<ClaimedRow>,
     }),
 
     /** First statement of the processing transaction: the receipt is still ours (same claim). */
-    lock: prepared('lock', {
+    lock: preparedStatement('wh', 'lock', {
       text: `SELECT 1 FROM ${s}.webhook_receipts
       WHERE tenant_id = $4 AND source = $1 AND delivery_id = $2 AND state = 'processing' AND attempts = $3
       FOR UPDATE`,
@@ -129,7 +119,7 @@ export function renderReceiptStatements(schema: string) {
      * transaction has written the row and not yet committed, which `applyVersion` keeps to the
      * last statements before COMMIT.
      */
-    ensureEntity: prepared('ensureEntity', {
+    ensureEntity: preparedStatement('wh', 'ensureEntity', {
       text: `INSERT INTO ${s}.webhook_entity_versions (tenant_id, scope, entity_key, ordering)
       VALUES ($4, $1, $2, $3)
       ON CONFLICT (tenant_id, scope, entity_key) DO NOTHING`,
@@ -143,7 +133,7 @@ export function renderReceiptStatements(schema: string) {
      * ($3) with the applied one and, for sequence entities, with the next expected one (the
      * applied version + 1, or the handler's first version $4 when none is applied yet).
      */
-    lockEntity: prepared('lockEntity', {
+    lockEntity: preparedStatement('wh', 'lockEntity', {
       text: `SELECT ordering, version::text AS version,
         coalesce(version + 1, $4::numeric)::text AS expected,
         sign($3::numeric - version)::int AS versus_applied,
@@ -168,7 +158,7 @@ export function renderReceiptStatements(schema: string) {
      * those up to the next version ($7, `wakeThrough`) and those parked, which look at their gap
      * afresh. Answers how many it woke.
      */
-    applyVersion: prepared('applyVersion', {
+    applyVersion: preparedStatement('wh', 'applyVersion', {
       text: `WITH applied AS (
         UPDATE ${s}.webhook_entity_versions
         SET version = $3, source = $4, delivery_id = $5, applied_at = $6,
@@ -199,7 +189,7 @@ export function renderReceiptStatements(schema: string) {
     }),
 
     /** Puts a claimed receipt back to wait for its entity, without spending a handler attempt. */
-    wait: prepared('wait', {
+    wait: preparedStatement('wh', 'wait', {
       text: `UPDATE ${s}.webhook_receipts
       SET state = 'waiting', next_attempt_at = $4, deferrals = deferrals + 1,
           entity_scope = $5, entity_key = $6, entity_version = $7, waiting_since = $8
@@ -220,7 +210,7 @@ export function renderReceiptStatements(schema: string) {
     }),
 
     /** The first receipt to find the gap over its timeout parks the entity; the reason stays. */
-    park: prepared('park', {
+    park: preparedStatement('wh', 'park', {
       text: `UPDATE ${s}.webhook_entity_versions
       SET parked_at = coalesce(parked_at, $3), parked_reason = coalesce(parked_reason, $4),
           missing_version = coalesce(missing_version, $5)
@@ -237,7 +227,7 @@ export function renderReceiptStatements(schema: string) {
     }),
 
     /** Whether an operator skipped this version of the entity. */
-    skipCovering: prepared('skipCovering', {
+    skipCovering: preparedStatement('wh', 'skipCovering', {
       text: `SELECT from_version::text AS from_version, through_version::text AS through_version,
         skipped_at, reason
       FROM ${s}.webhook_entity_skips
@@ -249,7 +239,7 @@ export function renderReceiptStatements(schema: string) {
     }),
 
     /** A handled receipt: its outcome, with the entity it named. Fenced. */
-    finish: prepared('finish', {
+    finish: preparedStatement('wh', 'finish', {
       text: `UPDATE ${s}.webhook_receipts
       SET state = $4, processed_at = $5, last_error = $6,
           entity_scope = $7, entity_key = $8, entity_version = $9, waiting_since = NULL
@@ -272,7 +262,7 @@ export function renderReceiptStatements(schema: string) {
     }),
 
     /** After a failed attempt (its transaction rolled back): retry later, or dead. Fenced. */
-    fail: prepared('fail', {
+    fail: preparedStatement('wh', 'fail', {
       text: `UPDATE ${s}.webhook_receipts
       SET state = $4, next_attempt_at = $5, last_error = $6
       WHERE tenant_id = $7 AND source = $1 AND delivery_id = $2 AND state = 'processing' AND attempts = $3`,
@@ -287,7 +277,7 @@ export function renderReceiptStatements(schema: string) {
     }),
 
     /** An invalid event: a dead letter at once, with the reason and the entity it named. Fenced. */
-    reject: prepared('reject', {
+    reject: preparedStatement('wh', 'reject', {
       text: `UPDATE ${s}.webhook_receipts
       SET state = 'dead', next_attempt_at = $4, processed_at = $4, last_error = $5,
           entity_scope = $6, entity_key = $7, entity_version = $8, waiting_since = NULL

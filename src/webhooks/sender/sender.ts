@@ -11,6 +11,7 @@ import { InvalidArgumentError } from '../../core/errors.js';
 import { createBackoff } from '../../core/resilience/backoff.js';
 import { TableModule } from '../../core/store.js';
 import type { Queryable } from '../../core/sql.js';
+import { acrossOrPinned } from '../../core/statement.js';
 import {
   cutoffBefore,
   sweepInBatches,
@@ -202,11 +203,13 @@ export class WebhookSender<Client = unknown> extends TableModule<Client, SenderS
       endpointId: options.endpointId ?? null,
       messageId: options.messageId ?? null,
     };
-    if (options.tenant !== undefined) validateTenant(options.tenant);
-    const redriven =
-      options.tenant === undefined
-        ? await this.statements.redrive(this.sql, which)
-        : await this.statements.redriveTenant(this.sql, { ...which, tenant: options.tenant });
+    const { redrive, redriveTenant } = this.statements;
+    const redriven = await acrossOrPinned(
+      this.sql,
+      { across: redrive, pinned: redriveTenant },
+      which,
+      options.tenant,
+    );
     if (redriven > 0) this.notify();
     return redriven;
   }

@@ -5,7 +5,6 @@
  * redrive and sweep come in two forms: across every tenant, and pinned to one (`…Tenant`).
  */
 import { quoteSchema } from '../../core/schema-name.js';
-import type { Row } from '../../core/sql.js';
 import {
   affectedRows,
   allRows,
@@ -13,7 +12,6 @@ import {
   firstRow,
   nothing,
   preparedStatement,
-  type StatementSpec,
 } from '../../core/statement.js';
 import { sweepStatement, tenantSweepStatement } from '../../core/sweeper.js';
 import type { AttemptRow, ClaimedDelivery, DeliveryRow } from './delivery.js';
@@ -62,12 +60,6 @@ export interface DeliveryRedrive {
 interface Pinned {
   tenant: string;
 }
-
-/** A hot statement, prepared under its old key (`idem_whs_<key>_<hash>`). */
-const prepared = <Input, R extends Row, Output>(
-  key: string,
-  spec: Omit<StatementSpec<Input, R, Output>, 'name'>,
-) => preparedStatement('whs', key, spec);
 
 /** $1 message id, $2 endpoint id, $3 the claim's attempts: the fence of a claimed delivery's statements. */
 const fence = (d: HeldDelivery) => [d.message_id, d.endpoint_id, d.attempts];
@@ -126,7 +118,7 @@ export function renderSenderStatements(schema: string) {
      * transaction. A message id seen before adds nothing: the same event is never fanned out
      * twice. Answers how many deliveries it created.
      */
-    enqueue: prepared('enqueue', {
+    enqueue: preparedStatement('whs', 'enqueue', {
       text: `WITH m AS (
         INSERT INTO ${s}.webhook_messages (tenant_id, id, event_type, payload, content_type, created_at)
         VALUES ($6, $1, $2, $3, $4, $5)
@@ -149,16 +141,20 @@ export function renderSenderStatements(schema: string) {
     }),
 
     /** Claims due deliveries of every tenant. */
-    claim: prepared('claim', { text: claim(null), params: claimParams, result: allRows<ClaimedDelivery> }),
+    claim: preparedStatement('whs', 'claim', {
+      text: claim(null),
+      params: claimParams,
+      result: allRows<ClaimedDelivery>,
+    }),
     /** `claim` of one tenant's deliveries: $5 tenant. */
-    claimTenant: prepared('claimTenant', {
+    claimTenant: preparedStatement('whs', 'claimTenant', {
       text: claim('$5'),
       params: (c: DeliveryClaim & Pinned) => [...claimParams(c), c.tenant],
       result: allRows<ClaimedDelivery>,
     }),
 
     /** Logs one HTTP attempt. */
-    recordAttempt: prepared('recordAttempt', {
+    recordAttempt: preparedStatement('whs', 'recordAttempt', {
       text: `INSERT INTO ${s}.webhook_delivery_attempts
         (tenant_id, message_id, endpoint_id, attempt, started_at, status, latency_ms, outcome, error, retry_after_ms)
       VALUES ($10, $1, $2, $3, $4, $5, $6, $7, $8, $9)`,
@@ -184,7 +180,7 @@ export function renderSenderStatements(schema: string) {
     }),
 
     /** Fenced by the claimed attempt number; `now` is the delivery time of a delivered one. */
-    settle: prepared('settle', {
+    settle: preparedStatement('whs', 'settle', {
       text: `UPDATE ${s}.webhook_deliveries
       SET state = $4, next_attempt_at = $5, last_status = $6, last_error = $7,
           delivered_at = CASE WHEN $4 = 'delivered' THEN $8::timestamptz ELSE delivered_at END
