@@ -19,6 +19,7 @@
 import { createHash } from 'node:crypto';
 import type { PipelinedTransaction, Queryable, QueryResult, Row } from './sql.js';
 import { queryAndCommit } from './sql.js';
+import { validateTenant } from './tenant.js';
 
 /** What `defineStatement` takes. */
 export interface StatementSpec<Input, R extends Row, Output> {
@@ -108,3 +109,19 @@ export function affectedRows(result: QueryResult): number {
 
 /** Result shape: nothing (the statement is run for its effect). */
 export function nothing(): void {}
+
+/**
+ * Runs a statement of every tenant's rows, or its form pinned to one tenant (`…Tenant`, `$n` the
+ * tenant) when `tenant` is given, after checking it: the choice every operator tool with an
+ * optional tenant makes.
+ */
+export function acrossOrPinned<Input, Output>(
+  db: Queryable,
+  forms: { across: Statement<Input, Output>; pinned: Statement<Input & { tenant: string }, Output> },
+  input: Input,
+  tenant: string | undefined,
+): Promise<Output> {
+  if (tenant === undefined) return forms.across(db, input);
+  validateTenant(tenant);
+  return forms.pinned(db, { ...input, tenant });
+}

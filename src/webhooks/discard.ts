@@ -6,10 +6,11 @@
  */
 import { systemClock, type Clock } from '../core/clock.js';
 import { InvalidArgumentError } from '../core/errors.js';
+import type { IdemEvents } from '../core/event-channel.js';
 import type { Sql } from '../core/sql.js';
 import { defaultTenant, validateTenant } from '../core/tenant.js';
 import { defaultSchema } from '../core/schema-name.js';
-import { receiptStatements } from './statements.js';
+import { renderOperatorStatements } from './operator-statements.js';
 
 /** Which receipt to discard, and why. */
 export interface DiscardOptions {
@@ -33,16 +34,31 @@ export interface DiscardResult {
   unparked: boolean;
 }
 
+declare module '../core/event-channel.js' {
+  interface IdemEventMap {
+    /** An operator's `discard` made a pending or waiting receipt a dead letter. */
+    'webhook:discarded': {
+      tenant: string;
+      source: string;
+      deliveryId: string;
+      from: 'pending' | 'waiting';
+      unparked: boolean;
+      reason?: string;
+    };
+  }
+}
+
 /**
  * Makes one pending or waiting receipt a dead letter (`discarded by an operator: <reason>`): it is
  * never handled, and `redrive` brings it back like any dead letter. When it waited behind a gap of
  * a parked entity and nothing else waits there, the entity is unparked. Refuses
  * (`InvalidArgumentError`) an unknown receipt and one in any other state: a processing one is a
- * worker's until its attempt ends, a handled one has had its effect.
+ * worker's until its attempt ends, a handled one has had its effect. With `events`, reports
+ * `webhook:discarded` there.
  */
 export async function discardReceipt(
   sql: Sql,
-  options: DiscardOptions & { schema?: string; clock?: Clock },
+  options: DiscardOptions & { schema?: string; clock?: Clock; events?: IdemEvents },
 ): Promise<DiscardResult> {
   const tenant = options.tenant ?? defaultTenant;
   validateTenant(tenant);
@@ -51,13 +67,12 @@ export async function discardReceipt(
       throw new InvalidArgumentError(`${field} must be a non-empty string`);
     }
   }
-  const statements = receiptStatements(options.schema ?? defaultSchema);
+  const statements = renderOperatorStatements(options.schema ?? defaultSchema);
   const now = new Date((options.clock ?? systemClock).now());
   const error = `discarded by an operator: ${options.reason ?? 'no reason given'}`;
-  const receipt = [options.source, options.deliveryId, tenant];
-  return sql.transaction(async (tx) => {
-    const { rows: before } = await tx.query(statements.receiptState, receipt);
-    const from = before[0]?.state as string | undefined;
+  const receipt = { tenant, source: options.source, deliveryId: options.deliveryId };
+  const result = await sql.transaction(async (tx): Promise<DiscardResult> => {
+    const from = (await statements.receiptState(tx, receipt))?.state;
     if (from !== 'pending' && from !== 'waiting') {
       const which = `webhook receipt ${options.source}/${options.deliveryId}${tenant === defaultTenant ? '' : ` of tenant ${tenant}`}`;
       throw new InvalidArgumentError(
@@ -67,11 +82,15 @@ export async function discardReceipt(
               (from === 'processing' ? ' (a worker holds it; try again when its attempt ends)' : ''),
       );
     }
-    const { rows } = await tx.query(statements.discard, [...receipt, now, error]);
-    const scope = rows[0]?.entity_scope as string | null | undefined;
-    const key = rows[0]?.entity_key as string | null | undefined;
+    const discarded = await statements.discard(tx, { receipt, now, error });
+    const scope = discarded?.entity_scope;
+    const key = discarded?.entity_key;
     if (!scope || key === null || key === undefined) return { from, entity: null, unparked: false };
-    const unparked = await tx.query(statements.unparkIdle, [scope, key, tenant]);
-    return { from, entity: { scope, key }, unparked: unparked.rowCount > 0 };
+    const unparked = await statements.unparkIdle(tx, { tenant, scope, key });
+    return { from, entity: { scope, key }, unparked: unparked > 0 };
   });
+  const { from, unparked } = result;
+  const reason = options.reason !== undefined ? { reason: options.reason } : {};
+  options.events?.emit('webhook:discarded', { ...receipt, from, unparked, ...reason });
+  return result;
 }

@@ -6,10 +6,11 @@
  */
 import { systemClock, toMillis, type Clock } from '../core/clock.js';
 import { InvalidArgumentError } from '../core/errors.js';
+import type { IdemEvents } from '../core/event-channel.js';
 import type { Queryable, Sql } from '../core/sql.js';
 import { defaultTenant, validateTenant } from '../core/tenant.js';
 import { defaultSchema } from '../core/schema-name.js';
-import { receiptStatements } from './statements.js';
+import { renderOperatorStatements } from './operator-statements.js';
 
 /** A `sequence` entity whose later versions waited longer than the gap timeout for a missing one. */
 export interface ParkedEntity {
@@ -50,23 +51,23 @@ export async function listParkedEntities(
   options: ListParkedOptions = {},
 ): Promise<ParkedEntity[]> {
   if (options.tenant !== undefined) validateTenant(options.tenant);
-  const statements = receiptStatements(options.schema ?? defaultSchema);
-  const { rows } = await sql.query(statements.parked, [
-    options.scope ?? null,
-    options.limit ?? 100,
-    options.tenant ?? null,
-  ]);
+  const statements = renderOperatorStatements(options.schema ?? defaultSchema);
+  const rows = await statements.parked(sql, {
+    scope: options.scope ?? null,
+    limit: options.limit ?? 100,
+    tenant: options.tenant ?? null,
+  });
   return rows.map((r) => ({
-    tenant: r.tenant_id as string,
-    scope: r.scope as string,
-    key: r.entity_key as string,
-    appliedVersion: (r.version as string | null) ?? null,
-    missingVersion: (r.missing_version as string | null) ?? null,
+    tenant: r.tenant_id,
+    scope: r.scope,
+    key: r.entity_key,
+    appliedVersion: r.version ?? null,
+    missingVersion: r.missing_version ?? null,
     waiting: Number(r.waiting ?? 0),
-    lowestWaitingVersion: (r.lowest as string | null) ?? null,
+    lowestWaitingVersion: r.lowest ?? null,
     waitingSince: toMillis(r.since),
     parkedAt: toMillis(r.parked_at)!,
-    reason: (r.parked_reason as string | null) ?? '',
+    reason: r.parked_reason ?? '',
   }));
 }
 
@@ -97,30 +98,43 @@ export interface SkipResult {
   woken: number;
 }
 
+declare module '../core/event-channel.js' {
+  interface IdemEventMap {
+    /** An operator's `skip` skipped versions `from`–`through` of a sequence entity and resumed it. */
+    'webhook:gap-skipped': {
+      tenant: string;
+      scope: string;
+      key: string;
+      from: string;
+      through: string;
+      reason?: string;
+    };
+  }
+}
+
 /**
  * Skips the missing versions of a `sequence` entity and resumes it: the versions from the next
  * expected one through `through` are recorded as skipped (never applied; one of them arriving
  * later is a dead letter that says so), the entity is unparked, and its waiting receipts are made
  * due. An operator's decision: the effects of the skipped events are lost unless made by hand.
  * Refuses (`InvalidArgumentError`) an unknown entity, a `state` entity, and a range with nothing
- * in it.
+ * in it. With `events`, reports `webhook:gap-skipped` there.
  */
 export async function skipEntityGap(
   sql: Sql,
-  options: SkipOptions & { schema?: string; clock?: Clock },
+  options: SkipOptions & { schema?: string; clock?: Clock; events?: IdemEvents },
 ): Promise<SkipResult> {
-  const statements = receiptStatements(options.schema ?? defaultSchema);
+  const statements = renderOperatorStatements(options.schema ?? defaultSchema);
   const tenant = options.tenant ?? defaultTenant;
   validateTenant(tenant);
   const now = new Date((options.clock ?? systemClock).now());
   if (options.through !== undefined && !/^\d{1,60}$/.test(String(options.through))) {
     throw new InvalidArgumentError('through must be a non-negative integer version');
   }
-  return sql.transaction(async (tx) => {
+  const ref = { tenant, scope: options.scope, key: options.key };
+  const result = await sql.transaction(async (tx): Promise<SkipResult> => {
     // An operator may wait for a worker that holds the entity: it commits within one handler.
-    const { rows } = await tx.query(statements.skipLockEntity, [options.scope, options.key, tenant]);
-    const entity = rows[0] as
-      { ordering: string; next: string | null; missing: string | null; lowest: string | null } | undefined;
+    const entity = await statements.skipLockEntity(tx, ref);
     if (!entity) {
       throw new InvalidArgumentError(
         `no webhook entity ${options.scope}/${options.key}${tenant === defaultTenant ? '' : ` of tenant ${tenant}`}`,
@@ -141,23 +155,23 @@ export async function skipEntityGap(
     if (through < from) {
       throw new InvalidArgumentError(`nothing to skip: version ${from} is the next one expected`);
     }
-    await tx.query(statements.skipInsert, [
-      options.scope,
-      options.key,
-      from.toString(),
-      through.toString(),
+    await statements.skipInsert(tx, {
+      entity: ref,
+      from: from.toString(),
+      through: through.toString(),
       now,
-      options.reason ?? null,
-      tenant,
-    ]);
-    await tx.query(statements.skipAdvance, [options.scope, options.key, through.toString(), now, tenant]);
-    const woken = await tx.query(statements.skipWake, [
-      options.scope,
-      options.key,
-      (through + 1n).toString(),
-      now,
-      tenant,
-    ]);
-    return { from: from.toString(), through: through.toString(), woken: woken.rowCount };
+      reason: options.reason ?? null,
+    });
+    await statements.skipAdvance(tx, { entity: ref, through: through.toString(), now });
+    const woken = await statements.skipWake(tx, { entity: ref, through: (through + 1n).toString(), now });
+    return { from: from.toString(), through: through.toString(), woken };
   });
+  // The event names the entity as `scope` and `key`, as `ref` does, and the range skipped.
+  options.events?.emit('webhook:gap-skipped', {
+    ...ref,
+    ...(options.reason !== undefined ? { reason: options.reason } : {}),
+    from: result.from,
+    through: result.through,
+  });
+  return result;
 }

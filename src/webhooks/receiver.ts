@@ -17,7 +17,7 @@ import {
 } from './errors.js';
 import { pickHeaders } from './headers.js';
 import { errorAnswer, problemAnswer, type WebhookAnswer } from './problem.js';
-import { receiptStatements, type ReceiptStatements } from './statements.js';
+import { renderReceiptStatements, type ReceiptStatements } from './statements.js';
 import type { WebhookHeaders, WebhookVerifier } from './verify/types.js';
 import { positiveInteger } from '../core/validate.js';
 import type { StoreOptions } from '../core/store.js';
@@ -129,7 +129,7 @@ export class WebhookReceiver {
   constructor(options: WebhookReceiverOptions) {
     this.sql = options.sql;
     this.schema = options.schema ?? defaultSchema;
-    this.statements = receiptStatements(this.schema);
+    this.statements = renderReceiptStatements(this.schema);
     this.clock = options.clock ?? systemClock;
     this.events = options.events ?? createEvents();
     const maxBodyBytes = positiveInteger('maxBodyBytes', options.maxBodyBytes ?? defaultMaxBodyBytes);
@@ -202,21 +202,17 @@ export class WebhookReceiver {
     const headers = pickHeaders(request.headers, source.storedHeaders, source.excludedHeaders);
     let inserted: boolean;
     try {
-      const { rowCount } = await this.sql.query(
-        this.statements.insert,
-        [
-          source.name,
-          deliveryId,
-          eventType,
-          JSON.stringify(headers),
-          Buffer.from(request.body.buffer, request.body.byteOffset, request.body.byteLength),
-          new Date(now),
-          new Date(now + source.retentionMs),
-          source.tenant,
-        ],
-        this.statements.names.insert,
-      );
-      inserted = rowCount === 1;
+      const stored = await this.statements.insert(this.sql, {
+        tenant: source.tenant,
+        source: source.name,
+        deliveryId,
+        eventType,
+        headers: JSON.stringify(headers),
+        body: Buffer.from(request.body.buffer, request.body.byteOffset, request.body.byteLength),
+        receivedAt: new Date(now),
+        expiresAt: new Date(now + source.retentionMs),
+      });
+      inserted = stored === 1;
     } catch (error) {
       // Not stored: a retryable answer, so the sender delivers again.
       this.events.emit('error', { source: 'webhook-receiver', where: 'store', error });

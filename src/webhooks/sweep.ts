@@ -6,7 +6,7 @@ import { systemClock, type Clock } from '../core/clock.js';
 import type { Queryable } from '../core/sql.js';
 import { sweepInBatches, type SweepOptions, type SweepResult } from '../core/sweeper.js';
 import { defaultSchema } from '../core/schema-name.js';
-import { receiptStatements } from './statements.js';
+import { renderReceiptStatements } from './statements.js';
 
 /** Options of `sweepReceipts`. */
 export interface ReceiptSweepOptions extends SweepOptions {
@@ -24,7 +24,7 @@ export interface ReceiptSweepOptions extends SweepOptions {
  */
 export function sweepReceipts(db: Queryable, options: ReceiptSweepOptions = {}): Promise<SweepResult> {
   const { schema = defaultSchema, clock = systemClock, ...sweep } = options;
-  const statements = receiptStatements(schema);
+  const statements = renderReceiptStatements(schema);
   return sweepInBatches(
     db,
     clock,

@@ -42,8 +42,8 @@ import {
   recordHeaders,
 } from 'idem/webhooks';
 import { listParkedEntities } from '../../src/webhooks/entities.js';
-import { senderStatements } from '../../src/webhooks/sender/statements.js';
-import { receiptStatements } from '../../src/webhooks/statements.js';
+import { renderSenderStatements } from '../../src/webhooks/sender/statements.js';
+import { renderReceiptStatements } from '../../src/webhooks/statements.js';
 import { createSagas } from 'idem/workflow';
 import { renderSagaStatements } from '../../src/workflow/statements.js';
 import { createTestSchema, type TestSchema } from '../support/database.js';
@@ -144,8 +144,8 @@ beforeAll(async () => {
     operations: texts(renderStatements(db.schema)),
     inbox: texts(renderInboxStatements(db.schema)),
     outbox: texts(renderOutboxStatements(db.schema)),
-    webhooks: texts(receiptStatements(db.schema)),
-    sender: texts(senderStatements(db.schema)),
+    webhooks: texts(renderReceiptStatements(db.schema)),
+    sender: texts(renderSenderStatements(db.schema)),
     claims: texts(renderClaimStatements(db.schema)),
     sagas: texts(renderSagaStatements(db.schema)),
   };

@@ -21,7 +21,7 @@ import {
   type WebhookProcessorOptions,
   type WebhookReceiver,
 } from '../../src/webhooks/index.js';
-import { receiptStatements } from '../../src/webhooks/statements.js';
+import { renderReceiptStatements } from '../../src/webhooks/statements.js';
 import { createTestSchema, type TestSchema } from '../support/database.js';
 import { capturingEvents, count, githubSecret, signGithub, signStandard, standardSecret } from './support.js';
 
@@ -375,27 +375,24 @@ describe('retries, dead letters and redrive', () => {
     const worker = processor({ billing: { '*': async () => {} } }, { leaseMs: 30_000 });
     const id = await store({ type: 'x' });
     // A worker claims and dies before its transaction: the claim statement, run by hand.
-    const statements = receiptStatements(db.schema);
-    const claimed = await db.pool.query(statements.claim, [
-      new Date(clock.now()),
-      10,
-      new Date(clock.now() + 30_000),
-    ]);
-    expect(claimed.rows).toHaveLength(1);
+    const statements = renderReceiptStatements(db.schema);
+    const claimed = await statements.claim(fromPg(db.pool), {
+      now: new Date(clock.now()),
+      limit: 10,
+      leaseUntil: new Date(clock.now() + 30_000),
+    });
+    expect(claimed).toHaveLength(1);
     expect(await worker.drain()).toEqual([]);
     clock.advance(30_000);
     expect(await worker.drain()).toEqual(['applied']);
     // The dead worker's late write carries attempt 1 and changes nothing.
-    const late = await db.pool.query(statements.fail, [
-      'billing',
-      id,
-      1,
-      'pending',
-      new Date(clock.now()),
-      'late',
-      '',
-    ]);
-    expect(late.rowCount).toBe(0);
+    const late = await statements.fail(fromPg(db.pool), {
+      receipt: { tenant_id: '', source: 'billing', delivery_id: id, attempts: 1 },
+      state: 'pending',
+      due: new Date(clock.now()),
+      error: 'late',
+    });
+    expect(late).toBe(0);
     const [row] = await worker.listReceipts({ states: ['applied'] });
     expect(row).toMatchObject({ deliveryId: id, attempts: 2 });
   });

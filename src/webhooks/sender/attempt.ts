@@ -77,15 +77,13 @@ export class DeliveryAttempts<Client> {
       endpointId: row.endpoint_id,
       attempt: row.attempts,
     };
-    const fence = [row.message_id, row.endpoint_id, row.attempts];
     if (!row.enabled) {
-      await this.sql.query(this.statements.release, [
-        ...fence,
-        'cancelled',
-        new Date(this.clock.now()),
-        'endpoint disabled',
-        row.tenant_id,
-      ]);
+      await this.statements.release(this.sql, {
+        delivery: row,
+        state: 'cancelled',
+        next: new Date(this.clock.now()),
+        error: 'endpoint disabled',
+      });
       return { ...base, outcome: 'cancelled' };
     }
     if (row.attempts > this.options.maxAttempts) {
@@ -134,13 +132,12 @@ export class DeliveryAttempts<Client> {
         const next = new Date(
           this.clock.now() + (this.options.breaker ? this.options.breaker.halfOpenAfterMs : 0),
         );
-        await this.sql.query(this.statements.release, [
-          ...fence,
-          'pending',
+        await this.statements.release(this.sql, {
+          delivery: row,
+          state: 'pending',
           next,
-          'circuit open: endpoint failing',
-          row.tenant_id,
-        ]);
+          error: 'circuit open: endpoint failing',
+        });
         return { ...base, outcome: 'circuit-open', nextAttemptAt: next.getTime() };
       }
       failure = error;
@@ -170,40 +167,35 @@ export class DeliveryAttempts<Client> {
       failure !== undefined ? errorMessage(failure) : outcome === 'delivered' ? null : `HTTP ${status}`;
 
     await this.sql.transaction(async (tx) => {
-      await tx.query(
-        this.statements.recordAttempt,
-        [
-          row.message_id,
-          row.endpoint_id,
-          row.attempts,
-          new Date(startedAt),
-          status ?? null,
-          latencyMs,
-          outcome,
-          error,
-          retryAfterMs ?? null,
-          row.tenant_id,
-        ],
-        this.statements.names.recordAttempt,
-      );
+      await this.statements.recordAttempt(tx, {
+        delivery: row,
+        startedAt: new Date(startedAt),
+        status: status ?? null,
+        latencyMs,
+        outcome,
+        error,
+        retryAfterMs: retryAfterMs ?? null,
+      });
       const state = outcome === 'retry' ? 'pending' : outcome === 'gone' ? 'cancelled' : outcome;
-      await tx.query(
-        this.statements.settle,
-        [...fence, state, next, status ?? null, error, new Date(now), row.tenant_id],
-        this.statements.names.settle,
-      );
+      await this.statements.settle(tx, {
+        delivery: row,
+        state,
+        next,
+        status: status ?? null,
+        error,
+        now: new Date(now),
+      });
       if (outcome === 'gone') {
-        await tx.query(this.statements.disableEndpoint, [
-          row.endpoint_id,
-          'gone: the endpoint answered 410',
-          new Date(now),
-          row.tenant_id,
-        ]);
-        await tx.query(this.statements.cancelEndpointDeliveries, [
-          row.endpoint_id,
-          'endpoint disabled: it answered 410 Gone',
-          row.tenant_id,
-        ]);
+        const endpoint = { tenant: row.tenant_id, id: row.endpoint_id };
+        await this.statements.disableEndpoint(tx, {
+          ...endpoint,
+          reason: 'gone: the endpoint answered 410',
+          now: new Date(now),
+        });
+        await this.statements.cancelEndpointDeliveries(tx, {
+          ...endpoint,
+          error: 'endpoint disabled: it answered 410 Gone',
+        });
       }
     });
 
@@ -241,17 +233,7 @@ export class DeliveryAttempts<Client> {
     error: string,
   ): Promise<void> {
     const now = new Date(this.clock.now());
-    await this.sql.query(this.statements.settle, [
-      row.message_id,
-      row.endpoint_id,
-      row.attempts,
-      state,
-      now,
-      status,
-      error,
-      now,
-      row.tenant_id,
-    ]);
+    await this.statements.settle(this.sql, { delivery: row, state, next: now, status, error, now });
   }
 
   /** The breaker of one endpoint (in this process), or none when breakers are off. */

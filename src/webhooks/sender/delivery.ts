@@ -80,6 +80,33 @@ export interface ClaimedDelivery {
   enabled: boolean;
 }
 
+/** A delivery's row as `deliveries` reads it, decoded by `decodeDelivery`. */
+export type DeliveryRow = {
+  tenant_id: string;
+  message_id: string;
+  endpoint_id: string;
+  state: WebhookDelivery['state'];
+  attempts: number | string;
+  next_attempt_at: unknown;
+  last_status: number | string | null;
+  last_error: string | null;
+  delivered_at: unknown;
+};
+
+/** A logged attempt's row as `attempts` reads it, decoded by `decodeAttempt`. */
+export type AttemptRow = {
+  tenant_id: string;
+  message_id: string;
+  endpoint_id: string;
+  attempt: number | string;
+  started_at: unknown;
+  status: number | string | null;
+  latency_ms: number | string;
+  outcome: WebhookDeliveryAttempt['outcome'];
+  error: string | null;
+  retry_after_ms: number | string | null;
+};
+
 /** Refuses an id that cannot be a `webhook-id`. */
 export function validateMessageId(id: string): void {
   if (!/^[\x21-\x2d\x2f-\x7e]{1,255}$/.test(id)) {
@@ -99,31 +126,35 @@ export function encodePayload(payload: unknown): Buffer {
   return Buffer.from(json, 'utf8');
 }
 
-export function decodeDelivery(r: Record<string, unknown>): WebhookDelivery {
+/** A number column that may be null (drivers hand bigint and numeric over as text). */
+const optionalNumber = (value: number | string | null): number | null =>
+  value === null ? null : Number(value);
+
+export function decodeDelivery(r: DeliveryRow): WebhookDelivery {
   return {
-    tenant: r.tenant_id as string,
-    messageId: r.message_id as string,
-    endpointId: r.endpoint_id as string,
-    state: r.state as WebhookDelivery['state'],
+    tenant: r.tenant_id,
+    messageId: r.message_id,
+    endpointId: r.endpoint_id,
+    state: r.state,
     attempts: Number(r.attempts),
     nextAttemptAt: toMillis(r.next_attempt_at)!,
-    lastStatus: r.last_status === null ? null : Number(r.last_status),
-    lastError: (r.last_error as string | null) ?? null,
+    lastStatus: optionalNumber(r.last_status),
+    lastError: r.last_error ?? null,
     deliveredAt: toMillis(r.delivered_at),
   };
 }
 
-export function decodeAttempt(r: Record<string, unknown>): WebhookDeliveryAttempt {
+export function decodeAttempt(r: AttemptRow): WebhookDeliveryAttempt {
   return {
-    tenant: r.tenant_id as string,
-    messageId: r.message_id as string,
-    endpointId: r.endpoint_id as string,
+    tenant: r.tenant_id,
+    messageId: r.message_id,
+    endpointId: r.endpoint_id,
     attempt: Number(r.attempt),
     startedAt: toMillis(r.started_at)!,
-    status: r.status === null ? null : Number(r.status),
+    status: optionalNumber(r.status),
     latencyMs: Number(r.latency_ms),
-    outcome: r.outcome as WebhookDeliveryAttempt['outcome'],
-    error: (r.error as string | null) ?? null,
-    retryAfterMs: r.retry_after_ms === null ? null : Number(r.retry_after_ms),
+    outcome: r.outcome,
+    error: r.error ?? null,
+    retryAfterMs: optionalNumber(r.retry_after_ms),
   };
 }

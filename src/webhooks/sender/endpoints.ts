@@ -8,7 +8,7 @@ import { InvalidArgumentError } from '../../core/errors.js';
 import type { Queryable } from '../../core/sql.js';
 import type { DestinationPolicy } from './destination.js';
 import { parseSigningSecret } from './sign.js';
-import type { SenderStatements } from './statements.js';
+import type { EndpointRow, SenderStatements } from './statements.js';
 
 /** An endpoint as stored. `secrets` are signing secrets: keep this object out of logs. */
 export interface WebhookEndpoint {
@@ -56,24 +56,24 @@ export class WebhookEndpoints {
    */
   async create(endpoint: NewWebhookEndpoint): Promise<WebhookEndpoint> {
     validate(endpoint.url, endpoint.secrets, this.destinations);
-    const { rows } = await this.sql.query(this.statements.insertEndpoint, [
-      endpoint.id ?? randomUUID(),
-      endpoint.url,
-      endpoint.secrets,
-      endpoint.eventTypes ?? null,
-      new Date(this.clock.now()),
-      this.tenant,
-    ]);
-    return decode(rows[0]!);
+    const row = await this.statements.insertEndpoint(this.sql, {
+      tenant: this.tenant,
+      id: endpoint.id ?? randomUUID(),
+      url: endpoint.url,
+      secrets: endpoint.secrets,
+      eventTypes: endpoint.eventTypes ?? null,
+      now: new Date(this.clock.now()),
+    });
+    return decode(row!);
   }
 
   async get(id: string): Promise<WebhookEndpoint | null> {
-    const { rows } = await this.sql.query(this.statements.getEndpoint, [id, this.tenant]);
-    return rows[0] ? decode(rows[0]) : null;
+    const row = await this.statements.getEndpoint(this.sql, { tenant: this.tenant, id });
+    return row ? decode(row) : null;
   }
 
   async list(): Promise<WebhookEndpoint[]> {
-    const { rows } = await this.sql.query(this.statements.listEndpoints, [this.tenant]);
+    const rows = await this.statements.listEndpoints(this.sql, { tenant: this.tenant });
     return rows.map(decode);
   }
 
@@ -92,42 +92,40 @@ export class WebhookEndpoints {
         this.destinations,
       );
     }
-    const { rows } = await this.sql.query(this.statements.updateEndpoint, [
+    const row = await this.statements.updateEndpoint(this.sql, {
+      tenant: this.tenant,
       id,
-      change.url ?? null,
-      change.secrets ?? null,
-      change.eventTypes ?? null,
-      change.eventTypes !== undefined,
-      this.tenant,
-    ]);
-    return rows[0] ? decode(rows[0]) : undefined;
+      url: change.url ?? null,
+      secrets: change.secrets ?? null,
+      eventTypes: change.eventTypes ?? null,
+      setEventTypes: change.eventTypes !== undefined,
+    });
+    return row ? decode(row) : undefined;
   }
 
   /** Stops deliveries to the endpoint; its pending deliveries are cancelled (redrive after `enable`). */
   async disable(id: string, reason: string): Promise<boolean> {
-    const { rowCount } = await this.sql.query(this.statements.disableEndpoint, [
-      id,
+    const endpoint = { tenant: this.tenant, id };
+    const disabled = await this.statements.disableEndpoint(this.sql, {
+      ...endpoint,
       reason,
-      new Date(this.clock.now()),
-      this.tenant,
-    ]);
-    await this.sql.query(this.statements.cancelEndpointDeliveries, [
-      id,
-      `endpoint disabled: ${reason}`,
-      this.tenant,
-    ]);
-    return rowCount === 1;
+      now: new Date(this.clock.now()),
+    });
+    await this.statements.cancelEndpointDeliveries(this.sql, {
+      ...endpoint,
+      error: `endpoint disabled: ${reason}`,
+    });
+    return disabled === 1;
   }
 
   async enable(id: string): Promise<WebhookEndpoint | undefined> {
-    const { rows } = await this.sql.query(this.statements.enableEndpoint, [id, this.tenant]);
-    return rows[0] ? decode(rows[0]) : undefined;
+    const row = await this.statements.enableEndpoint(this.sql, { tenant: this.tenant, id });
+    return row ? decode(row) : undefined;
   }
 
   /** Removes the endpoint with its deliveries and their attempts. */
   async remove(id: string): Promise<boolean> {
-    const { rowCount } = await this.sql.query(this.statements.deleteEndpoint, [id, this.tenant]);
-    return rowCount === 1;
+    return (await this.statements.deleteEndpoint(this.sql, { tenant: this.tenant, id })) === 1;
   }
 }
 
@@ -147,15 +145,15 @@ function validate(url: string, secrets: string[], destinations: DestinationPolic
   for (const secret of secrets) parseSigningSecret(secret);
 }
 
-export function decode(row: Record<string, unknown>): WebhookEndpoint {
+export function decode(row: EndpointRow): WebhookEndpoint {
   return {
-    tenant: row.tenant_id as string,
-    id: row.id as string,
-    url: row.url as string,
-    secrets: row.secrets as string[],
-    eventTypes: (row.event_types as string[] | null) ?? null,
-    enabled: row.enabled as boolean,
-    disabledReason: (row.disabled_reason as string | null) ?? null,
+    tenant: row.tenant_id,
+    id: row.id,
+    url: row.url,
+    secrets: row.secrets,
+    eventTypes: row.event_types ?? null,
+    enabled: row.enabled,
+    disabledReason: row.disabled_reason ?? null,
     disabledAt: toMillis(row.disabled_at),
     createdAt: toMillis(row.created_at)!,
   };

@@ -11,6 +11,7 @@ import { InvalidArgumentError } from '../../core/errors.js';
 import { createBackoff } from '../../core/resilience/backoff.js';
 import { TableModule } from '../../core/store.js';
 import type { Queryable } from '../../core/sql.js';
+import { acrossOrPinned } from '../../core/statement.js';
 import {
   cutoffBefore,
   sweepInBatches,
@@ -26,7 +27,6 @@ import {
   encodePayload,
   validateMessageId,
   type AttemptResult,
-  type ClaimedDelivery,
   type WebhookDelivery,
   type WebhookDeliveryAttempt,
   type WebhookMessage,
@@ -40,7 +40,7 @@ import {
   type ResolvedSenderOptions,
   type WebhookSenderOptions,
 } from './options.js';
-import { senderStatements, type SenderStatements } from './statements.js';
+import { renderSenderStatements, type SenderStatements } from './statements.js';
 import { AttemptTransport } from './transport.js';
 
 export {
@@ -75,7 +75,7 @@ export class WebhookSender<Client = unknown> extends TableModule<Client, SenderS
   private readonly worker: PollingWorker;
 
   constructor(options: WebhookSenderOptions<Client>) {
-    super(options, senderStatements);
+    super(options, renderSenderStatements);
     this.tenant = options.tenant ?? defaultTenant;
     validateTenant(this.tenant);
     this.tenants = validateTenants(options.tenants);
@@ -124,19 +124,14 @@ export class WebhookSender<Client = unknown> extends TableModule<Client, SenderS
     validateMessageId(message.id);
     const tenant = message.tenant ?? this.tenant;
     validateTenant(tenant);
-    const { rowCount } = await db.query(
-      this.statements.enqueue,
-      [
-        message.id,
-        message.type,
-        encodePayload(message.payload),
-        message.contentType ?? 'application/json',
-        new Date(this.clock.now()),
-        tenant,
-      ],
-      this.statements.names.enqueue,
-    );
-    return rowCount;
+    return this.statements.enqueue(db, {
+      tenant,
+      id: message.id,
+      type: message.type,
+      payload: encodePayload(message.payload),
+      contentType: message.contentType ?? 'application/json',
+      now: new Date(this.clock.now()),
+    });
   }
 
   /**
@@ -202,19 +197,21 @@ export class WebhookSender<Client = unknown> extends TableModule<Client, SenderS
       if (state !== 'failed' && state !== 'cancelled')
         throw new InvalidArgumentError(`cannot redrive ${String(state)} deliveries`);
     }
-    const params = [
-      new Date(this.clock.now()),
+    const which = {
+      now: new Date(this.clock.now()),
       states,
-      options.endpointId ?? null,
-      options.messageId ?? null,
-    ];
-    if (options.tenant !== undefined) validateTenant(options.tenant);
-    const { rowCount } =
-      options.tenant === undefined
-        ? await this.sql.query(this.statements.redrive, params)
-        : await this.sql.query(this.statements.redriveTenant, [...params, options.tenant]);
-    if (rowCount > 0) this.notify();
-    return rowCount;
+      endpointId: options.endpointId ?? null,
+      messageId: options.messageId ?? null,
+    };
+    const { redrive, redriveTenant } = this.statements;
+    const redriven = await acrossOrPinned(
+      this.sql,
+      { across: redrive, pinned: redriveTenant },
+      which,
+      options.tenant,
+    );
+    if (redriven > 0) this.notify();
+    return redriven;
   }
 
   /** Deliveries, optionally of one message, endpoint or tenant. */
@@ -222,12 +219,12 @@ export class WebhookSender<Client = unknown> extends TableModule<Client, SenderS
     options: { messageId?: string; endpointId?: string; limit?: number; tenant?: string } = {},
   ): Promise<WebhookDelivery[]> {
     if (options.tenant !== undefined) validateTenant(options.tenant);
-    const { rows } = await this.sql.query(this.statements.deliveries, [
-      options.messageId ?? null,
-      options.endpointId ?? null,
-      options.limit ?? 1000,
-      options.tenant ?? null,
-    ]);
+    const rows = await this.statements.deliveries(this.sql, {
+      messageId: options.messageId ?? null,
+      endpointId: options.endpointId ?? null,
+      limit: options.limit ?? 1000,
+      tenant: options.tenant ?? null,
+    });
     return rows.map(decodeDelivery);
   }
 
@@ -242,11 +239,11 @@ export class WebhookSender<Client = unknown> extends TableModule<Client, SenderS
   }): Promise<WebhookDeliveryAttempt[]> {
     const tenant = options.tenant ?? this.tenant;
     validateTenant(tenant);
-    const { rows } = await this.sql.query(this.statements.attempts, [
-      options.messageId,
-      options.endpointId ?? null,
+    const rows = await this.statements.attempts(this.sql, {
       tenant,
-    ]);
+      messageId: options.messageId,
+      endpointId: options.endpointId ?? null,
+    });
     return rows.map(decodeAttempt);
   }
 
@@ -275,18 +272,16 @@ export class WebhookSender<Client = unknown> extends TableModule<Client, SenderS
     limit: number;
   }): Promise<AttemptResult[]> {
     const now = this.clock.now();
-    const params = [
-      new Date(now),
-      options.limit,
-      new Date(now + this.options.leaseMs),
-      options.messageId ?? null,
-    ];
-    const claim = options.tenant === undefined ? 'claim' : 'claimTenant';
-    const { rows } = await this.sql.query<ClaimedDelivery & Record<string, unknown>>(
-      this.statements[claim],
-      options.tenant === undefined ? params : [...params, options.tenant],
-      this.statements.names[claim],
-    );
+    const claim = {
+      now: new Date(now),
+      limit: options.limit,
+      leaseUntil: new Date(now + this.options.leaseMs),
+      messageId: options.messageId ?? null,
+    };
+    const rows =
+      options.tenant === undefined
+        ? await this.statements.claim(this.sql, claim)
+        : await this.statements.claimTenant(this.sql, { ...claim, tenant: options.tenant });
     return Promise.all(rows.map((row) => this.attempter.attempt(row)));
   }
 }

@@ -38,6 +38,25 @@ export function matchesOne(expected: readonly Uint8Array[], given: Uint8Array): 
   return expected.some((mac) => safeEqual(mac, given));
 }
 
+/**
+ * Checks signatures given as text in `encoding` against the HMAC-SHA256 of `signed` under each of
+ * `keys`: true when one matches. The HMACs are computed once, on the first check, so a header
+ * listing several signatures costs one HMAC per key; one that does not decode matches nothing.
+ */
+export function hmacSha256Check(
+  keys: readonly Uint8Array[],
+  signed: readonly (string | Uint8Array)[],
+  encoding: SignatureEncoding,
+): (text: string) => boolean {
+  let expected: Buffer[] | undefined;
+  return (text) => {
+    const given = decodeSignature(text, encoding);
+    if (!given) return false;
+    expected ??= keys.map((key) => hmac('sha256', key, signed));
+    return matchesOne(expected, given);
+  };
+}
+
 /** Decodes a signature strictly; `undefined` when it is not valid in `encoding`. */
 export function decodeSignature(text: string, encoding: SignatureEncoding): Buffer | undefined {
   if (text.length === 0) return undefined;
