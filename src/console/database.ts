@@ -38,7 +38,7 @@ export interface ConsoleDatabase {
   sql: Sql;
   /** The schema name as given (for idem's own APIs). */
   schema: string;
-  /** The validated, quoted schema for statement text (the snapshot's). */
+  /** The validated, quoted schema, for the snapshot's statement text (the views' are in `statements`). */
   s: string;
   /** The views' statements in this schema. */
   statements: ConsoleStatements;
