@@ -10,14 +10,38 @@ import type { Queryable, Sql } from '../core/sql.js';
 import { quoteSchema } from '../core/schema-name.js';
 import type { ConsoleOptions } from './options.js';
 import { limit, type Query } from './params.js';
+import { renderInboxStatements } from './statements/inbox.js';
+import { renderOutboxStatements } from './statements/outbox.js';
+import { renderRequestStatements } from './statements/requests.js';
+import { renderSagaStatements } from './statements/sagas.js';
+import { readOnly, statementTimeout } from './statements/session.js';
+import { renderTaskStatements } from './statements/tasks.js';
+import { renderWebhookStatements } from './statements/webhooks.js';
+
+/** Every view's statements, rendered once per console database (they name its schema). */
+export function renderConsoleStatements(schema: string) {
+  return {
+    requests: renderRequestStatements(schema),
+    outbox: renderOutboxStatements(schema),
+    inbox: renderInboxStatements(schema),
+    webhooks: renderWebhookStatements(schema),
+    tasks: renderTaskStatements(schema),
+    sagas: renderSagaStatements(schema),
+  };
+}
+
+/** The console's statements, by view. */
+export type ConsoleStatements = ReturnType<typeof renderConsoleStatements>;
 
 export interface ConsoleDatabase {
   /** The pool or adapter, for the few writes (redrive). */
   sql: Sql;
   /** The schema name as given (for idem's own APIs). */
   schema: string;
-  /** The validated, quoted schema for statement text. */
+  /** The validated, quoted schema, for the snapshot's statement text (the views' are in `statements`). */
   s: string;
+  /** The views' statements in this schema. */
+  statements: ConsoleStatements;
   clock: Clock;
   /**
    * Runs `fn` in a READ ONLY transaction with `statement_timeout`: the console's reads can neither
@@ -75,18 +99,19 @@ export function consoleDatabase(
   if (!(Number.isInteger(maxConcurrent) && maxConcurrent > 0)) {
     throw new InvalidArgumentError('maxConcurrentReads must be a positive integer');
   }
-  const timeout = String(statementTimeoutMs);
+  const statements = renderConsoleStatements(schema);
   const limited = concurrencyLimit(maxConcurrent, maxQueuedReads);
   return {
     sql,
     schema,
     s,
+    statements,
     clock,
     read: (fn) =>
       limited(() =>
         sql.transaction(async (tx) => {
-          await tx.query('SET TRANSACTION READ ONLY');
-          await tx.query(`SELECT set_config('statement_timeout', $1, true)`, [timeout]);
+          await readOnly(tx);
+          await statementTimeout(tx, { ms: statementTimeoutMs });
           return fn(tx);
         }),
       ),

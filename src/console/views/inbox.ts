@@ -21,30 +21,19 @@ export interface InboxView {
 }
 
 export async function readInbox(db: ConsoleDatabase, query: Query): Promise<InboxView> {
-  const consumer = optionalName(query, 'consumer');
+  const filter = { consumer: optionalName(query, 'consumer') };
+  const { inbox } = db.statements;
   return readPage(db, query, async (tx, { max, now }) => {
-    const consumers = await tx.query(
-      `SELECT consumer, count(*) FILTER (WHERE state = 'processed')::bigint AS processed,
-          count(*) FILTER (WHERE state = 'dead')::bigint AS dead, coalesce(sum(duplicates), 0)::bigint AS duplicates
-        FROM ${db.s}.inbox WHERE $1::text IS NULL OR consumer = $1
-        GROUP BY consumer ORDER BY consumer LIMIT 200`,
-      [consumer ?? null],
-    );
-    const dead = await tx.query(
-      `SELECT consumer, message_id, attempts, last_error, origin, payload, headers::text AS headers,
-          processed_at, expires_at
-        FROM ${db.s}.inbox WHERE state = 'dead' AND ($1::text IS NULL OR consumer = $1)
-        ORDER BY processed_at DESC LIMIT $2`,
-      [consumer ?? null, max],
-    );
+    const consumers = await inbox.consumers(tx, filter);
+    const dead = await inbox.dead(tx, { ...filter, limit: max });
     return {
-      consumers: consumers.rows.map((r) => ({
+      consumers: consumers.map((r) => ({
         consumer: text(r.consumer),
         processed: num(r.processed),
         dead: num(r.dead),
         duplicates: num(r.duplicates),
       })),
-      dead: dead.rows.map((r) => ({
+      dead: dead.map((r) => ({
         consumer: text(r.consumer),
         messageId: text(r.message_id),
         attempts: num(r.attempts),

@@ -10,6 +10,7 @@ import { ageMs, iso, num, str, text, readPage, type ConsoleDatabase } from '../d
 import { InvalidParameterError, optionalName, type Query } from '../params.js';
 import { previewText, type BodyPreview } from '../preview.js';
 import { redactHeaders } from '../redact.js';
+import type { OutboxEventRow } from '../statements/outbox.js';
 
 export interface OutboxEventView {
   id: string;
@@ -35,40 +36,17 @@ export interface OutboxView {
   retrying: OutboxEventView[];
 }
 
-const columns = `id, aggregatetype, aggregateid, type, payload::text AS payload, headers::text AS headers,
-  attempts, last_error, created_at, available_at, dead_at`;
-
 export async function readOutbox(db: ConsoleDatabase, query: Query): Promise<OutboxView> {
   const topic = optionalName(query, 'topic');
+  const { outbox } = db.statements;
   return readPage(db, query, async (tx, { max, now }) => {
     const stats = await createOutbox({ sql: tx, schema: db.schema, clock: db.clock }).stats(
       topic === undefined ? {} : { topic },
     );
-    // Only unpublished rows: the partial indexes on published_at IS NULL / dead_at keep this small
-    // even when millions of published rows are still retained.
-    const topics = await tx.query(
-      `SELECT aggregatetype AS topic,
-          count(*) FILTER (WHERE dead_at IS NULL)::bigint AS pending,
-          count(*) FILTER (WHERE dead_at IS NOT NULL)::bigint AS dead,
-          min(created_at) FILTER (WHERE dead_at IS NULL) AS oldest
-        FROM ${db.s}.outbox WHERE published_at IS NULL AND ($1::text IS NULL OR aggregatetype = $1)
-        GROUP BY aggregatetype ORDER BY aggregatetype LIMIT 200`,
-      [topic ?? null],
-    );
-    const dead = await tx.query(
-      `SELECT ${columns} FROM ${db.s}.outbox
-        WHERE dead_at IS NOT NULL AND published_at IS NULL AND ($1::text IS NULL OR aggregatetype = $1)
-        ORDER BY dead_at DESC, seq DESC LIMIT $2`,
-      [topic ?? null, max],
-    );
-    const retrying = await tx.query(
-      `SELECT ${columns} FROM ${db.s}.outbox
-        WHERE published_at IS NULL AND dead_at IS NULL AND attempts > 0
-          AND ($1::text IS NULL OR aggregatetype = $1)
-        ORDER BY created_at, seq LIMIT $2`,
-      [topic ?? null, max],
-    );
-    const event = (r: Record<string, unknown>): OutboxEventView => ({
+    const topics = await outbox.topics(tx, { topic });
+    const dead = await outbox.dead(tx, { topic, limit: max });
+    const retrying = await outbox.retrying(tx, { topic, limit: max });
+    const event = (r: OutboxEventRow): OutboxEventView => ({
       id: text(r.id),
       topic: text(r.aggregatetype),
       key: text(r.aggregateid),
@@ -84,14 +62,14 @@ export async function readOutbox(db: ConsoleDatabase, query: Query): Promise<Out
     });
     return {
       stats,
-      topics: topics.rows.map((r) => ({
+      topics: topics.map((r) => ({
         topic: text(r.topic),
         pending: num(r.pending),
         dead: num(r.dead),
         oldestPendingAgeMs: ageMs(r.oldest, now),
       })),
-      dead: dead.rows.map(event),
-      retrying: retrying.rows.map(event),
+      dead: dead.map(event),
+      retrying: retrying.map(event),
     };
   });
 }

@@ -55,39 +55,19 @@ export async function listRequests(db: ConsoleDatabase, query: Query): Promise<R
   const cursor = decodeCursor(query);
   const max = limit(query);
   const now = db.clock.now();
-  const { rows } = await db.read((tx) =>
-    tx.query(
-      `SELECT tenant_id, operation, idempotency_key, state, fence, locked_until, recovery_point,
-          created_at, created_at::text AS cursor_at, completed_at, expires_at, octet_length(body) AS body_bytes,
-          CASE WHEN left(result, 8) = '{"v":1,"'
-            THEN substring(result FROM '"status":([0-9]{3})') END AS status,
-          (state = 'pending' AND (locked_until IS NULL OR locked_until <= $1)) AS stuck
-        FROM ${db.s}.requests
-        WHERE ($2::text IS NULL OR tenant_id = $2)
-          AND ($3::text IS NULL OR operation = $3)
-          AND ($4::text IS NULL OR state = $4)
-          AND (NOT $5 OR (state = 'pending' AND (locked_until IS NULL OR locked_until <= $1)))
-          AND ($6::timestamptz IS NULL OR created_at <= $6)
-          AND ($7::timestamptz IS NULL OR created_at >= $7)
-          AND ($8::timestamptz IS NULL
-            OR (created_at, tenant_id, operation, idempotency_key) < ($8::timestamptz, $9, $10, $11))
-        ORDER BY created_at DESC, tenant_id DESC, operation DESC, idempotency_key DESC
-        LIMIT $12`,
-      [
-        new Date(now),
-        tenant ?? null,
-        operation ?? null,
-        state === 'stuck' || state === undefined ? null : state,
-        state === 'stuck',
-        olderThan === undefined ? null : new Date(now - olderThan),
-        newerThan === undefined ? null : new Date(now - newerThan),
-        cursor?.createdAt ?? null,
-        cursor?.tenant ?? null,
-        cursor?.operation ?? null,
-        cursor?.key ?? null,
-        max + 1,
-      ],
-    ),
+  const rows = await db.read((tx) =>
+    db.statements.requests.list(tx, {
+      now: new Date(now),
+      tenant,
+      operation,
+      state: state === 'stuck' ? undefined : state,
+      stuckOnly: state === 'stuck',
+      createdBefore: olderThan === undefined ? undefined : new Date(now - olderThan),
+      createdAfter: newerThan === undefined ? undefined : new Date(now - newerThan),
+      after: cursor,
+      // One row past the page tells whether there is a next one.
+      limit: max + 1,
+    }),
   );
   const page = rows.slice(0, max);
   const last = page[page.length - 1];
@@ -159,28 +139,18 @@ export interface RequestDetail extends RequestSummary {
 }
 
 export async function readRequest(db: ConsoleDatabase, query: Query): Promise<RequestDetail | null> {
-  const key = [requiredName(query, 'tenant'), requiredName(query, 'operation'), requiredName(query, 'key')];
+  const key = {
+    tenant: requiredName(query, 'tenant'),
+    operation: requiredName(query, 'operation'),
+    key: requiredName(query, 'key'),
+  };
+  const { requests } = db.statements;
   const now = db.clock.now();
   return db.read(async (tx: Queryable) => {
-    const { rows } = await tx.query(
-      `SELECT *, octet_length(body) AS body_bytes FROM ${db.s}.requests
-        WHERE tenant_id = $1 AND operation = $2 AND idempotency_key = $3`,
-      key,
-    );
-    const r = rows[0];
+    const r = await requests.request(tx, key);
     if (!r) return null;
-    const steps = await tx.query(
-      `SELECT step, fence, completed_at, result FROM ${db.s}.steps
-        WHERE tenant_id = $1 AND operation = $2 AND idempotency_key = $3
-        ORDER BY completed_at, step`,
-      key,
-    );
-    const intents = await tx.query(
-      `SELECT attempts, last_error, next_attempt_at, give_up FROM ${db.s}.intents
-        WHERE tenant_id = $1 AND operation = $2 AND idempotency_key = $3`,
-      key,
-    );
-    const intent = intents.rows[0];
+    const steps = await requests.steps(tx, key);
+    const intent = await requests.intent(tx, key);
     const lockedUntil = iso(r.locked_until);
     const leaseEnd = lockedUntil === null ? null : Date.parse(lockedUntil);
     const state = r.state as RequestSummary['state'];
@@ -222,7 +192,7 @@ export async function readRequest(db: ConsoleDatabase, query: Query): Promise<Re
             giveUp: str(intent.give_up),
           }
         : null,
-      steps: steps.rows.map((s) => ({
+      steps: steps.map((s) => ({
         step: text(s.step),
         fence: num(s.fence),
         completedAt: iso(s.completed_at),

@@ -7,6 +7,7 @@ import type { Queryable } from '../../core/sql.js';
 import { ageMs, iso, num, str, text, readPage, type ConsoleDatabase } from '../database.js';
 import { optionalName, type Query } from '../params.js';
 import { previewText, type BodyPreview } from '../preview.js';
+import type { SagaRow, SagaStatements } from '../statements/sagas.js';
 
 export interface SagaView {
   tenant: string;
@@ -41,49 +42,31 @@ export interface SagasView {
 }
 
 export async function readSagas(db: ConsoleDatabase, query: Query): Promise<SagasView> {
-  const tenant = optionalName(query, 'tenant');
-  const saga = optionalName(query, 'saga');
-  const filter = `($1::text IS NULL OR tenant_id = $1) AND ($2::text IS NULL OR saga = $2)`;
+  const filter = { tenant: optionalName(query, 'tenant'), saga: optionalName(query, 'saga') };
   return readPage(db, query, async (tx, { max, now }) => {
-    const counts = await tx.query(
-      `SELECT status, count(*)::bigint AS n FROM ${db.s}.sagas WHERE ${filter} GROUP BY status`,
-      [tenant ?? null, saga ?? null],
-    );
-    const stuck = await tx.query(
-      `SELECT * FROM ${db.s}.sagas WHERE status = 'stuck' AND ${filter} ORDER BY updated_at DESC LIMIT $3`,
-      [tenant ?? null, saga ?? null, max],
-    );
-    const stalled = await tx.query(
-      `SELECT * FROM ${db.s}.sagas
-        WHERE status IN ('running', 'compensating') AND (locked_until IS NULL OR locked_until <= $4) AND ${filter}
-        ORDER BY updated_at LIMIT $3`,
-      [tenant ?? null, saga ?? null, max, new Date(now)],
-    );
+    const { sagas } = db.statements;
+    const counts = await sagas.counts(tx, filter);
+    const stuck = await sagas.stuck(tx, { ...filter, limit: max });
+    const stalled = await sagas.stalled(tx, { ...filter, limit: max, now: new Date(now) });
     return {
-      counts: Object.fromEntries(counts.rows.map((r) => [text(r.status), num(r.n)])),
-      stuck: await withSteps(tx, db, now, stuck.rows),
-      stalled: await withSteps(tx, db, now, stalled.rows),
+      counts: Object.fromEntries(counts.map((r) => [text(r.status), num(r.n)])),
+      stuck: await withSteps(tx, sagas, now, stuck),
+      stalled: await withSteps(tx, sagas, now, stalled),
     };
   });
 }
 
+/** The listed sagas, each with its steps: one read for every listed saga's steps. */
 async function withSteps(
   tx: Queryable,
-  db: ConsoleDatabase,
+  statements: SagaStatements,
   now: number,
-  rows: Record<string, unknown>[],
+  rows: SagaRow[],
 ): Promise<SagaView[]> {
   if (rows.length === 0) return [];
-  // One read for every listed saga's steps.
-  const steps = await tx.query(
-    `SELECT s.* FROM ${db.s}.saga_steps s
-      JOIN unnest($1::text[], $2::text[], $3::text[]) AS k(tenant_id, saga, saga_key)
-        ON s.tenant_id = k.tenant_id AND s.saga = k.saga AND s.saga_key = k.saga_key
-      ORDER BY s.tenant_id, s.saga, s.saga_key, s.position`,
-    [rows.map((r) => r.tenant_id), rows.map((r) => r.saga), rows.map((r) => r.saga_key)],
-  );
+  const steps = await statements.steps(tx, { sagas: rows });
   const byRef = new Map<string, SagaView['steps']>();
-  for (const s of steps.rows) {
+  for (const s of steps) {
     const ref = JSON.stringify([s.tenant_id, s.saga, s.saga_key]);
     const list = byRef.get(ref) ?? [];
     list.push({

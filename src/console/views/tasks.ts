@@ -2,6 +2,7 @@
 import { ageMs, iso, num, str, text, readPage, type ConsoleDatabase } from '../database.js';
 import { optionalName, type Query } from '../params.js';
 import { previewText, type BodyPreview } from '../preview.js';
+import type { TaskRow } from '../statements/tasks.js';
 
 export interface TaskView {
   id: string;
@@ -34,39 +35,22 @@ export interface TasksView {
   stuck: TaskView[];
 }
 
-const columns = `id, tenant_id, queue, dedupe_key, state, attempts, max_attempts, fence, locked_by, last_error,
-  visible_at, created_at, finished_at, payload`;
-
 export async function readTasks(db: ConsoleDatabase, query: Query): Promise<TasksView> {
-  const tenant = optionalName(query, 'tenant');
-  const queue = optionalName(query, 'queue');
-  const filter = `($1::text IS NULL OR tenant_id = $1) AND ($2::text IS NULL OR queue = $2)`;
+  const filter = { tenant: optionalName(query, 'tenant'), queue: optionalName(query, 'queue') };
+  const { tasks } = db.statements;
   return readPage(db, query, async (tx, { max, now }) => {
-    const counts = await tx.query(
-      `SELECT queue, state, count(*)::bigint AS n,
-          min(visible_at) FILTER (WHERE state = 'ready' AND visible_at <= $3) AS oldest_due
-        FROM ${db.s}.tasks WHERE ${filter} GROUP BY queue, state ORDER BY queue, state`,
-      [tenant ?? null, queue ?? null, new Date(now)],
-    );
+    const at = new Date(now);
     const queues = new Map<string, { counts: Record<string, number>; oldest: number | null }>();
-    for (const r of counts.rows) {
+    for (const r of await tasks.counts(tx, { ...filter, now: at })) {
       const entry = queues.get(text(r.queue)) ?? { counts: {}, oldest: null };
       entry.counts[text(r.state)] = num(r.n);
       const oldest = ageMs(r.oldest_due, now);
       if (oldest !== null) entry.oldest = oldest;
       queues.set(text(r.queue), entry);
     }
-    const dead = await tx.query(
-      `SELECT ${columns} FROM ${db.s}.tasks WHERE state = 'dead' AND ${filter}
-        ORDER BY finished_at DESC NULLS LAST, id DESC LIMIT $3`,
-      [tenant ?? null, queue ?? null, max],
-    );
-    const stuck = await tx.query(
-      `SELECT ${columns} FROM ${db.s}.tasks WHERE state = 'claimed' AND visible_at <= $4 AND ${filter}
-        ORDER BY visible_at LIMIT $3`,
-      [tenant ?? null, queue ?? null, max, new Date(now)],
-    );
-    const task = (r: Record<string, unknown>): TaskView => ({
+    const dead = await tasks.dead(tx, { ...filter, limit: max });
+    const stuck = await tasks.stuck(tx, { ...filter, limit: max, now: at });
+    const task = (r: TaskRow): TaskView => ({
       id: text(r.id),
       tenant: text(r.tenant_id),
       queue: text(r.queue),
@@ -85,8 +69,8 @@ export async function readTasks(db: ConsoleDatabase, query: Query): Promise<Task
     });
     return {
       queues: [...queues].map(([name, e]) => ({ queue: name, counts: e.counts, oldestDueAgeMs: e.oldest })),
-      dead: dead.rows.map(task),
-      stuck: stuck.rows.map(task),
+      dead: dead.map(task),
+      stuck: stuck.map(task),
     };
   });
 }

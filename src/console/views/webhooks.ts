@@ -4,13 +4,13 @@
  * ones, disabled endpoints). Endpoint secrets are never read; endpoint URLs are shown without
  * their query.
  */
-import type { Queryable } from '../../core/sql.js';
 import { ageMs, iso, num, str, text, readPage, type ConsoleDatabase } from '../database.js';
 import { listParkedEntities, type ParkedEntity } from '../../webhooks/entities.js';
 import type { WebhookReceipt } from '../../webhooks/processor.js';
 import { optionalName, type Query } from '../params.js';
 import { previewBytes, type BodyPreview } from '../preview.js';
 import { redactHeaders, safeUrl } from '../redact.js';
+import type { ReceiptRow } from '../statements/webhooks.js';
 
 export interface ReceiptView {
   source: string;
@@ -62,74 +62,41 @@ export interface WebhooksView {
   disabledEndpoints: { id: string; url: string; reason: string | null; disabledAt: string | null }[];
 }
 
-const receiptColumns = `r.source, r.delivery_id, r.event_type, r.state, r.attempts - r.deferrals AS attempts,
-  r.last_error, r.received_at,
-  r.next_attempt_at, r.processed_at, r.entity_scope, r.entity_key, r.entity_version::text AS entity_version,
-  r.headers::text AS headers, r.body`;
-
 export async function readWebhooks(db: ConsoleDatabase, query: Query): Promise<WebhooksView> {
-  const source = optionalName(query, 'source');
+  const filter = { source: optionalName(query, 'source') };
+  const { webhooks } = db.statements;
   return readPage(db, query, async (tx, { max, now }) => {
-    const counts = await tx.query(
-      `SELECT source, state, count(*)::bigint AS n,
-          min(received_at) FILTER (WHERE state IN ('pending', 'processing')) AS oldest
-        FROM ${db.s}.webhook_receipts WHERE $1::text IS NULL OR source = $1
-        GROUP BY source, state ORDER BY source, state`,
-      [source ?? null],
-    );
     const sources = new Map<string, { counts: Record<string, number>; oldest: number | null }>();
-    for (const r of counts.rows) {
+    for (const r of await webhooks.counts(tx, filter)) {
       const entry = sources.get(text(r.source)) ?? { counts: {}, oldest: null };
       entry.counts[text(r.state)] = num(r.n);
       const oldest = ageMs(r.oldest, now);
       if (oldest !== null) entry.oldest = Math.max(entry.oldest ?? 0, oldest);
       sources.set(text(r.source), entry);
     }
-    const list = (where: string, order: string) =>
-      receipts(tx, db, now, `${where} AND ($1::text IS NULL OR r.source = $1)`, order, [source ?? null, max]);
-    const deliveryCounts = await tx.query(
-      `SELECT state, count(*)::bigint AS n FROM ${db.s}.webhook_deliveries GROUP BY state`,
-    );
-    const failed = await tx.query(
-      `SELECT d.message_id, d.endpoint_id, m.event_type, e.url, d.state, d.attempts, d.last_status,
-          d.last_error, d.created_at
-        FROM ${db.s}.webhook_deliveries d
-        LEFT JOIN ${db.s}.webhook_messages m ON m.id = d.message_id
-        LEFT JOIN ${db.s}.webhook_endpoints e ON e.id = d.endpoint_id
-        WHERE d.state IN ('failed', 'cancelled')
-        ORDER BY d.created_at DESC LIMIT $1`,
-      [max],
-    );
-    const disabled = await tx.query(
-      `SELECT id, url, disabled_reason, disabled_at FROM ${db.s}.webhook_endpoints
-        WHERE NOT enabled ORDER BY disabled_at DESC NULLS LAST LIMIT $1`,
-      [max],
-    );
+    const page = { ...filter, limit: max };
+    const receipts = (rows: ReceiptRow[]) => rows.map((r) => receipt(r, now));
+    const deliveryCounts = await webhooks.deliveryCounts(tx);
+    const failed = await webhooks.failedDeliveries(tx, { limit: max });
+    const disabled = await webhooks.disabledEndpoints(tx, { limit: max });
     return {
       sources: [...sources].map(([name, entry]) => ({
         source: name,
         counts: entry.counts,
         oldestPendingAgeMs: entry.oldest,
       })),
-      dead: await list(`r.state = 'dead'`, 'r.received_at DESC'),
+      dead: receipts(await webhooks.dead(tx, page)),
       parked: (await listParkedEntities(tx, { schema: db.schema, limit: max })).map((e) => ({
         ...e,
         waitingSince: iso(e.waitingSince),
         parkedAt: iso(e.parkedAt),
         parkedAgeMs: ageMs(e.parkedAt, now),
       })),
-      superseded: await list(`r.state = 'superseded'`, 'r.processed_at DESC NULLS LAST'),
-      unhandled: await list(`r.state = 'unhandled'`, 'r.processed_at DESC NULLS LAST'),
-      stuck: await receipts(
-        tx,
-        db,
-        now,
-        `r.state = 'processing' AND r.next_attempt_at <= $3 AND ($1::text IS NULL OR r.source = $1)`,
-        'r.next_attempt_at',
-        [source ?? null, max, new Date(now)],
-      ),
-      deliveries: { counts: Object.fromEntries(deliveryCounts.rows.map((r) => [text(r.state), num(r.n)])) },
-      failedDeliveries: failed.rows.map((r) => ({
+      superseded: receipts(await webhooks.superseded(tx, page)),
+      unhandled: receipts(await webhooks.unhandled(tx, page)),
+      stuck: receipts(await webhooks.stuck(tx, { ...page, now: new Date(now) })),
+      deliveries: { counts: Object.fromEntries(deliveryCounts.map((r) => [text(r.state), num(r.n)])) },
+      failedDeliveries: failed.map((r) => ({
         messageId: text(r.message_id),
         endpointId: text(r.endpoint_id),
         eventType: str(r.event_type),
@@ -141,7 +108,7 @@ export async function readWebhooks(db: ConsoleDatabase, query: Query): Promise<W
         createdAt: iso(r.created_at),
         ageMs: ageMs(r.created_at, now),
       })),
-      disabledEndpoints: disabled.rows.map((r) => ({
+      disabledEndpoints: disabled.map((r) => ({
         id: text(r.id),
         url: safeUrl(text(r.url)),
         reason: str(r.disabled_reason),
@@ -151,24 +118,9 @@ export async function readWebhooks(db: ConsoleDatabase, query: Query): Promise<W
   });
 }
 
-/** `where` and `order` are fixed fragments of this module; every value is a parameter. */
-async function receipts(
-  tx: Queryable,
-  db: ConsoleDatabase,
-  now: number,
-  where: string,
-  order: string,
-  params: unknown[],
-): Promise<ReceiptView[]> {
-  const { rows } = await tx.query(
-    `SELECT ${receiptColumns}, v.version::text AS applied_version
-      FROM ${db.s}.webhook_receipts r
-      LEFT JOIN ${db.s}.webhook_entity_versions v
-        ON r.state = 'superseded' AND v.scope = r.entity_scope AND v.entity_key = r.entity_key
-      WHERE ${where} ORDER BY ${order} LIMIT $2`,
-    params,
-  );
-  return rows.map((r) => ({
+/** A receipt row as the view shows it, its age as of `now`. */
+function receipt(r: ReceiptRow, now: number): ReceiptView {
+  return {
     source: text(r.source),
     deliveryId: text(r.delivery_id),
     eventType: str(r.event_type),
@@ -186,5 +138,5 @@ async function receipts(
     appliedVersion: str(r.applied_version),
     headers: redactHeaders(typeof r.headers === 'string' ? (JSON.parse(r.headers) as unknown) : null),
     body: previewBytes(r.body as Uint8Array | null),
-  }));
+  };
 }
