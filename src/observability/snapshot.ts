@@ -12,6 +12,7 @@
  * the two counts that still scan: requests and inbox).
  */
 import type { Queryable } from '../core/sql.js';
+import { defineStatement, firstRow, type Statement } from '../core/statement.js';
 
 /**
  * One count of a module: a condition on its table (`$1` is "now", a `timestamptz`), or on another
@@ -191,11 +192,26 @@ export function parseSnapshot<M extends SnapshotModule>(
 
 /** Every module's counts, read in one statement, "now" being `nowMs` (the caller's clock). */
 export async function readSnapshot(db: Queryable, schema: string, nowMs: number): Promise<IdemSnapshot> {
-  const modules = Object.keys(definitions) as SnapshotModule[];
-  const { rows } = await db.query<Record<string, unknown>>(snapshotStatement(schema, modules), [
-    new Date(nowMs),
-  ]);
-  return { at: new Date(nowMs).toISOString(), ...parseSnapshot(rows[0] ?? {}, modules, nowMs) };
+  const row = await snapshotOf(schema)(db, { now: new Date(nowMs) });
+  return { at: new Date(nowMs).toISOString(), ...parseSnapshot(row ?? {}, allModules, nowMs) };
+}
+
+const allModules = Object.keys(definitions) as SnapshotModule[];
+
+/** The statement of every module's counts, per schema (a process reads one or two schemas). */
+const snapshots = new Map<string, Statement<{ now: Date }, Record<string, unknown> | null>>();
+
+function snapshotOf(schema: string): Statement<{ now: Date }, Record<string, unknown> | null> {
+  let statement = snapshots.get(schema);
+  if (!statement) {
+    statement = defineStatement({
+      text: snapshotStatement(schema, allModules),
+      params: (at: { now: Date }) => [at.now],
+      result: firstRow<Record<string, unknown>>,
+    });
+    snapshots.set(schema, statement);
+  }
+  return statement;
 }
 
 function ageMs(value: unknown, nowMs: number): number | null {
