@@ -66,7 +66,7 @@ describe.skipIf(!amqpUrl && !natsUrl)('causation across brokers', () => {
       const queue = uniqueName('trace');
       const admin = await amqp.connect(amqpUrl!);
       // The consumer declares the queue (as it does in production) before it says ready.
-    const channel = await admin.createChannel();
+      const channel = await admin.createChannel();
       const child = spawnConsumer({
         DATABASE_URL: databaseUrl(),
         SCHEMA: db.schema,
