@@ -71,3 +71,5 @@ export {
   type IdemEventListener,
   type IdemErrorEvent,
 } from './core/event-channel.js';
+export { causationHeaders, type Causation } from './core/causation.js';
+export * from './trace/index.js';

@@ -1,4 +1,5 @@
 import { hostname } from 'node:os';
+import { runInCause } from '../observability/caused-span.js';
 import { randomBytes } from 'node:crypto';
 import { FencedError, isFenced } from '../core/errors.js';
 import type { Queryable, Transaction } from '../core/sql.js';
@@ -269,7 +270,10 @@ export class Claims<Client = unknown> extends TableModule<Client, ClaimStatement
     handler: (tx: Transaction<TxClient>, task: ClaimedTask<P>) => Promise<R>,
   ): Promise<R> {
     await this.guard(tx, task);
-    const value = await handler(tx, task);
+    // On behalf of the intent that enqueued it, in a span of that intent's trace.
+    const cause = { intent: task.intent, traceparent: task.traceparent };
+    const attributes = { 'idem.queue': task.queue, 'idem.task': task.id };
+    const value = await runInCause('idem.claims.task', cause, attributes, () => handler(tx, task));
     await this.completeIn(tx, task, value);
     return value;
   }

@@ -3,6 +3,7 @@
  * statement. The same key returns the existing task; the same key with another payload is refused.
  */
 import { ConcurrentChangeError, KeyReusedError } from '../core/errors.js';
+import { currentCausation } from '../core/causation.js';
 import { fingerprint } from '../core/fingerprint.js';
 import { validateKey, validateName } from '../core/keys.js';
 import type { Queryable } from '../core/sql.js';
@@ -25,6 +26,8 @@ function newTask(claims: ClaimsContext, spec: EnqueueSpec<unknown>, now: number)
     fingerprint: fingerprint(spec.payload ?? null),
     visibleAt: new Date(spec.runAt ?? now),
     maxAttempts: positiveInteger('maxAttempts', spec.maxAttempts ?? claims.maxAttempts),
+    // The intent and trace it is enqueued in: its handler later runs on their behalf.
+    ...currentCausation(),
   };
 }
 

@@ -9,28 +9,11 @@ import {
   type StatementSpec,
 } from '../core/statement.js';
 import type { TaskRecord } from './task.js';
+import { renderEnqueueStatements } from './enqueue-statements.js';
 import { deletedColumn, sweepStatement as sweepBatch, tenantSweepStatement } from '../core/sweeper.js';
 
-/** The columns a claimed task is read with, in the order `decodeTask` expects. */
-export const taskColumns = `id, tenant_id, queue, dedupe_key, payload, state, visible_at, fence, attempts,
-  max_attempts, last_error, result, created_at, finished_at`;
-
-/** A task row (`taskColumns`), decoded by `decodeTask`. */
-export type TaskRow = Record<string, unknown>;
-
-/** A task row with its key's fingerprint, as `enqueue` and `existing` read it. */
-export type KeyedTaskRow = TaskRow & { fingerprint: string };
-
-/** Names a task by its dedupe key. */
-export type TaskKey = Pick<TaskRecord, 'tenant' | 'queue' | 'key'>;
-
-/** A task to insert: its key, the payload's fingerprint and JSON text, when it is due, its attempts. */
-export interface NewTask extends TaskKey {
-  fingerprint: string;
-  payload: string;
-  visibleAt: Date;
-  maxAttempts: number;
-}
+export { taskColumns, type KeyedTaskRow, type NewTask, type TaskKey, type TaskRow } from './task-columns.js';
+import { taskColumns, type KeyedTaskRow, type TaskKey, type TaskRow } from './task-columns.js';
 
 /** A claimed task as its fenced statements name it: (tenant, id) and the holder's fence. */
 export type HeldTask = Pick<TaskRecord, 'id' | 'fence' | 'tenant'>;
@@ -103,68 +86,7 @@ export function renderClaimStatements(schema: string) {
     task.tenant,
   ];
   return {
-    /**
-     * Inserts a task unless its (tenant, queue, dedupe key) exists, in one round trip: the key
-     * row takes a fresh task id (ON CONFLICT DO NOTHING waits for a concurrent enqueuer of the
-     * same key to commit, then returns no row) and the task row is inserted only with it.
-     * `existing` reads the winner: a second statement, because a statement's snapshot cannot see
-     * a row committed while it waited.
-     */
-    enqueue: defineStatement({
-      text: `WITH key AS (
-        INSERT INTO ${s}.task_keys (tenant_id, queue, dedupe_key, fingerprint, task_id)
-        VALUES ($1, $2, $3, $4, nextval('${s}.task_ids'))
-        ON CONFLICT DO NOTHING
-        RETURNING task_id, fingerprint
-      ), task AS (
-        INSERT INTO ${s}.tasks (id, tenant_id, queue, dedupe_key, payload, state, visible_at, max_attempts, created_at)
-        SELECT task_id, $1, $2, $3, $5, 'ready', $6, $7, $8 FROM key
-        RETURNING ${taskColumns}
-      )
-      SELECT task.*, key.fingerprint FROM task, key`,
-      params: (t: NewTask & { now: Date }) => [
-        t.tenant,
-        t.queue,
-        t.key,
-        t.fingerprint,
-        t.payload,
-        t.visibleAt,
-        t.maxAttempts,
-        t.now,
-      ],
-      result: firstRow<KeyedTaskRow>,
-    }),
-
-    /** `enqueue` for many tasks (arrays, one element per task); a key repeated in the arrays yields one task. */
-    enqueueMany: defineStatement({
-      text: `WITH input AS (
-        SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::timestamptz[], $7::int[])
-          WITH ORDINALITY AS u(t, q, k, f, p, v, m, n)
-      ), key AS (
-        INSERT INTO ${s}.task_keys (tenant_id, queue, dedupe_key, fingerprint, task_id)
-        SELECT t, q, k, f, nextval('${s}.task_ids') FROM input ORDER BY n
-        ON CONFLICT DO NOTHING
-        RETURNING tenant_id, queue, dedupe_key, fingerprint, task_id
-      ), task AS (
-        INSERT INTO ${s}.tasks (id, tenant_id, queue, dedupe_key, payload, state, visible_at, max_attempts, created_at)
-        SELECT DISTINCT ON (key.task_id) key.task_id, i.t, i.q, i.k, i.p, 'ready', i.v, i.m, $8
-        FROM key JOIN input i ON i.t = key.tenant_id AND i.q = key.queue AND i.k = key.dedupe_key
-        ORDER BY key.task_id, i.n
-        RETURNING ${taskColumns}
-      )
-      SELECT task.*, key.fingerprint FROM task JOIN key ON key.task_id = task.id`,
-      params: ({ tasks, now }: { tasks: readonly NewTask[]; now: Date }) => [
-        tasks.map((t) => t.tenant),
-        tasks.map((t) => t.queue),
-        tasks.map((t) => t.key),
-        tasks.map((t) => t.fingerprint),
-        tasks.map((t) => t.payload),
-        tasks.map((t) => t.visibleAt),
-        tasks.map((t) => t.maxAttempts),
-        now,
-      ],
-      result: allRows<KeyedTaskRow>,
-    }),
+    ...renderEnqueueStatements(s),
 
     /** The tasks of `keys` with their fingerprints, of any tenants ($1 tenants, $2 queues, $3 keys). */
     existingMany: defineStatement({

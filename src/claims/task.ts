@@ -31,6 +31,13 @@ export interface TaskRecord<P = unknown> {
    * (tenant, queue, key), so it is the same for every worker, attempt and takeover.
    */
   downstreamKey: string;
+  /**
+   * The intent it was enqueued in (an intent reference, see `createTrace`), or null: its handler
+   * runs on that intent's behalf, so what the handler writes names it.
+   */
+  intent: string | null;
+  /** The W3C trace context it was enqueued in, or null: its handler's span continues that trace. */
+  traceparent: string | null;
 }
 
 /** A task this worker holds. Every write about it carries `fence`. */
@@ -78,6 +85,8 @@ class StoredTask<P> implements TaskRecord<P> {
   readonly result: unknown;
   readonly createdAt: number;
   readonly finishedAt: number | null;
+  readonly intent: string | null;
+  readonly traceparent: string | null;
   leaseUntil: number;
   workerId: string;
   #downstreamKey: string | undefined;
@@ -98,6 +107,8 @@ class StoredTask<P> implements TaskRecord<P> {
       row.result === null || row.result === undefined ? null : (JSON.parse(row.result as string) as unknown);
     this.createdAt = toMillis(row.created_at)!;
     this.finishedAt = toMillis(row.finished_at);
+    this.intent = (row.intent as string | null | undefined) ?? null;
+    this.traceparent = (row.traceparent as string | null | undefined) ?? null;
     this.leaseUntil = this.visibleAt;
     this.workerId = workerId;
   }

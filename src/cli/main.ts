@@ -19,6 +19,10 @@ const commands: Record<string, { summary: string; load: () => Promise<CommandMod
   sql: { summary: 'print the migrations as plain SQL', load: () => load('sql') },
   sweep: { summary: 'delete what outlived its retention in every idem table', load: () => load('sweep') },
   inspect: { summary: 'show one key: idem inspect <tenant> <operation> <key>', load: () => load('inspect') },
+  trace: {
+    summary: "one intent's timeline: idem trace <tenant> <operation> <key> | --message ID | --derived-key K",
+    load: () => load('trace'),
+  },
   example: { summary: 'run a small keyed-operation example end to end', load: () => load('example') },
   outbox: { summary: 'outbox tools: idem outbox redrive [--topic T] [--id ID]', load: () => load('outbox') },
   intents: {

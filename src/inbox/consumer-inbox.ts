@@ -41,8 +41,14 @@ export class ConsumerInbox<Client, Message> {
    * Runs the handler once per message id (the inbox reports `inbox:processed` or
    * `inbox:duplicate`); resolves once committed, or once found processed before.
    */
-  async handle(messageId: string, tenant: string | undefined, message: Message): Promise<void> {
-    await this.options.inbox.handle(this.key(messageId, tenant), (tx, context) =>
+  async handle(
+    messageId: string,
+    tenant: string | undefined,
+    message: Message,
+    headers: Readonly<Record<string, unknown>>,
+  ): Promise<void> {
+    // The headers carry the producer's intent and trace (`traceparent`, `idem-intent`).
+    await this.options.inbox.handle({ ...this.key(messageId, tenant), headers }, (tx, context) =>
       this.options.handler(tx, message, context),
     );
   }

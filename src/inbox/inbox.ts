@@ -8,6 +8,8 @@ import { sweepInBatches, type SweepOptions, type SweepResult } from '../core/swe
 import { defaultTenant, validateTenant } from '../core/tenant.js';
 import { TableModule, type StoreOptions } from '../core/store.js';
 import { renderInboxStatements, type InboxStatements } from './statements.js';
+import { causationFromHeaders, currentCausation, type Causation } from '../core/causation.js';
+import { runInCause } from '../observability/caused-span.js';
 
 const day = 86_400_000;
 
@@ -41,6 +43,14 @@ export interface InboxMessage {
    * (tenant, consumer). Default: the inbox's `tenant` option (`''` unless set).
    */
   tenant?: string;
+  /**
+   * The message's headers, for the cause they carry: `traceparent` and `idem-intent`, which idem
+   * writes on every message it publishes. The record then names the producer's intent, and the
+   * handler runs on its behalf in a span that continues the producer's trace. The broker consumers
+   * pass them; pass them when you call the inbox yourself. Default none (the record names the
+   * intent the caller runs in, if any).
+   */
+  headers?: Readonly<Record<string, unknown>>;
 }
 
 /** Passed to a handler beside its transaction. */
@@ -120,16 +130,18 @@ export class Inbox<Client = unknown> extends TableModule<Client, InboxStatements
     handler: (tx: Transaction<Client>, context: InboxContext) => Promise<T>,
   ): Promise<HandleResult<T>> {
     this.validate(message);
-    for (let attempt = 0; ; attempt++) {
-      try {
-        const result = await this.sql.transaction((tx) => this.run(tx, message, handler));
-        this.count(message, result);
-        return result;
-      } catch (error) {
-        if (attempt < this.transactionRetries && isTransactionRetryable(error)) continue;
-        throw error;
+    return this.inCause(message, async () => {
+      for (let attempt = 0; ; attempt++) {
+        try {
+          const result = await this.sql.transaction((tx) => this.run(tx, message, handler));
+          this.count(message, result);
+          return result;
+        } catch (error) {
+          if (attempt < this.transactionRetries && isTransactionRetryable(error)) continue;
+          throw error;
+        }
       }
-    }
+    });
   }
 
   /**
@@ -149,9 +161,17 @@ export class Inbox<Client = unknown> extends TableModule<Client, InboxStatements
     handler: (tx: Transaction<TxClient>, context: InboxContext) => Promise<T>,
   ): Promise<HandleResult<T>> {
     this.validate(message);
-    const result = await this.run(tx, message, handler);
-    this.count(message, result);
-    return result;
+    return this.inCause(message, async () => {
+      const result = await this.run(tx, message, handler);
+      this.count(message, result);
+      return result;
+    });
+  }
+
+  /** Runs `work` on behalf of the cause `message`'s headers name, in a span of the producer's trace. */
+  private inCause<R>(message: InboxMessage, work: () => Promise<R>): Promise<R> {
+    const attributes = { 'idem.consumer': message.consumer, 'messaging.message.id': message.messageId };
+    return runInCause('idem.inbox.handle', causeOf(message), attributes, work);
   }
 
   /**
@@ -161,12 +181,18 @@ export class Inbox<Client = unknown> extends TableModule<Client, InboxStatements
   async record(tx: Queryable, message: InboxMessage): Promise<boolean> {
     this.validate(message);
     const now = this.clock.now();
+    // Inside `handle` the current causation is the message's; a caller of `record` alone may only
+    // have passed the headers.
+    const current = currentCausation();
+    const cause = message.headers ? causeOf(message) : current;
     const record = {
       tenant: this.tenantOf(message),
       consumer: message.consumer,
       messageId: message.messageId,
       now: new Date(now),
       expiresAt: new Date(now + this.retentionMs),
+      intent: cause.intent ?? current.intent,
+      traceparent: current.traceparent ?? cause.traceparent,
     };
     const { statements } = this;
     if ((await statements.record(tx, record)) === 1) return true;
@@ -296,6 +322,11 @@ export class Inbox<Client = unknown> extends TableModule<Client, InboxStatements
  */
 export function createInbox<Client>(options: InboxOptions<Client>): Inbox<Client> {
   return new Inbox(options);
+}
+
+/** The cause a message's headers name (`core/causation.ts`); none without headers. */
+function causeOf(message: InboxMessage): Causation {
+  return causationFromHeaders(message.headers);
 }
 
 function validateMessage(message: InboxMessage): void {

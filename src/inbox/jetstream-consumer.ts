@@ -157,7 +157,7 @@ export class JetStreamConsumer<Client = unknown> {
       : raw.headers?.get('Idem-Tenant') || undefined;
     const heartbeat = setInterval(() => raw.working(), Math.max(100, this.ackWaitMs / 3));
     try {
-      await this.inbox.handle(id, tenant, message);
+      await this.inbox.handle(id, tenant, message, headers);
     } catch (error) {
       clearInterval(heartbeat);
       // The database, not the message, failed: redeliver whatever the count (the consumer has

@@ -233,7 +233,7 @@ export class RabbitMqConsumer<Client = unknown> {
     };
     const tenant = this.options.tenant ? this.options.tenant(message) : headerTenant(headers['idem-tenant']);
     try {
-      await this.inbox.handle(id, tenant, message);
+      await this.inbox.handle(id, tenant, message, headers);
     } catch (error) {
       if (isDatabaseOutage(error)) {
         // The database, not the message, failed: redeliver without spending an attempt, waiting

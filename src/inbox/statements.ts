@@ -23,6 +23,12 @@ export interface InboxWrite extends InboxKey {
   expiresAt: Date;
 }
 
+/** A first record: with the intent and trace context that caused the message (`core/causation.ts`). */
+export interface InboxRecordWrite extends InboxWrite {
+  intent: string | null;
+  traceparent: string | null;
+}
+
 /** A message given up on, as `markDead` stores it. */
 export interface DeadRecord extends InboxWrite {
   attempts: number;
@@ -63,9 +69,9 @@ export function renderInboxStatements(schema: string) {
      * the unique key, never by a read.
      */
     record: prepared('record', {
-      text: `INSERT INTO ${s}.inbox (tenant_id, consumer, message_id, state, processed_at, expires_at)
-      VALUES ($1, $2, $3, 'processed', $4, $5) ON CONFLICT (tenant_id, consumer, message_id) DO NOTHING`,
-      params: write,
+      text: `INSERT INTO ${s}.inbox (tenant_id, consumer, message_id, state, processed_at, expires_at, intent, traceparent)
+      VALUES ($1, $2, $3, 'processed', $4, $5, $6, $7) ON CONFLICT (tenant_id, consumer, message_id) DO NOTHING`,
+      params: (m: InboxRecordWrite) => [...write(m), m.intent, m.traceparent],
       result: affectedRows,
     }),
     /** Revives a dead record (a redrive); one row when it did. */

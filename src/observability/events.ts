@@ -84,7 +84,7 @@ export async function observe<R extends ObservedResult>(
  * a context copy and two closures per call (about 1–2 µs of a first execution's ~150 µs in Node,
  * profiled), so `observe` skips it; a provider registered later is seen on the next call.
  */
-function tracing(): boolean {
+export function tracing(): boolean {
   const provider = trace.getTracerProvider();
   return !(provider instanceof ProxyTracerProvider) || provider.getDelegateTracer('idem') !== undefined;
 }

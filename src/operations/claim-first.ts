@@ -92,7 +92,7 @@ export class ClaimFirstRecording<Client> implements RecordingStrategy<Client> {
   }
 
   /** A single-transaction claim: no lease (the transaction holds the key), the retention from now. */
-  private claimOf({ scope, fingerprint, retention }: PreparedSpec) {
-    return { scope, fingerprint, retention, lockedUntil: null, now: this.engine.clock.now() };
+  private claimOf({ scope, fingerprint, retention, cause }: PreparedSpec) {
+    return { scope, fingerprint, retention, cause, lockedUntil: null, now: this.engine.clock.now() };
   }
 }

@@ -155,8 +155,8 @@ export class CommitTimeRecording<Client> implements RecordingStrategy<Client> {
       execution.handlerFailed = true;
       throw error;
     }
-    const { fingerprint, retention } = prepared;
-    const record = { scope, fingerprint, retention, outcome, now: clock.now() };
+    const { fingerprint, retention, cause } = prepared;
+    const record = { scope, fingerprint, retention, cause, outcome, now: clock.now() };
     if (execution.mayCommit && canCommitWith(tx)) {
       // The record goes out with COMMIT: one round trip for both (see `queryAndCommit`).
       try {

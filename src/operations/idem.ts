@@ -12,6 +12,7 @@ import type { Sql, Transaction } from '../core/sql.js';
 import { defaultSchema } from '../core/schema-name.js';
 import { nonNegative, positive } from '../core/validate.js';
 import { observe } from '../observability/events.js';
+import { runAsIntent } from '../core/causation.js';
 import { createEvents, type IdemEvents } from '../core/event-channel.js';
 import { ClaimFirstRecording } from './claim-first.js';
 import { CommitTimeRecording } from './commit-recording.js';
@@ -131,7 +132,9 @@ export class Idem<Client = unknown> implements DefinitionHost<Client> {
   async run<T>(spec: OperationSpec, handler: Handler<T, Client>): Promise<OperationResult<T>> {
     const prepared = this.prepare(spec);
     return observe('idem.run', prepared.scope, this.events, () =>
-      this.classifying(() => this.recordings[prepared.recording].run(prepared, handler)),
+      this.classifying(() =>
+        runAsIntent(prepared.scope, () => this.recordings[prepared.recording].run(prepared, handler)),
+      ),
     );
   }
 
@@ -158,7 +161,9 @@ export class Idem<Client = unknown> implements DefinitionHost<Client> {
   ): Promise<OperationResult<T>> {
     const prepared = this.prepare(spec);
     return observe('idem.runIn', prepared.scope, this.events, () =>
-      this.classifying(() => this.recordings[prepared.recording].runIn(tx, prepared, handler)),
+      this.classifying(() =>
+        runAsIntent(prepared.scope, () => this.recordings[prepared.recording].runIn(tx, prepared, handler)),
+      ),
     );
   }
 
@@ -198,7 +203,11 @@ export class Idem<Client = unknown> implements DefinitionHost<Client> {
   ): Promise<OperationResult<T>> {
     const prepared = this.prepare(spec);
     return observe('idem.steps', prepared.scope, this.events, () =>
-      this.classifying(() => new MultiStepRun<T, Client>(this.stepsEnvironment(), prepared, body).execute()),
+      this.classifying(() =>
+        runAsIntent(prepared.scope, () =>
+          new MultiStepRun<T, Client>(this.stepsEnvironment(), prepared, body).execute(),
+        ),
+      ),
     );
   }
 
@@ -268,7 +277,9 @@ export class Idem<Client = unknown> implements DefinitionHost<Client> {
     const body = (op: MultiStepOperation<Client>) => definition.body(op, spec.input);
     return observe('idem.steps', prepared.scope, this.events, () =>
       this.classifying(() =>
-        new MultiStepRun<T, Client>(this.stepsEnvironment(), prepared, body, { intent: input }).execute(),
+        runAsIntent(prepared.scope, () =>
+          new MultiStepRun<T, Client>(this.stepsEnvironment(), prepared, body, { intent: input }).execute(),
+        ),
       ),
     );
   }
@@ -299,10 +310,12 @@ export class Idem<Client = unknown> implements DefinitionHost<Client> {
       action === 'compensate' ? erased.compensate(op, value, failure) : erased.body(op, value);
     const run = new MultiStepRun<unknown, Client>(this.stepsEnvironment(), prepared, body, { intent: input });
     if (action === 'fail') {
-      return this.classifying(() => run.failAbandoned(failure ?? 'ended failed by an operator'));
+      return this.classifying(() =>
+        runAsIntent(scope, () => run.failAbandoned(failure ?? 'ended failed by an operator')),
+      );
     }
     // Not observed as a client's call: the completer reports its own events.
-    return this.classifying(() => run.resumeAbandoned());
+    return this.classifying(() => runAsIntent(scope, () => run.resumeAbandoned()));
   }
 
   private stepsEnvironment(): MultiStepEnvironment<Client> {

@@ -3,6 +3,7 @@ import type { QueryResult } from '../core/sql.js';
 import { allRows, defineStatement, nothing } from '../core/statement.js';
 import type { GiveUpAction } from './options.js';
 import {
+  causeParams,
   claimParams,
   doneOnce,
   fencedParams,
@@ -67,8 +68,8 @@ export function renderIntentStatements(schema: string) {
       text: `WITH claimed AS (
         INSERT INTO ${s}.requests
           (tenant_id, operation, idempotency_key, fingerprint, state, fence, locked_until,
-           created_at, expires_at, tombstone_until)
-        VALUES ($1, $2, $3, $4, 'pending', 1, $5, $6, $7, $8)
+           created_at, expires_at, tombstone_until, caused_by, traceparent)
+        VALUES ($1, $2, $3, $4, 'pending', 1, $5, $6, $7, $8, $11, $12)
         ON CONFLICT DO NOTHING
         RETURNING fence
       ), kept AS (
@@ -80,6 +81,7 @@ export function renderIntentStatements(schema: string) {
         ...claimParams(claim),
         claim.input.json,
         claim.input.meta,
+        ...causeParams(claim),
       ],
       result: fenceOf,
     }),

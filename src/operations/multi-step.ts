@@ -1,6 +1,7 @@
 import { FencedError, isFenced, isIdemError, OperationFailedError, StepFailedError } from '../core/errors.js';
 import type { OperationScope } from '../core/errors.js';
 import { deriveKey } from '../core/keys.js';
+import { currentCausation } from '../core/causation.js';
 import type { Clock } from '../core/clock.js';
 import type { Sql, Transaction } from '../core/sql.js';
 import { isRetryableStepFailure } from '../steps/retryable.js';
@@ -208,6 +209,8 @@ export class MultiStepRun<T, Client> implements MultiStepOperation<Client> {
             json: text,
             meta: types,
             now: clock.now(),
+            derivedKey: key,
+            traceparent: currentCausation().traceparent,
           }),
       }),
     );
@@ -219,15 +222,24 @@ export class MultiStepRun<T, Client> implements MultiStepOperation<Client> {
     const stored = this.recorded.get(name);
     if (stored !== undefined) return decodeResult(stored.json, stored.meta) as R;
     const { statements, clock } = this.env;
+    const key = this.deriveKey(name);
+    // The call's row keeps the key it sends and the trace it runs in (`idem trace`).
+    const trace = { derivedKey: key, traceparent: currentCausation().traceparent };
     const { value, json, meta } = await this.failingAt(name, () =>
       runCallStep(this.runner, this.lease, {
         name,
-        key: this.deriveKey(name),
+        key,
         begin: (sql) =>
-          statements.startCall(sql, { ...this.held(), point: `call:${name}`, step: name, now: clock.now() }),
+          statements.startCall(sql, {
+            ...this.held(),
+            ...trace,
+            point: `call:${name}`,
+            step: name,
+            now: clock.now(),
+          }),
         call: fn,
         record: async (sql, _value, text, types) => {
-          const call = { ...this.held(), step: name, json: text, meta: types, now: clock.now() };
+          const call = { ...this.held(), ...trace, step: name, json: text, meta: types, now: clock.now() };
           if (!(await statements.recordCall(sql, call))) throw this.lease.lost();
         },
       }),
@@ -291,11 +303,11 @@ export class MultiStepRun<T, Client> implements MultiStepOperation<Client> {
   private async acquire(): Promise<OperationResult<T> | null> {
     const { env, prepared, scope } = this;
     const { sql, statements, clock } = env;
-    const { fingerprint, retention } = prepared;
+    const { fingerprint, retention, cause } = prepared;
     const deadline = clock.now() + prepared.waitMs;
     for (;;) {
       const lease = clock.now() + env.leaseMs;
-      const claim = () => ({ scope, fingerprint, retention, lockedUntil: lease, now: clock.now() });
+      const claim = () => ({ scope, fingerprint, retention, cause, lockedUntil: lease, now: clock.now() });
       // Named (prepared once per connection): every multi-step operation starts with it. A
       // defined operation keeps its input in the same statement.
       const claimed = this.intent

@@ -1,3 +1,4 @@
+import { currentCausation, type Causation } from '../core/causation.js';
 import { InvalidArgumentError, type OperationScope } from '../core/errors.js';
 import { fingerprint as computeFingerprint } from '../core/fingerprint.js';
 import { validateKey, validateName } from '../core/keys.js';
@@ -22,6 +23,11 @@ export interface PreparedSpec {
   recording: Recording;
   /** Whether `run`/`runIn` read the key before executing. */
   readFirst: ReadFirst;
+  /**
+   * What the key's row names as its cause: the intent the call was made in (a consumer's or a
+   * task's handler, another operation's step), and the trace context it came in.
+   */
+  cause: Causation;
 }
 
 /** What an `Idem` gives a call that leaves it out: its `IdemOptions`, validated. */
@@ -60,6 +66,7 @@ export function prepareSpec(spec: OperationSpec, defaults: SpecDefaults): Prepar
     ),
     recording: spec.recording === undefined ? defaults.recording : recordingOf(spec.recording),
     readFirst: spec.readFirst === undefined ? defaults.readFirst : readFirstOf(spec.readFirst),
+    cause: currentCausation(),
   };
 }
 

@@ -2,6 +2,7 @@
  * What the statements of a key share (statements.ts, step-statements.ts, intent-statements.ts):
  * their common inputs, how those become `$1, $2, …`, and their result shapes.
  */
+import type { Causation } from '../core/causation.js';
 import type { OperationScope } from '../core/errors.js';
 import type { QueryResult } from '../core/sql.js';
 
@@ -21,8 +22,22 @@ export interface FencedInput extends KeyInput {
   fence: number;
 }
 
-/** What a claim writes: $1..$3 the key, $4 its fingerprint, $5..$8 the lease and the times. */
-export interface ClaimInput extends KeyInput {
+/** What a new key's row names as its cause (`requests.caused_by`, `traceparent`). */
+export interface CausedInput {
+  /** The intent the operation was started in, and the trace context its call came in. */
+  cause: Causation;
+}
+
+/** The causation columns of a new key's row, sent as a statement's last two parameters. */
+export function causeParams({ cause }: CausedInput): [string | null, string | null] {
+  return [cause.intent, cause.traceparent];
+}
+
+/**
+ * What a claim writes: $1..$3 the key, $4 its fingerprint, $5..$8 the lease and the times; its
+ * cause goes last (`causeParams`).
+ */
+export interface ClaimInput extends KeyInput, CausedInput {
   fingerprint: string;
   retention: RetentionPolicy;
   /** The holder's lease end (a multi-step operation), or null (one transaction holds the key). */

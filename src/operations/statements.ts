@@ -6,6 +6,7 @@ import type { RetentionPolicy } from './options.js';
 import type { Outcome } from './outcome.js';
 import { decodeRequestRow, requestColumns } from './request-row.js';
 import {
+  causeParams,
   claimParams,
   fencedParams,
   fenceOf,
@@ -14,6 +15,7 @@ import {
   pk,
   prepared,
   touchedRow,
+  type CausedInput,
   type ClaimInput,
   type FencedInput,
   type KeyInput,
@@ -36,14 +38,17 @@ export function renderRequestStatements(schema: string) {
 export type RequestStatements = ReturnType<typeof renderRequestStatements>;
 
 /** What a record of a finished operation writes: the claim's columns, and the outcome. */
-interface RecordInput extends KeyInput {
+interface RecordInput extends KeyInput, CausedInput {
   fingerprint: string;
   retention: RetentionPolicy;
   outcome: Outcome<unknown>;
   now: number;
 }
 
-/** The parameters of `record` and `recordOverForgotten` ($1..$12; `record` adds $13, the wait). */
+/**
+ * The parameters of `record` and `recordOverForgotten` ($1..$12; `record` adds $13, the wait; the
+ * cause is last: `record` $14–$15, `recordOverForgotten` $13–$14).
+ */
 function recordParams(record: RecordInput): unknown[] {
   const { now, retention } = record;
   return [
@@ -66,7 +71,7 @@ function renderKeyStatements(s: string) {
   const record = (key: string, text: string) =>
     prepared('', key, {
       text,
-      params: (input: RecordInput & Bounded) => [...recordParams(input), input.wait],
+      params: (input: RecordInput & Bounded) => [...recordParams(input), input.wait, ...causeParams(input)],
       result: (r: QueryResult<{ recorded: number }>) => Number(r.rows[0]?.recorded) === 1,
     });
   return {
@@ -90,14 +95,14 @@ function renderKeyStatements(s: string) {
       ), inserted AS (
         INSERT INTO ${s}.requests
           (tenant_id, operation, idempotency_key, fingerprint, state, fence, locked_until,
-           created_at, expires_at, tombstone_until)
-        SELECT $1, $2, $3, $4, 'pending', 1, $5, $6, $7, $8 FROM setting
+           created_at, expires_at, tombstone_until, caused_by, traceparent)
+        SELECT $1, $2, $3, $4, 'pending', 1, $5, $6, $7, $8, $10, $11 FROM setting
         ON CONFLICT DO NOTHING
         RETURNING 1
       )
       SELECT count(*)::int AS claimed, set_config('lock_timeout', (SELECT previous FROM setting), true) AS restored
       FROM inserted`,
-      params: (claim: ClaimInput & Bounded) => [...claimParams(claim), claim.wait],
+      params: (claim: ClaimInput & Bounded) => [...claimParams(claim), claim.wait, ...causeParams(claim)],
       result: (r: QueryResult<{ claimed: number }>) => Number(r.rows[0]?.claimed) === 1,
     }),
 
@@ -130,10 +135,11 @@ function renderKeyStatements(s: string) {
       text: `UPDATE ${s}.requests SET
         fingerprint = $4, state = $5, fence = fence + 1, locked_until = NULL, recovery_point = NULL,
         result = $6, body = $7, resource_type = $8, resource_id = $9, error = NULL, error_step = NULL,
-        created_at = $10, completed_at = $10, expires_at = $11, tombstone_until = $12
+        created_at = $10, completed_at = $10, expires_at = $11, tombstone_until = $12,
+        caused_by = $13, traceparent = $14
       WHERE ${pk} AND state <> 'pending' AND tombstone_until <= $10
       RETURNING fence`,
-      params: recordParams,
+      params: (input: RecordInput) => [...recordParams(input), ...causeParams(input)],
       result: touchedRow,
     }),
 
@@ -142,10 +148,11 @@ function renderKeyStatements(s: string) {
       text: `UPDATE ${s}.requests SET
         fingerprint = $4, state = 'pending', fence = fence + 1, locked_until = $5, recovery_point = NULL,
         result = NULL, body = NULL, resource_type = NULL, resource_id = NULL, error = NULL, error_step = NULL,
-        created_at = $6, completed_at = NULL, expires_at = $7, tombstone_until = $8
+        created_at = $6, completed_at = NULL, expires_at = $7, tombstone_until = $8,
+        caused_by = $9, traceparent = $10
       WHERE ${pk} AND tombstone_until <= $6
       RETURNING fence`,
-      params: claimParams,
+      params: (claim: ClaimInput) => [...claimParams(claim), ...causeParams(claim)],
       result: fenceOf,
     }),
 
@@ -218,8 +225,9 @@ function recordStatement(s: string, onConflict: string): string {
       ), inserted AS (
         INSERT INTO ${s}.requests
           (tenant_id, operation, idempotency_key, fingerprint, state, fence, result, body,
-           resource_type, resource_id, created_at, completed_at, expires_at, tombstone_until)
-        SELECT $1, $2, $3, $4, $5, 1, $6, $7, $8, $9, $10, $10, $11, $12 FROM setting
+           resource_type, resource_id, created_at, completed_at, expires_at, tombstone_until,
+           caused_by, traceparent)
+        SELECT $1, $2, $3, $4, $5, 1, $6, $7, $8, $9, $10, $10, $11, $12, $14, $15 FROM setting
         ${onConflict}
         RETURNING 1
       )

@@ -3,6 +3,7 @@ import { allRows, defineStatement, nothing } from '../core/statement.js';
 import type { RetentionPolicy } from './options.js';
 import type { Outcome } from './outcome.js';
 import {
+  causeParams,
   claimParams,
   fencedParams,
   fenceOf,
@@ -77,6 +78,15 @@ function held(result: QueryResult<{ held: number }>): boolean {
  * the claim that commits at once, the lease and its fence, the recorded steps and calls, and the
  * operation's end. Part of `renderRequestStatements` (statements.ts).
  */
+/** What a step's row keeps for `idem trace`: the key it sent downstream, and its trace context. */
+export interface StepTrace {
+  derivedKey: string;
+  traceparent: string | null;
+}
+
+/** $N, $N+1 of a step's INSERT: its derived key and trace context. */
+const traceParams = (step: StepTrace) => [step.derivedKey, step.traceparent];
+
 export function renderStepStatements(s: string) {
   return {
     /**
@@ -86,11 +96,11 @@ export function renderStepStatements(s: string) {
     claimCommitted: prepared('', 'claimCommitted', {
       text: `INSERT INTO ${s}.requests
         (tenant_id, operation, idempotency_key, fingerprint, state, fence, locked_until,
-         created_at, expires_at, tombstone_until)
-      VALUES ($1, $2, $3, $4, 'pending', 1, $5, $6, $7, $8)
+         created_at, expires_at, tombstone_until, caused_by, traceparent)
+      VALUES ($1, $2, $3, $4, 'pending', 1, $5, $6, $7, $8, $9, $10)
       ON CONFLICT DO NOTHING
       RETURNING fence`,
-      params: (claim: ClaimInput & { lockedUntil: number }) => claimParams(claim),
+      params: (claim: ClaimInput & { lockedUntil: number }) => [...claimParams(claim), ...causeParams(claim)],
       result: fenceOf,
     }),
 
@@ -155,18 +165,24 @@ export function renderStepStatements(s: string) {
       result: allRows<RecordedStep>,
     }),
 
-    /** Records a local step's result ($5 its plain JSON, $8 its type annotations), in the step's transaction. */
+    /**
+     * Records a local step's result ($5 its plain JSON, $8 its type annotations), in the step's
+     * transaction; $9–$10 its derived key and trace context (`StepTrace`).
+     */
     recordStep: prepared('', 'recordStep', {
       text: `INSERT INTO ${s}.steps
-        (tenant_id, operation, idempotency_key, step, result, fence, completed_at, result_meta)
-      VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
-      params: (step: FencedInput & { step: string; json: string; meta: string | null; now: number }) => [
+        (tenant_id, operation, idempotency_key, step, result, fence, completed_at, result_meta, derived_key, traceparent)
+      VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`,
+      params: (
+        step: FencedInput & StepTrace & { step: string; json: string; meta: string | null; now: number },
+      ) => [
         ...keyParams(step),
         step.step,
         step.json,
         step.fence,
         new Date(step.now),
         step.meta,
+        ...traceParams(step),
       ],
       result: nothing,
     }),
@@ -185,17 +201,18 @@ export function renderStepStatements(s: string) {
         WHERE ${pk} AND state = 'pending' AND fence = $4
         RETURNING 1
       ), started AS (
-        INSERT INTO ${s}.steps (tenant_id, operation, idempotency_key, step, kind, fence, started_at)
-        SELECT $1, $2, $3, $7, 'call', $4, $8 FROM held
+        INSERT INTO ${s}.steps (tenant_id, operation, idempotency_key, step, kind, fence, started_at, derived_key, traceparent)
+        SELECT $1, $2, $3, $7, 'call', $4, $8, $9, $10 FROM held
         ON CONFLICT DO NOTHING
       )
       SELECT count(*)::int AS held FROM held`,
-      params: (start: RenewInput & { point: string; step: string; now: number }) => [
+      params: (start: RenewInput & StepTrace & { point: string; step: string; now: number }) => [
         ...fencedParams(start),
         new Date(start.lockedUntil),
         start.point,
         start.step,
         new Date(start.now),
+        ...traceParams(start),
       ],
       result: held,
     }),
@@ -212,20 +229,24 @@ export function renderStepStatements(s: string) {
         RETURNING 1
       ), recorded AS (
         INSERT INTO ${s}.steps
-          (tenant_id, operation, idempotency_key, step, kind, result, result_meta, fence, started_at, completed_at)
-        SELECT $1, $2, $3, $6, 'call', $7, $9, $4, $8, $8 FROM held
+          (tenant_id, operation, idempotency_key, step, kind, result, result_meta, fence, started_at, completed_at,
+           derived_key, traceparent)
+        SELECT $1, $2, $3, $6, 'call', $7, $9, $4, $8, $8, $10, $11 FROM held
         ON CONFLICT (tenant_id, operation, idempotency_key, step)
         DO UPDATE SET result = EXCLUDED.result, result_meta = EXCLUDED.result_meta, fence = EXCLUDED.fence,
           completed_at = EXCLUDED.completed_at
       )
       SELECT count(*)::int AS held FROM held`,
-      params: (call: RenewInput & { step: string; json: string; meta: string | null; now: number }) => [
+      params: (
+        call: RenewInput & StepTrace & { step: string; json: string; meta: string | null; now: number },
+      ) => [
         ...fencedParams(call),
         new Date(call.lockedUntil),
         call.step,
         call.json,
         new Date(call.now),
         call.meta,
+        ...traceParams(call),
       ],
       result: held,
     }),

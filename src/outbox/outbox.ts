@@ -16,6 +16,7 @@ import { renderOutboxStatements, type EventRow, type OutboxStatements } from './
 import { parseSnapshot } from '../observability/snapshot.js';
 import type { NewOutboxEvent, OutboxEvent } from './types.js';
 import type { StoreOptions } from '../core/store.js';
+import { currentCausation, headersOf } from '../core/causation.js';
 
 /** Options of `createOutbox`. */
 export interface OutboxOptions extends Omit<StoreOptions, 'sql'> {
@@ -270,11 +271,19 @@ function prepare(event: NewOutboxEvent, tenantByDefault: string): EventRow {
   if (!isUuid(id)) throw new InvalidArgumentError('event id must be a UUID');
   const payload = JSON.stringify(event.payload);
   if (payload === undefined) throw new InvalidArgumentError('event payload must be JSON-serialisable');
-  const headers = event.headers ?? {};
-  for (const [name, value] of Object.entries(headers)) {
+  for (const [name, value] of Object.entries(event.headers ?? {})) {
     if (typeof value !== 'string') throw new InvalidArgumentError(`header ${name} must be a string`);
   }
+  // The intent and trace the event is added in travel with it: in its columns (for `idem trace`)
+  // and in its headers, which every publisher passes on (a producer's own headers win).
+  const cause = currentCausation();
+  const headers =
+    cause.intent === null && cause.traceparent === null
+      ? (event.headers ?? {})
+      : { ...headersOf(cause), ...event.headers };
   return {
+    intent: cause.intent,
+    traceparent: headers.traceparent ?? null,
     tenant,
     id,
     topic: event.topic,

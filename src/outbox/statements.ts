@@ -24,6 +24,10 @@ export interface EventRow {
   type: string;
   payload: string;
   headers: string;
+  /** The intent the event was added on behalf of (`core/causation.ts`), or null. */
+  intent: string | null;
+  /** The trace context it was added in (also in `headers`), or null. */
+  traceparent: string | null;
 }
 
 /** A row the claim returns: `held` on every row, and an event's columns (null on an empty batch). */
@@ -93,11 +97,17 @@ const eventColumns = `tenant_id, id, aggregatetype, aggregateid, type, payload::
 /** $1 tenant, $2 id, $3 topic, $4 key, $5 type, $6 payload json text, $7 headers json text. */
 const eventParams = (e: EventRow) => [e.tenant, e.id, e.topic, e.key, e.type, e.payload, e.headers];
 
-/** $1 of `addMany`: the events as one JSON array of [tenant, id, topic, key, type, payload, headers]. */
+/** The causation columns, last: `add` $10–$11, `addWithoutNotify` $9–$10. */
+const causeParams = (e: EventRow) => [e.intent, e.traceparent];
+
+/**
+ * $1 of `addMany`: the events as one JSON array of [tenant, id, topic, key, type, payload, headers,
+ * intent, traceparent].
+ */
 function eventsJson(events: readonly EventRow[]): string {
   const rows = events.map(
     (e) =>
-      `[${JSON.stringify(e.tenant)},${JSON.stringify(e.id)},${JSON.stringify(e.topic)},${JSON.stringify(e.key)},${JSON.stringify(e.type)},${e.payload},${e.headers}]`,
+      `[${JSON.stringify(e.tenant)},${JSON.stringify(e.id)},${JSON.stringify(e.topic)},${JSON.stringify(e.key)},${JSON.stringify(e.type)},${e.payload},${e.headers},${JSON.stringify(e.intent)},${JSON.stringify(e.traceparent)}]`,
   );
   return `[${rows.join(',')}]`;
 }
@@ -119,10 +129,10 @@ const movedJson = (events: readonly OutboxEvent[]) =>
 export function renderOutboxStatements(schema: string) {
   const s = quoteSchema(schema);
   const channel = outboxChannel(schema);
-  const insertColumns = `INSERT INTO ${s}.outbox (tenant_id, id, aggregatetype, aggregateid, type, payload, headers, created_at, available_at)`;
+  const insertColumns = `INSERT INTO ${s}.outbox (tenant_id, id, aggregatetype, aggregateid, type, payload, headers, created_at, available_at, intent, traceparent)`;
   // Arrays travel as one JSON text parameter: every adapter passes text through unchanged, while
   // some (Drizzle) expand array parameters into lists.
-  const manyRows = `SELECT u.r->>0, (u.r->>1)::uuid, u.r->>2, u.r->>3, u.r->>4, u.r->5, u.r->6, $2::timestamptz, $2::timestamptz
+  const manyRows = `SELECT u.r->>0, (u.r->>1)::uuid, u.r->>2, u.r->>3, u.r->>4, u.r->5, u.r->6, $2::timestamptz, $2::timestamptz, u.r->>7, u.r->>8
     FROM jsonb_array_elements($1::text::jsonb) WITH ORDINALITY AS u(r, ord)`;
   // Short autocommit deletes of a bounded batch; SKIP LOCKED so cleanup never waits on a
   // dispatcher and two cleanups never collide. The rows are addressed by ctid: they are locked,
@@ -152,20 +162,29 @@ export function renderOutboxStatements(schema: string) {
      */
     add: prepared('add', {
       text: `${insertColumns}
-      SELECT $1, $2::uuid, $3, $4, $5, $6::text::jsonb, $7::text::jsonb, $8::timestamptz, $8::timestamptz
+      SELECT $1, $2::uuid, $3, $4, $5, $6::text::jsonb, $7::text::jsonb, $8::timestamptz, $8::timestamptz, $10, $11
       FROM (SELECT pg_notify($9, $3)) AS n`,
-      params: ({ event, now }: { event: EventRow; now: Date }) => [...eventParams(event), now, channel],
+      params: ({ event, now }: { event: EventRow; now: Date }) => [
+        ...eventParams(event),
+        now,
+        channel,
+        ...causeParams(event),
+      ],
       result: nothing,
     }),
     /** `add` without the NOTIFY (`notify: false`). */
     addWithoutNotify: prepared('addWithoutNotify', {
       text: `${insertColumns}
-      VALUES ($1, $2::uuid, $3, $4, $5, $6::text::jsonb, $7::text::jsonb, $8::timestamptz, $8::timestamptz)`,
-      params: ({ event, now }: { event: EventRow; now: Date }) => [...eventParams(event), now],
+      VALUES ($1, $2::uuid, $3, $4, $5, $6::text::jsonb, $7::text::jsonb, $8::timestamptz, $8::timestamptz, $9, $10)`,
+      params: ({ event, now }: { event: EventRow; now: Date }) => [
+        ...eventParams(event),
+        now,
+        ...causeParams(event),
+      ],
       result: nothing,
     }),
     /**
-     * Adds many events: $1 JSON array of [tenant, id, topic, key, type, payload, headers] rows; $2
+     * Adds many events: $1 JSON array of `eventsJson` rows; $2
      * now; $3 channel. ORDER BY ord: identity values (the per-key order) follow the order of the
      * array.
      */

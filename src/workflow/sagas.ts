@@ -1,4 +1,5 @@
 import { systemClock, type Clock } from '../core/clock.js';
+import { currentCausation } from '../core/causation.js';
 import { InProgressError, InvalidArgumentError, isInProgress, KeyReusedError } from '../core/errors.js';
 import { fingerprint } from '../core/fingerprint.js';
 import { validateKey, validateName } from '../core/keys.js';
@@ -265,6 +266,7 @@ export class Sagas<Client = unknown> {
       input: inputJson,
       leaseUntil: leaseUntil === null ? null : new Date(leaseUntil),
       now: new Date(this.clock.now()),
+      cause: currentCausation(),
     });
     if (inserted) await this.hook({ at: 'saga:started' }, saga);
     // The input is used as stored (parsed from JSON), so a resumed run sees exactly what a first run saw.

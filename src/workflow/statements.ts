@@ -1,4 +1,5 @@
 import { quoteSchema } from '../core/schema-name.js';
+import type { Causation } from '../core/causation.js';
 import { affectedRows, allRows, defineStatement, firstRow, nothing } from '../core/statement.js';
 import { deletedColumn, sweepStatement as sweepBatch, tenantSweepStatement } from '../core/sweeper.js';
 import type { SagaRef } from './definition.js';
@@ -55,8 +56,9 @@ export function renderSagaStatements(schema: string) {
     /** Starts an instance; no row back means it exists. Commits at once (outside any step). */
     insert: defineStatement({
       text: `INSERT INTO ${s}.sagas
-        (tenant_id, saga, saga_key, fingerprint, status, input, cursor, fence, locked_until, created_at, updated_at)
-      VALUES ($1, $2, $3, $4, 'running', $5, 0, 1, $6, $7, $7)
+        (tenant_id, saga, saga_key, fingerprint, status, input, cursor, fence, locked_until, created_at, updated_at,
+         intent, traceparent)
+      VALUES ($1, $2, $3, $4, 'running', $5, 0, 1, $6, $7, $7, $8, $9)
       ON CONFLICT DO NOTHING
       RETURNING fence`,
       params: (i: {
@@ -65,7 +67,9 @@ export function renderSagaStatements(schema: string) {
         input: string;
         leaseUntil: Date | null;
         now: Date;
-      }) => [...pk(i.ref), i.fingerprint, i.input, i.leaseUntil, i.now],
+        /** The intent and trace context the saga was started in (`core/causation.ts`). */
+        cause: Causation;
+      }) => [...pk(i.ref), i.fingerprint, i.input, i.leaseUntil, i.now, i.cause.intent, i.cause.traceparent],
       result: firstRow<{ fence: number }>,
     }),
 

@@ -75,6 +75,8 @@ export class InDatabasePublisher<Client = unknown> implements Publisher {
             consumer: subscriber.consumer,
             messageId: event.id,
             ...(event.tenant === undefined ? {} : { tenant: event.tenant }),
+            // The producer's intent and trace, as a broker's consumer would read them.
+            headers: event.headers,
           },
           (tx, context) => subscriber.handler(tx, event, context),
         );

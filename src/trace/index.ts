@@ -1,0 +1,3 @@
+/** Intents' timelines (`createTrace`), exported from `idem`. */
+export { createTrace, type Trace, type TraceOptions } from './trace.js';
+export type * from './types.js';
