@@ -208,36 +208,36 @@ export interface BrokerBed {
   readonly events: IdemEvents;
   readonly closers: (() => Promise<unknown>)[];
   /** Adds `count` events of `topic` in one transaction, keyed round-robin by `keys`; their ids. */
-  addEvents(topic: string, count: number, keys?: string[]): Promise<string[]>;
+  addEvents: (topic: string, count: number, keys?: string[]) => Promise<string[]>;
   /** Drains every event of `topic` through `publisher` once; how many were published. */
-  drain(publisher: Publisher, topic: string): Promise<number>;
+  drain: (publisher: Publisher, topic: string) => Promise<number>;
   /**
    * Starts a dispatcher of `topic` for an outage test, stopped after the test: maxAttempts 1, so
    * any counted failure would park an event (an outage must count none), polling every 20 ms.
    */
-  startOutageDispatcher(publisher: Publisher, topic: string, events: IdemEvents): Promise<void>;
+  startOutageDispatcher: (publisher: Publisher, topic: string, events: IdemEvents) => Promise<void>;
   /** How many events of `topic` are not published yet. */
-  pending(topic: string): Promise<number>;
+  pending: (topic: string) => Promise<number>;
   /** The effect a handler applies: one row of `effects` for `messageId`. */
-  recordEffect(tx: Queryable, messageId: string): Promise<void>;
+  recordEffect: (tx: Queryable, messageId: string) => Promise<void>;
   /**
    * A handler that notes each attempt in `seen`, fails a message of key `poison` ('cannot apply
    * poison') and applies the effect of any other.
    */
-  poisonHandler(
+  poisonHandler: (
     seen: { id: string; attempt: number; at: number }[],
-  ): (tx: Queryable, message: { id: string; attempt: number; json<T>(): T }) => Promise<void>;
+  ) => (tx: Queryable, message: { id: string; attempt: number; json<T>(): T }) => Promise<void>;
   /** How many effects each of `ids` has, in their order. */
-  effectsPerMessage(ids: string[]): Promise<number[]>;
+  effectsPerMessage: (ids: string[]) => Promise<number[]>;
   /** Starts consumer `c` named `name`, stopped after the test, with what it did counted. */
-  started<C extends Startable>(
+  started: <C extends Startable>(
     name: string,
     c: C,
-  ): Promise<C & { counts: ReturnType<typeof consumerCounts> }>;
+  ) => Promise<C & { counts: ReturnType<typeof consumerCounts> }>;
   /** A TCP proxy to `url` (its port or `defaultPort`), started, closed after the test. */
-  proxyTo(url: string, defaultPort: number): Promise<TcpProxy>;
+  proxyTo: (url: string, defaultPort: number) => Promise<TcpProxy>;
   /** `spawnChild` with this bed's database and schema in the child's environment. */
-  spawn(script: string, env: Record<string, string>): Child;
+  spawn: (script: string, env: Record<string, string>) => Child;
 }
 
 /**
