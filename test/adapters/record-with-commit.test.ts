@@ -24,7 +24,7 @@ import {
   type Sql,
 } from 'idem';
 import { canCommitWith } from '../../src/core/sql.js';
-import { databaseUrl } from '../support/database.js';
+import { countRows, databaseUrl } from '../support/database.js';
 
 const day = 86_400_000;
 
@@ -94,15 +94,8 @@ describe.each(drivers)('$name: the record goes out with COMMIT', (driver) => {
   const insertEffect = async (tx: Queryable, intent: string) => {
     await tx.query(`INSERT INTO "${schema}".effects (intent) VALUES ($1)`, [intent]);
   };
-  const effects = async (intent: string) =>
-    Number(
-      (
-        await db.sql.query<{ n: number }>(
-          `SELECT count(*)::int AS n FROM "${schema}".effects WHERE intent = $1`,
-          [intent],
-        )
-      ).rows[0]!.n,
-    );
+  const effects = (intent: string) =>
+    countRows(db.sql, `SELECT count(*)::int AS n FROM "${schema}".effects WHERE intent = $1`, [intent]);
   const keyOf = () => `k-${randomBytes(6).toString('hex')}`;
 
   it('offers the record-with-COMMIT capability inside its transactions', async () => {

@@ -22,7 +22,7 @@ import {
   recordHeaders,
   type WebhookEvent,
 } from 'idem/webhooks';
-import { createTestSchema, databaseUrl, type TestSchema } from '../support/database.js';
+import { countRows, createTestSchema, databaseUrl, type TestSchema } from '../support/database.js';
 import { listenNode, signStandard, standardSecret } from '../webhooks/support.js';
 
 /** A publisher that records what it was given and fails the events `fail` says. */
@@ -362,15 +362,10 @@ describe('the same id under two tenants', () => {
       }
     });
     clock.advance(3_600_001);
-    const count = async (tenant: string) =>
-      Number(
-        (
-          await db.pool.query<{ n: number }>(
-            `SELECT count(*)::int AS n FROM "${db.schema}".outbox WHERE tenant_id = $1`,
-            [tenant],
-          )
-        ).rows[0]!.n,
-      );
+    const count = (tenant: string) =>
+      countRows(db.pool, `SELECT count(*)::int AS n FROM "${db.schema}".outbox WHERE tenant_id = $1`, [
+        tenant,
+      ]);
     expect(
       (await outbox.sweep({ capturedByCdc: true, olderThanMs: 3_600_000, tenants: ['cdc-a'] })).deleted,
     ).toBe(1);

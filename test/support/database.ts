@@ -37,3 +37,14 @@ export async function dropAndEnd(
   if (!options.keepSchema) await query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
   await end();
 }
+
+/** Anything that runs a query and answers rows: idem's `Sql` and transactions, a `pg.Pool`. */
+export interface RowSource {
+  query(text: string, params: unknown[]): PromiseLike<{ rows: unknown[] }>;
+}
+
+/** The `n` a `SELECT count(*)::int AS n …` answers: `text` run with `params` on `db`. */
+export async function countRows(db: RowSource, text: string, params: unknown[] = []): Promise<number> {
+  const { rows } = await db.query(text, params);
+  return Number((rows[0] as { n: number | string }).n);
+}

@@ -35,11 +35,11 @@ import {
   readlinkSync,
   rmSync,
 } from 'node:fs';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import pg from 'pg';
 import type { PgAutoFailoverTools } from './tools.js';
+import { freePort } from '../ports.js';
 
 export { findPgAutoFailover, requirePgAutoFailover, type PgAutoFailoverTools } from './tools.js';
 
@@ -754,18 +754,6 @@ const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 async function freePorts(n: number): Promise<number[]> {
   const ports = new Set<number>();
-  while (ports.size < n) ports.add(await freePort());
+  while (ports.size < n) ports.add(await freePort(host));
   return [...ports];
-}
-
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once('error', reject);
-    server.listen(0, host, () => {
-      const address = server.address();
-      const port = typeof address === 'object' && address ? address.port : 0;
-      server.close(() => resolve(port));
-    });
-  });
 }
