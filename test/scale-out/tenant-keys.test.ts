@@ -4,15 +4,13 @@
  * the same id under two tenants is two things (inbox ids, outbox ids and ordering keys, webhook
  * delivery ids and entity versions, sender endpoints), and workers scoped to a tenant touch only it.
  */
-import { randomBytes } from 'node:crypto';
 import { createServer } from 'node:http';
-import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { fromPg } from 'idem/pg';
 import { createClaims } from 'idem/claims';
 import { createManualClock, type ManualClock } from 'idem/testing';
 import { createInbox } from 'idem/inbox';
-import { migrate, migrations, quoteSchema } from 'idem';
+import { migrate, migrations } from 'idem';
 import { createOutbox, createOutboxDispatcher, type OutboxEvent, type Publisher } from 'idem/outbox';
 import {
   createStandardWebhooksVerifier,
@@ -22,7 +20,7 @@ import {
   recordHeaders,
   type WebhookEvent,
 } from 'idem/webhooks';
-import { countRows, createTestSchema, databaseUrl, type TestSchema } from '../support/database.js';
+import { countRows, createTestSchema, type TestSchema, schemaBefore } from '../support/database.js';
 import { listenNode, signStandard, standardSecret } from '../webhooks/support.js';
 
 /** A publisher that records what it was given and fails the events `fail` says. */
@@ -41,39 +39,23 @@ function recorder(fail: (event: OutboxEvent) => boolean = () => false) {
 }
 
 describe('rows written before migration 0008', () => {
-  const schema = `idem_t0008_${randomBytes(4).toString('hex')}`;
-  const s = quoteSchema(schema);
-  let pool: pg.Pool;
-  beforeAll(async () => {
-    pool = new pg.Pool({ connectionString: databaseUrl(), max: 4 });
-    // The schema as it was: every migration before 0008, applied as migrate() did.
-    await pool.query(`CREATE SCHEMA ${s}`);
-    await pool.query(`CREATE TABLE ${s}.migrations (version integer PRIMARY KEY, name text NOT NULL,
-      applied_at timestamptz NOT NULL DEFAULT now())`);
-    for (const m of migrations(schema).filter((m) => m.version < 8)) {
-      await pool.query(m.sql);
-      await pool.query(`INSERT INTO ${s}.migrations (version, name) VALUES ($1, $2)`, [m.version, m.name]);
-    }
-  });
-  afterAll(async () => {
-    await pool.query(`DROP SCHEMA IF EXISTS ${s} CASCADE`);
-    await pool.end();
-  });
+  const old = schemaBefore(8);
+  const { schema, s } = old;
 
   it('keep working under the default tenant: inbox ids dedupe, events publish, receipts process', async () => {
     const now = new Date();
     // Written by the code before 0008 (its statements' shapes).
-    await pool.query(
+    await old.pool.query(
       `INSERT INTO ${s}.inbox (consumer, message_id, state, processed_at, expires_at)
         VALUES ('billing', 'm-old', 'processed', $1, $1::timestamptz + interval '1 day')`,
       [now],
     );
-    await pool.query(
+    await old.pool.query(
       `INSERT INTO ${s}.outbox (id, aggregatetype, aggregateid, type, payload, created_at, available_at)
         VALUES ('0190f5b4-7c1e-7000-8000-0000000000aa', 'orders', 'o-1', 'order.paid', '{"n":1}', $1, $1)`,
       [now],
     );
-    await pool.query(
+    await old.pool.query(
       `INSERT INTO ${s}.webhook_endpoints (id, url, secrets, created_at)
         VALUES ('ep', 'http://127.0.0.1:9/', ARRAY['${standardSecret}'], $1)`,
       [now],
@@ -83,19 +65,19 @@ describe('rows written before migration 0008', () => {
       body: JSON.stringify({ type: 'paid' }),
       timestampMs: now.getTime(),
     });
-    await pool.query(
+    await old.pool.query(
       `INSERT INTO ${s}.webhook_receipts (source, delivery_id, event_type, body, received_at, next_attempt_at, expires_at)
         VALUES ('billing', 'd-old', 'paid', $1, $2, $2, $2::timestamptz + interval '1 day')`,
       [Buffer.from(signed.body), now],
     );
 
     // 0008 and every migration after it.
-    expect((await migrate(fromPg(pool), { schema })).applied).toEqual(
+    expect((await migrate(fromPg(old.pool), { schema })).applied).toEqual(
       migrations(schema)
         .filter((m) => m.version >= 8)
         .map((m) => m.name),
     );
-    const sql = fromPg(pool);
+    const sql = fromPg(old.pool);
 
     const inbox = createInbox({ sql, schema });
     let ran = 0;

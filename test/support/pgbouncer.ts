@@ -50,12 +50,13 @@ export function findPgBouncer(): string | undefined {
  * error: the pooler tests may not pass by skipping.
  */
 export function requirePgBouncer(): string | undefined {
-  const binary = findPgBouncer();
-  if (binary) return binary;
-  return notInstalled(
-    'pgbouncer',
-    'the tests through PgBouncer',
-    'install it (apt-get install pgbouncer) or set PGBOUNCER to its path',
+  return (
+    findPgBouncer() ??
+    notInstalled(
+      'pgbouncer',
+      'the tests through PgBouncer',
+      'install it (apt-get install pgbouncer) or set PGBOUNCER to its path',
+    )
   );
 }
 

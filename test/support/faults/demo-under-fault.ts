@@ -254,3 +254,16 @@ export function formatReport(title: string, r: FaultReport): string {
   for (const t of r.timeline) lines.push(`   | ${t}`);
   return lines.join('\n');
 }
+
+/** Drops what a demo created on the database at `url`: idem's `schema` and the demo's `<schema>_demo`. */
+export async function dropDemoSchemasAt(url: string, schema: string): Promise<void> {
+  const client = new pg.Client({ connectionString: url });
+  await client.connect();
+  try {
+    await client.query(
+      `DROP SCHEMA IF EXISTS "${schema}" CASCADE; DROP SCHEMA IF EXISTS "${schema}_demo" CASCADE`,
+    );
+  } finally {
+    await client.end();
+  }
+}

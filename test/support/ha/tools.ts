@@ -55,11 +55,12 @@ export function findPgAutoFailover(): PgAutoFailoverTools | undefined {
  * availability suite may not pass by skipping.
  */
 export function requirePgAutoFailover(): PgAutoFailoverTools | undefined {
-  const tools = findPgAutoFailover();
-  if (tools) return tools;
-  return notInstalled(
-    'pg_auto_failover',
-    'the high-availability tests on a real formation',
-    'install them (apt-get install postgresql-15-auto-failover pg-auto-failover-cli) or set PG_AUTOCTL and PG_AUTOCTL_PG_CTL',
+  return (
+    findPgAutoFailover() ??
+    notInstalled(
+      'pg_auto_failover',
+      'the high-availability tests on a real formation',
+      'install them (apt-get install postgresql-15-auto-failover pg-auto-failover-cli) or set PG_AUTOCTL and PG_AUTOCTL_PG_CTL',
+    )
   );
 }
