@@ -81,3 +81,9 @@ export function schemaBefore(version: number): { schema: string; s: string; pool
   );
   return old;
 }
+
+/** A test schema for a CLI test, with DATABASE_URL pointed at the test database as the CLI reads it. */
+export function cliTestSchema(): Promise<TestSchema> {
+  process.env.DATABASE_URL = databaseUrl();
+  return createTestSchema();
+}
