@@ -11,6 +11,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { randomSchema, type DemoHandle } from '../../demo/server.js';
 import { databaseUrl } from '../support/database.js';
 import { dropDemoSchemas, startTestDemo } from '../support/demo.js';
+import { repeatEvery } from '../support/poll.js';
 
 describe('payments demo with a provider that answers after 3 s, on a pool of 10', () => {
   let demo: DemoHandle;
@@ -41,29 +42,6 @@ describe('payments demo with a provider that answers after 3 s, on a pool of 10'
       headers: { ...auth, 'content-type': 'application/json', 'idempotency-key': key },
       body: JSON.stringify({ amount: 700, currency: 'eur', customer }),
     });
-
-  /** Runs `probe` every `everyMs` until stopped; returns the longest it took and how often it ran. */
-  function repeat(everyMs: number, probe: () => Promise<void>) {
-    let longest = 0;
-    let count = 0;
-    let running = true;
-    const loop = (async () => {
-      while (running) {
-        const started = performance.now();
-        await probe();
-        longest = Math.max(longest, performance.now() - started);
-        count++;
-        await new Promise((resolve) => setTimeout(resolve, everyMs));
-      }
-    })();
-    return {
-      async stop() {
-        running = false;
-        await loop;
-        return { longestMs: longest, count };
-      },
-    };
-  }
 
   it('200 concurrent payments all succeed, each charged once; GET /v1/payments answers in < 100 ms while the charges are out', async () => {
     // Warm the process (code paths, prepared statements, connections) as a running service is.
@@ -106,7 +84,7 @@ describe('payments demo with a provider that answers after 3 s, on a pool of 10'
           expect(response.status).toBe(200);
           await response.arrayBuffer();
         };
-        const idle = repeat(25, read);
+        const idle = repeatEvery(25, read);
         await new Promise((resolve) => setTimeout(resolve, 1000));
         const idleReads = await idle.stop();
         const started = performance.now();
@@ -118,12 +96,12 @@ describe('payments demo with a provider that answers after 3 s, on a pool of 10'
           }
         }, 5);
         const reads: { startedAt: number; tookMs: number }[] = [];
-        const reader = repeat(25, async () => {
+        const reader = repeatEvery(25, async () => {
           const at = performance.now();
           await read();
           reads.push({ startedAt: at - started, tookMs: performance.now() - at });
         });
-        const sessions = repeat(25, async () => {
+        const sessions = repeatEvery(25, async () => {
           const { rows } = await observer.query<{ n: number }>(
             // A payment's transaction writes its idempotency record (`requests`) first. Its local
             // steps are short transactions of a few statements, so a sample can catch one between

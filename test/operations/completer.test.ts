@@ -16,7 +16,7 @@ import { isStepFailed } from '../../src/core/errors.js';
 import { deriveKey } from '../../src/core/keys.js';
 import { createCompleter, decideIntent } from '../../src/operations/completer.js';
 import { createIdem } from '../../src/operations/idem.js';
-import { createTestSchema, databaseUrl, type TestSchema } from '../support/database.js';
+import { createEffectsSchema, databaseUrl, type TestSchema } from '../support/database.js';
 import { startFakeProvider, type FakeProvider } from '../support/fake-provider.js';
 import { definePayment } from './fixtures/defined-payment.js';
 
@@ -37,10 +37,7 @@ let db: TestSchema;
 let provider: FakeProvider;
 
 beforeAll(async () => {
-  db = await createTestSchema();
-  await db.pool.query(
-    `CREATE TABLE "${db.schema}".effects (id serial PRIMARY KEY, tenant text NOT NULL, intent text NOT NULL, payload jsonb)`,
-  );
+  db = await createEffectsSchema();
   provider = await startFakeProvider();
 });
 afterAll(async () => {

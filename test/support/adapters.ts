@@ -10,7 +10,7 @@ import { fromPglite, fromPgliteTransaction } from 'idem/pglite';
 import { fromPostgresJs, fromPostgresJsTransaction } from 'idem/postgres';
 import { migrate, type Sql, type Transaction } from 'idem';
 import { inject } from 'vitest';
-import { databaseUrl, dropAndEnd } from './database.js';
+import { databaseUrl, dropAndEnd, effectsTable } from './database.js';
 import { requirePgBouncer } from './pgbouncer.js';
 import { knexFactory, mikroOrmFactory, prismaFactory, typeormFactory } from './orm-adapters.js';
 
@@ -164,8 +164,6 @@ export const adapterFactories: AdapterFactory[] = [
 export async function prepareAdapter(factory: AdapterFactory, schema: string): Promise<AdapterUnderTest> {
   const adapter = await factory.create(schema);
   await migrate(adapter.sql, { schema });
-  await adapter.sql.query(
-    `CREATE TABLE "${schema}".effects (id serial PRIMARY KEY, tenant text NOT NULL, intent text NOT NULL, payload jsonb)`,
-  );
+  await adapter.sql.query(effectsTable(schema));
   return adapter;
 }

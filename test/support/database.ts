@@ -42,6 +42,17 @@ export function dropAndEnd(
   };
 }
 
+/** The business table `effects` (tenant, intent, payload) the operations and adapter tests write. */
+export const effectsTable = (schema: string) =>
+  `CREATE TABLE "${schema}".effects (id serial PRIMARY KEY, tenant text NOT NULL, intent text NOT NULL, payload jsonb)`;
+
+/** A test schema with `effectsTable` in it. */
+export async function createEffectsSchema(): Promise<TestSchema> {
+  const db = await createTestSchema();
+  await db.pool.query(effectsTable(db.schema));
+  return db;
+}
+
 /** Anything that runs a query and answers rows: idem's `Sql` and transactions, a `pg.Pool`. */
 export interface RowSource {
   query(text: string, params: unknown[]): PromiseLike<{ rows: unknown[] }>;

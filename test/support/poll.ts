@@ -28,3 +28,29 @@ export async function waitFor(
     await new Promise((resolve) => setTimeout(resolve, everyMs));
   }
 }
+
+/**
+ * Runs `probe` every `everyMs` until `stop()`, which answers the longest a probe took and how many
+ * ran (a probe of a service that must stay responsive while something else is slow).
+ */
+export function repeatEvery(everyMs: number, probe: () => Promise<unknown>) {
+  let longest = 0;
+  let count = 0;
+  let running = true;
+  const loop = (async () => {
+    while (running) {
+      const started = performance.now();
+      await probe();
+      longest = Math.max(longest, performance.now() - started);
+      count++;
+      await new Promise((resolve) => setTimeout(resolve, everyMs));
+    }
+  })();
+  return {
+    async stop() {
+      running = false;
+      await loop;
+      return { longestMs: longest, count };
+    },
+  };
+}
