@@ -36,14 +36,10 @@ function runChild(env: Record<string, string>): Promise<{ code: number | null; s
 let db: TestSchema;
 let provider: FakeProvider;
 
-beforeAll(async () => {
-  db = await createEffectsSchema();
-  provider = await startFakeProvider();
-});
-afterAll(async () => {
-  await provider.close();
-  await db.close();
-});
+beforeAll(
+  async () => void ([db, provider] = await Promise.all([createEffectsSchema(), startFakeProvider()])),
+);
+afterAll(() => Promise.all([provider.close(), db.close()]));
 
 const newKey = (prefix: string) => `${prefix}-${randomBytes(5).toString('hex')}`;
 const effects = async (key: string) =>

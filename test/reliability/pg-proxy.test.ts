@@ -13,7 +13,7 @@ import { fromPostgresJs } from 'idem/postgres';
 import { createIdem } from 'idem';
 import { createTestSchema, databaseUrl, type TestSchema } from '../support/database.js';
 import { createEffects, effectsOf } from '../support/faults/effects.js';
-import { startPgProxy, type PgProxy } from '../support/faults/pg-proxy.js';
+import { startPgProxyTo, type PgProxy } from '../support/faults/pg-proxy.js';
 
 let db: TestSchema;
 let proxy: PgProxy;
@@ -22,8 +22,7 @@ let proxied: string;
 beforeAll(async () => {
   db = await createTestSchema();
   await createEffects(db.pool, db.schema);
-  const url = new URL(databaseUrl());
-  proxy = await startPgProxy({ host: url.hostname, port: Number(url.port || 5432) });
+  proxy = await startPgProxyTo(databaseUrl());
   proxied = proxy.url(databaseUrl());
 });
 afterAll(async () => {

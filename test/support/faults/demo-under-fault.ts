@@ -12,7 +12,7 @@ import pg from 'pg';
 import type { DemoHandle } from '../../../demo/server.js';
 import { findings, settleAndJudge, type Verdict } from './demo-verdict.js';
 import { newClientLog, runClients, statusLine, timeToNewPayment, type ClientLog } from './payment-clients.js';
-import { startPgProxy, type PgProxy, type ProxyStats } from './pg-proxy.js';
+import { startPgProxyTo, type PgProxy, type ProxyStats } from './pg-proxy.js';
 
 export interface FaultRun {
   proxy: PgProxy;
@@ -103,8 +103,7 @@ export function captureStderr(): { lines: Map<string, number>; restore(): void }
 }
 
 export async function runDemoUnderFaults(options: FaultRunOptions): Promise<FaultReport> {
-  const target = new URL(options.databaseUrl);
-  const proxy = await startPgProxy({ host: target.hostname, port: Number(target.port || 5432) });
+  const proxy = await startPgProxyTo(options.databaseUrl);
   const direct = new pg.Pool({ connectionString: options.databaseUrl, max: 2 });
   const stderr = captureStderr();
   const timeline: string[] = [];

@@ -322,6 +322,12 @@ const commandTag = (message: Buffer) => message.subarray(5, message.length - 1).
 
 const isCommitText = (text: string) => /^\s*(COMMIT|END)\s*;?\s*$/i.test(text);
 
+/** A proxy in front of the PostgreSQL that `url` names (its host, and its port or 5432). */
+export function startPgProxyTo(url: string): Promise<PgProxy> {
+  const target = new URL(url);
+  return startPgProxy({ host: target.hostname, port: Number(target.port || 5432) });
+}
+
 export async function startPgProxy(target: { host: string; port: number }): Promise<PgProxy> {
   const settings: Settings = {
     latency: null,
