@@ -10,7 +10,7 @@ import postgres from 'postgres';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { fromPg } from 'idem/pg';
 import { fromPostgresJs } from 'idem/postgres';
-import { createIdem } from 'idem';
+import { createIdem, type Idem } from 'idem';
 import { createTestSchema, databaseUrl, type TestSchema } from '../support/database.js';
 import { createEffects, effectsOf } from '../support/faults/effects.js';
 import { startPgProxyTo, type PgProxy } from '../support/faults/pg-proxy.js';
@@ -78,24 +78,32 @@ describe('COMMIT on the wire', () => {
     },
   );
 
+  /** Runs `operation` once with its COMMIT's answer lost on the way back: its key, and the run to retry. */
+  async function loseCommitAnswer(idem: Idem, operation: string) {
+    proxy.resetStats();
+    const key = `${operation}-${randomUUID()}`;
+    const run = () =>
+      idem.run({ tenant: 'acme', operation, key, request: {} }, async (tx) => {
+        await tx.query(`INSERT INTO "${db.schema}".effects (key, amount) VALUES ($1, 1)`, [key]);
+        return { ok: true };
+      });
+    const cut = proxy.cutNextCommit('lose-answer');
+    await errorOf(run());
+    await cut;
+    return { key, run };
+  }
+
   it.each([true, false])(
     'pipeline %s: a lost COMMIT answer (in a shared chunk when pipelined): the client is cut, PostgreSQL committed',
     async (pipeline) => {
       const pool = new pg.Pool({ connectionString: proxied, max: 2, pipeline });
       pool.on('error', () => undefined);
       try {
-        const idem = createIdem({ sql: fromPg(pool), schema: db.schema });
-        proxy.resetStats();
-        const key = `lost-${randomUUID()}`;
-        const run = () =>
-          idem.run({ tenant: 'acme', operation: 'lost', key, request: {} }, async (tx) => {
-            await tx.query(`INSERT INTO "${db.schema}".effects (key, amount) VALUES ($1, 1)`, [key]);
-            return { ok: true };
-          });
-        const cut = proxy.cutNextCommit('lose-answer');
         // idem may resolve the unknown outcome itself (it reads the key) or hand a retryable error back.
-        await errorOf(run());
-        await cut;
+        const { key, run } = await loseCommitAnswer(
+          createIdem({ sql: fromPg(pool), schema: db.schema }),
+          'lost',
+        );
         expect(proxy.stats()).toMatchObject({ commitsLost: 1, commitsLostRolledBack: 0 });
         if (pipeline) expect(proxy.stats().commitsInSharedChunk).toBeGreaterThanOrEqual(1);
         else expect(proxy.stats().commitsInSharedChunk).toBe(0);
@@ -111,16 +119,7 @@ describe('COMMIT on the wire', () => {
     const sql = postgres(proxied, { max: 2, onnotice: () => undefined });
     try {
       const idem = createIdem({ sql: fromPostgresJs(sql), schema: db.schema });
-      proxy.resetStats();
-      const key = `pgjs-${randomUUID()}`;
-      const run = () =>
-        idem.run({ tenant: 'acme', operation: 'pgjs', key, request: {} }, async (tx) => {
-          await tx.query(`INSERT INTO "${db.schema}".effects (key, amount) VALUES ($1, 1)`, [key]);
-          return { ok: true };
-        });
-      const cut = proxy.cutNextCommit('lose-answer');
-      await errorOf(run());
-      await cut;
+      const { key, run } = await loseCommitAnswer(idem, 'pgjs');
       const stats = proxy.stats();
       // idem may have committed a second attempt (it reads the key after an unknown outcome).
       expect(stats.commitsExtended).toBeGreaterThanOrEqual(1);

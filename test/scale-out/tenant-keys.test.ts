@@ -4,7 +4,6 @@
  * the same id under two tenants is two things (inbox ids, outbox ids and ordering keys, webhook
  * delivery ids and entity versions, sender endpoints), and workers scoped to a tenant touch only it.
  */
-import { createServer } from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { fromPg } from 'idem/pg';
 import { createClaims } from 'idem/claims';
@@ -21,7 +20,8 @@ import {
   type WebhookEvent,
 } from 'idem/webhooks';
 import { countRows, createTestSchema, type TestSchema, schemaBefore } from '../support/database.js';
-import { listenNode, signStandard, standardSecret } from '../webhooks/support.js';
+import { signStandard, standardSecret } from '../webhooks/support.js';
+import { recordingEndpoint } from '../support/http/endpoint.js';
 
 /** A publisher that records what it was given and fails the events `fail` says. */
 function recorder(fail: (event: OutboxEvent) => boolean = () => false) {
@@ -284,13 +284,8 @@ describe('the same id under two tenants', () => {
   });
 
   it('sender: a tenant’s message goes to that tenant’s endpoints only', async () => {
-    const received: string[] = [];
-    const server = await listenNode(
-      createServer((req, res) => {
-        received.push(req.url ?? '');
-        res.writeHead(204).end();
-      }),
-    );
+    const server = await recordingEndpoint(204);
+    const { received } = server;
     try {
       const sender = createWebhookSender({
         sql: fromPg(db.pool),
