@@ -54,13 +54,21 @@ async function backendsOn(ports: number[]) {
 }
 
 describe('COMMIT on the wire', () => {
+  /** Runs `fn` with idem on a node-postgres pool through the proxy (pipeline mode or not), ended after. */
+  async function onNodePostgres(pipeline: boolean, fn: (idem: Idem) => Promise<void>): Promise<void> {
+    const pool = new pg.Pool({ connectionString: proxied, max: 2, pipeline });
+    pool.on('error', () => undefined);
+    try {
+      await fn(createIdem({ sql: fromPg(pool), schema: db.schema }));
+    } finally {
+      await pool.end();
+    }
+  }
+
   it.each([true, false])(
     'node-postgres (pipeline %s) sends COMMIT as a simple query; pipelined, in one chunk with idem’s record',
     async (pipeline) => {
-      const pool = new pg.Pool({ connectionString: proxied, max: 2, pipeline });
-      pool.on('error', () => undefined);
-      try {
-        const idem = createIdem({ sql: fromPg(pool), schema: db.schema });
+      await onNodePostgres(pipeline, async (idem) => {
         proxy.resetStats();
         const key = `wire-${randomUUID()}`;
         await idem.run({ tenant: 'acme', operation: 'wire', key, request: {} }, async (tx) => {
@@ -72,9 +80,7 @@ describe('COMMIT on the wire', () => {
         expect(stats.commitsSimple).toBe(1);
         expect(stats.commitsExtended).toBe(0);
         expect(stats.commitsInSharedChunk).toBe(pipeline ? 1 : 0);
-      } finally {
-        await pool.end();
-      }
+      });
     },
   );
 
@@ -96,22 +102,15 @@ describe('COMMIT on the wire', () => {
   it.each([true, false])(
     'pipeline %s: a lost COMMIT answer (in a shared chunk when pipelined): the client is cut, PostgreSQL committed',
     async (pipeline) => {
-      const pool = new pg.Pool({ connectionString: proxied, max: 2, pipeline });
-      pool.on('error', () => undefined);
-      try {
+      await onNodePostgres(pipeline, async (idem) => {
         // idem may resolve the unknown outcome itself (it reads the key) or hand a retryable error back.
-        const { key, run } = await loseCommitAnswer(
-          createIdem({ sql: fromPg(pool), schema: db.schema }),
-          'lost',
-        );
+        const { key, run } = await loseCommitAnswer(idem, 'lost');
         expect(proxy.stats()).toMatchObject({ commitsLost: 1, commitsLostRolledBack: 0 });
         if (pipeline) expect(proxy.stats().commitsInSharedChunk).toBeGreaterThanOrEqual(1);
         else expect(proxy.stats().commitsInSharedChunk).toBe(0);
         expect((await effectsOf(db.pool, db.schema, [key])).get(key)).toBe(1);
         expect(await run()).toMatchObject({ replayed: true });
-      } finally {
-        await pool.end();
-      }
+      });
     },
   );
 
