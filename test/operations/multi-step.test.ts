@@ -34,10 +34,9 @@ describe('multi-step operations', () => {
   let db: TestSchema;
   let provider: FakeProvider;
 
-  beforeAll(async () => {
-    db = await createEffectsSchema();
-    provider = await startFakeProvider();
-  });
+  beforeAll(
+    async () => void ([db, provider] = await Promise.all([createEffectsSchema(), startFakeProvider()])),
+  );
   afterAll(async () => {
     await provider.close();
     await db.close();

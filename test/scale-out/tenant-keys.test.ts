@@ -149,9 +149,14 @@ describe('the same id under two tenants', () => {
     expect(await acme.get({ consumer: 'billing', messageId: 'm-1' })).toMatchObject({ tenant: 'acme' });
   });
 
-  it('outbox: ids and ordering keys are per tenant; a dispatcher scoped to a tenant publishes only its events', async () => {
+  /** The suite's outbox, on its schema and clock, with the `sql` it writes through. */
+  const outboxOnDb = () => {
     const sql = fromPg(db.pool);
-    const outbox = createOutbox({ sql, schema: db.schema, clock });
+    return { sql, outbox: createOutbox({ sql, schema: db.schema, clock }) };
+  };
+
+  it('outbox: ids and ordering keys are per tenant; a dispatcher scoped to a tenant publishes only its events', async () => {
+    const { sql, outbox } = outboxOnDb();
     const id = '0190f5b4-7c1e-7000-8000-0000000000bb';
     await sql.transaction(async (tx) => {
       for (const tenant of ['acme', 'globex']) {
@@ -190,8 +195,7 @@ describe('the same id under two tenants', () => {
   });
 
   it('outbox: two tenants’ events with one id in one batch each get their own outcome', async () => {
-    const sql = fromPg(db.pool);
-    const outbox = createOutbox({ sql, schema: db.schema, clock });
+    const { sql, outbox } = outboxOnDb();
     const id = '0190f5b4-7c1e-7000-8000-0000000000cc';
     await sql.transaction(async (tx) => {
       for (const tenant of ['t-fails', 't-works']) {
@@ -331,8 +335,7 @@ describe('the same id under two tenants', () => {
       { column_name: 'type', data_type: 'text' },
     ]);
     // With CDC nothing marks rows published: cleanup deletes captured rows by age, per tenant.
-    const sql = fromPg(db.pool);
-    const outbox = createOutbox({ sql, schema: db.schema, clock });
+    const { sql, outbox } = outboxOnDb();
     await sql.transaction(async (tx) => {
       for (const tenant of ['cdc-a', 'cdc-b']) {
         await outbox.add(tx, { tenant, topic: 'cdc', key: 'k', type: 't', payload: {} });
