@@ -20,7 +20,7 @@ import { fromPrisma } from 'idem/prisma';
 import { fromTypeORMTransaction } from 'idem/typeorm';
 import { recordings } from '../support/recordings.js';
 import { prepareAdapter, type AdapterFactory, type AdapterUnderTest } from '../support/adapters.js';
-import { databaseUrl } from '../support/database.js';
+import { countRows, databaseUrl } from '../support/database.js';
 import { ormEntities } from '../support/orm-entities.js';
 import { knexFactory, mikroOrmFactory, prismaFactory, typeormFactory } from '../support/orm-adapters.js';
 
@@ -94,15 +94,8 @@ describe.each(orms)('$factory.name', (o) => {
     (
       await adapter.sql.query<{ balance: number }>(`SELECT balance FROM "${schema}".accounts ORDER BY id`)
     ).rows.map((r) => r.balance);
-  const effects = async (intent: string) =>
-    Number(
-      (
-        await adapter.sql.query<{ n: number }>(
-          `SELECT count(*)::int AS n FROM "${schema}".effects WHERE intent = $1`,
-          [intent],
-        )
-      ).rows[0]!.n,
-    );
+  const effects = (intent: string) =>
+    countRows(adapter.sql, `SELECT count(*)::int AS n FROM "${schema}".effects WHERE intent = $1`, [intent]);
 
   beforeAll(async () => {
     adapter = await prepareAdapter(o.factory, schema);
@@ -437,15 +430,8 @@ describe('MikroORM through idem/knex', () => {
   const schema = `idem_mikro_${randomBytes(3).toString('hex')}`;
   let adapter: Awaited<ReturnType<typeof mikroOrmFactory.create>>;
   let idem: Idem;
-  const count = async (intent: string) =>
-    Number(
-      (
-        await adapter.sql.query<{ n: number }>(
-          `SELECT count(*)::int AS n FROM "${schema}".effects WHERE intent = $1`,
-          [intent],
-        )
-      ).rows[0]!.n,
-    );
+  const count = (intent: string) =>
+    countRows(adapter.sql, `SELECT count(*)::int AS n FROM "${schema}".effects WHERE intent = $1`, [intent]);
 
   beforeAll(async () => {
     adapter = (await prepareAdapter(mikroOrmFactory, schema)) as typeof adapter;

@@ -24,7 +24,7 @@ import {
   type Sql,
 } from 'idem';
 import { canCommitWith } from '../../src/core/sql.js';
-import { databaseUrl } from '../support/database.js';
+import { countRows, databaseUrl } from '../support/database.js';
 
 const day = 86_400_000;
 
@@ -94,15 +94,18 @@ describe.each(drivers)('$name: the record goes out with COMMIT', (driver) => {
   const insertEffect = async (tx: Queryable, intent: string) => {
     await tx.query(`INSERT INTO "${schema}".effects (intent) VALUES ($1)`, [intent]);
   };
-  const effects = async (intent: string) =>
-    Number(
-      (
-        await db.sql.query<{ n: number }>(
-          `SELECT count(*)::int AS n FROM "${schema}".effects WHERE intent = $1`,
-          [intent],
-        )
-      ).rows[0]!.n,
-    );
+  const effects = (intent: string) =>
+    countRows(db.sql, `SELECT count(*)::int AS n FROM "${schema}".effects WHERE intent = $1`, [intent]);
+  /** A handler that writes the effect of `key` and answers `answer(runs so far)`; `runs()` counts its runs. */
+  const paying = <T>(key: string, answer: (runs: number) => T) => {
+    let runs = 0;
+    const handler = async (tx: Queryable) => {
+      runs++;
+      await insertEffect(tx, key);
+      return answer(runs);
+    };
+    return { handler, runs: () => runs };
+  };
   const keyOf = () => `k-${randomBytes(6).toString('hex')}`;
 
   it('offers the record-with-COMMIT capability inside its transactions', async () => {
@@ -155,33 +158,23 @@ describe.each(drivers)('$name: the record goes out with COMMIT', (driver) => {
   it('without the read in front, a retry of a recorded key rolls its run back and replays', async () => {
     const key = keyOf();
     const spec = { tenant: 'acme', operation: 'pay', key, request: { n: 1 }, readFirst: false };
-    let runs = 0;
-    const handler = async (tx: Queryable) => {
-      runs++;
-      await insertEffect(tx, key);
-      return { paid: true };
-    };
-    expect((await idem.run(spec, handler)).replayed).toBe(false);
-    const retry = await idem.run(spec, handler);
+    const pay = paying(key, () => ({ paid: true }));
+    expect((await idem.run(spec, pay.handler)).replayed).toBe(false);
+    const retry = await idem.run(spec, pay.handler);
     expect(retry).toMatchObject({ replayed: true, value: { paid: true } });
-    expect(runs).toBe(2); // the retry ran, and its writes rolled back with the failed record
+    expect(pay.runs()).toBe(2); // the retry ran, and its writes rolled back with the failed record
     expect(await effects(key)).toBe(1);
   });
 
   it('takes over a key past its tombstone without the read in front (one extra run, rolled back)', async () => {
     const key = keyOf();
     const spec = { tenant: 'acme', operation: 'pay', key, request: { n: 1 }, readFirst: false };
-    let runs = 0;
-    const handler = async (tx: Queryable) => {
-      runs++;
-      await insertEffect(tx, key);
-      return runs;
-    };
-    await idem.run(spec, handler);
+    const pay = paying(key, (runs) => runs);
+    await idem.run(spec, pay.handler);
     clock.advance(3 * day);
-    const fresh = await idem.run(spec, handler);
+    const fresh = await idem.run(spec, pay.handler);
     expect(fresh.replayed).toBe(false);
-    expect(runs).toBe(3);
+    expect(pay.runs()).toBe(3);
     expect(fresh.value).toBe(3);
     expect(await effects(key)).toBe(2);
     expect((await idem.get({ tenant: 'acme', operation: 'pay', key }))?.state).toBe('completed');

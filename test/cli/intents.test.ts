@@ -8,16 +8,18 @@ import { run } from '../../src/cli/commands/intents.js';
 import { createManualClock } from 'idem/testing';
 import { createCompleter, createIdem, isStepFailed } from 'idem';
 import { printedBy } from '../support/console-output.js';
-import { createTestSchema, databaseUrl, type TestSchema } from '../support/database.js';
+import { cliTestSchema, type TestSchema } from '../support/database.js';
 
 let db: TestSchema;
-beforeAll(async () => {
-  process.env.DATABASE_URL = databaseUrl();
-  db = await createTestSchema();
-});
+beforeAll(async () => (db = await cliTestSchema()));
 afterAll(() => db?.close());
 
 const capture = (argv: string[]) => printedBy(() => run(argv));
+/** Acme's transfer, as give-up's arguments name it. */
+const transfer = ['--tenant', 'acme', '--operation', 'transfer'];
+/** `idem intents give-up` for acme's transfer `key`, with `extra` arguments (`--fail`). */
+const giveUp = (key: string, ...extra: string[]) =>
+  capture(['give-up', '--schema', db.schema, ...transfer, '--key', key, ...extra]);
 
 describe('idem intents', () => {
   it('lists an intent the completer keeps retrying, and give-up --fail ends it failed', async () => {
@@ -43,44 +45,12 @@ describe('idem intents', () => {
     expect(listed.out).toContain('bank unreachable');
     expect(listed.out).toContain('1 pending intent(s)');
 
-    const refused = await capture([
-      'give-up',
-      '--schema',
-      db.schema,
-      '--tenant',
-      'acme',
-      '--operation',
-      'transfer',
-      '--key',
-      'tr-1',
-    ]);
+    const refused = await giveUp('tr-1');
     expect(refused.code).toBe(2);
-    const missing = await capture([
-      'give-up',
-      '--schema',
-      db.schema,
-      '--tenant',
-      'acme',
-      '--operation',
-      'transfer',
-      '--key',
-      'nope',
-      '--fail',
-    ]);
+    const missing = await giveUp('nope', '--fail');
     expect(missing.code).toBe(1);
 
-    const decided = await capture([
-      'give-up',
-      '--schema',
-      db.schema,
-      '--tenant',
-      'acme',
-      '--operation',
-      'transfer',
-      '--key',
-      'tr-1',
-      '--fail',
-    ]);
+    const decided = await giveUp('tr-1', '--fail');
     expect(decided.code).toBe(0);
     // Due at once, despite the minute of backoff.
     expect((await completer.runOnce()).map((c) => c.kind)).toEqual(['failed']);

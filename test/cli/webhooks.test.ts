@@ -16,15 +16,12 @@ import {
   createWebhookReceiver,
   recordHeaders,
 } from 'idem/webhooks';
-import { createTestSchema, databaseUrl, type TestSchema } from '../support/database.js';
+import { cliTestSchema, databaseUrl, type TestSchema } from '../support/database.js';
 import { signStandard, standardSecret } from '../webhooks/support.js';
 import { printedBy } from '../support/console-output.js';
 
 let db: TestSchema;
-beforeAll(async () => {
-  process.env.DATABASE_URL = databaseUrl();
-  db = await createTestSchema();
-});
+beforeAll(async () => (db = await cliTestSchema()));
 afterAll(() => db?.close());
 
 const capture = (argv: string[]) => printedBy(() => run(argv));

@@ -1,4 +1,3 @@
-import { createServer } from 'node:net';
 import pg from 'pg';
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
 import {
@@ -18,6 +17,7 @@ import {
 import { ConsecutiveBreaker } from 'cockatiel';
 import { type Clock, createEvents } from 'idem';
 import { databaseUrl } from '../support/database.js';
+import { freePort } from '../support/ports.js';
 import { startProvider, type Provider } from '../support/client/provider.js';
 
 /** A clock whose sleeps return at once but are recorded, and move its time. */
@@ -393,11 +393,3 @@ describe('resilient client', () => {
     });
   });
 });
-
-async function freePort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const port = (server.address() as { port: number }).port;
-  await new Promise<void>((resolve) => server.close(() => resolve()));
-  return port;
-}

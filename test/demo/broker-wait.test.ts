@@ -14,6 +14,20 @@ import { serviceUrl } from '../support/services.js';
 const refused = () =>
   Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:5672'), { code: 'ECONNREFUSED' });
 
+/** Waits for broker `name` whose every connect throws `error`, silently: what it threw, and how often it tried. */
+async function failingWith(name: string, error: Error, options: { waitMs?: number } = {}) {
+  let calls = 0;
+  const thrown = await untilBrokerAnswers(
+    name,
+    async () => {
+      calls++;
+      throw error;
+    },
+    { ...options, log: () => undefined, sleep: async () => undefined },
+  ).catch((e: unknown) => e);
+  return { error: thrown, calls };
+}
+
 describe('waiting for a broker at start', () => {
   it('retries while the broker refuses connections, then goes on', async () => {
     const lines: string[] = [];
@@ -35,29 +49,16 @@ describe('waiting for a broker at start', () => {
   });
 
   it('gives up with the last error once the wait is spent', async () => {
-    let calls = 0;
-    const error = await untilBrokerAnswers(
-      'NATS',
-      async () => {
-        calls++;
-        throw refused();
-      },
-      { waitMs: 0, log: () => undefined, sleep: async () => undefined },
-    ).catch((e: unknown) => e);
+    const { error, calls } = await failingWith('NATS', refused(), { waitMs: 0 });
     expect((error as { code?: string }).code).toBe('ECONNREFUSED');
     expect(calls).toBe(1);
   });
 
   it('does not wait on a refusal that waiting cannot change (bad credentials)', async () => {
-    let calls = 0;
-    const error = await untilBrokerAnswers(
-      'RabbitMQ',
-      async () => {
-        calls++;
-        throw new Error('Handshake terminated by server: 403 (ACCESS-REFUSED) with message "ACCESS_REFUSED"');
-      },
-      { log: () => undefined, sleep: async () => undefined },
-    ).catch((e: unknown) => e);
+    const denied = new Error(
+      'Handshake terminated by server: 403 (ACCESS-REFUSED) with message "ACCESS_REFUSED"',
+    );
+    const { error, calls } = await failingWith('RabbitMQ', denied);
     expect((error as Error).message).toMatch(/ACCESS-REFUSED/);
     expect(calls).toBe(1);
   });

@@ -11,6 +11,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { randomSchema, type DemoHandle } from '../../demo/server.js';
 import { databaseUrl } from '../support/database.js';
 import { dropDemoSchemas, startTestDemo } from '../support/demo.js';
+import { repeatEvery } from '../support/poll.js';
 
 describe('payments demo with a provider that answers after 3 s, on a pool of 10', () => {
   let demo: DemoHandle;
@@ -42,29 +43,6 @@ describe('payments demo with a provider that answers after 3 s, on a pool of 10'
       body: JSON.stringify({ amount: 700, currency: 'eur', customer }),
     });
 
-  /** Runs `probe` every `everyMs` until stopped; returns the longest it took and how often it ran. */
-  function repeat(everyMs: number, probe: () => Promise<void>) {
-    let longest = 0;
-    let count = 0;
-    let running = true;
-    const loop = (async () => {
-      while (running) {
-        const started = performance.now();
-        await probe();
-        longest = Math.max(longest, performance.now() - started);
-        count++;
-        await new Promise((resolve) => setTimeout(resolve, everyMs));
-      }
-    })();
-    return {
-      async stop() {
-        running = false;
-        await loop;
-        return { longestMs: longest, count };
-      },
-    };
-  }
-
   it('200 concurrent payments all succeed, each charged once; the pool of 10 is never held across a charge, and reads answer while the charges are out', async () => {
     // Warm the process (code paths, prepared statements, connections) as a running service is.
     const warmUp = await Promise.all(
@@ -86,14 +64,14 @@ describe('payments demo with a provider that answers after 3 s, on a pool of 10'
     const callsBefore = demo.provider!.callCount();
     const callsOut = () => demo.provider!.callCount() - callsBefore - answered;
     const watchProvider = setInterval(() => (mostCallsOut = Math.max(mostCallsOut, callsOut())), 5);
-    const reader = repeat(25, async () => {
+    const reader = repeatEvery(25, async () => {
       const outBefore = callsOut();
       const response = await fetch(`${demo.url}/v1/payments`, { headers: auth });
       await response.arrayBuffer();
       // A read that began and ended with more calls out than the pool has connections.
       if (outBefore > 10 && callsOut() > 10) readsWhileOut.push(response.status);
     });
-    const sessions = repeat(25, async () => {
+    const sessions = repeatEvery(25, async () => {
       const { rows } = await observer.query<{ n: number }>(
         // A payment's transaction writes its idempotency record (`requests`) first. Its local
         // steps are short transactions of a few statements, so a sample can catch one between

@@ -12,11 +12,11 @@
  */
 import { spawn } from 'node:child_process';
 import { existsSync, readFileSync, rmSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { randomSchema, type DemoHandle } from '../../demo/server.js';
 import { databaseUrl } from '../support/database.js';
+import { freePort } from '../support/ports.js';
 import { dropDemoSchemas, startTestDemo } from '../support/demo.js';
 import { codeBlocks, documentationFiles, read, type CodeBlock } from '../support/docs/markdown.js';
 import { typecheckBlocks } from '../support/docs/typecheck-blocks.js';
@@ -134,16 +134,5 @@ function bash(script: string, env: NodeJS.ProcessEnv): Promise<{ code: number | 
       }
     });
     child.on('close', (code) => resolve({ code, output }));
-  });
-}
-
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const probe = createServer();
-    probe.once('error', reject);
-    probe.listen(0, '127.0.0.1', () => {
-      const address = probe.address();
-      probe.close(() => resolve(typeof address === 'object' && address ? address.port : 0));
-    });
   });
 }

@@ -7,28 +7,18 @@
  *   does not have.
  * The names are read from src through the compiler (tsconfig's paths map each subpath to its file).
  */
-import { fileURLToPath } from 'node:url';
 import ts from 'typescript';
 import { describe, expect, it } from 'vitest';
 import { read } from '../support/docs/markdown.js';
+import { projectConfig, rootDir } from '../support/docs/typecheck-blocks.js';
 
-const rootDir = fileURLToPath(new URL('../../', import.meta.url));
 const manifest = JSON.parse(read('package.json')) as { exports: Record<string, unknown> };
 const subpaths = Object.keys(manifest.exports).map((path) =>
   path === '.' ? 'idem' : `idem/${path.slice(2)}`,
 );
 const pageOf = (subpath: string) => `docs/reference/${subpath === 'idem' ? 'idem' : subpath.slice(5)}.md`;
 
-const config = ts.getParsedCommandLineOfConfigFile(
-  `${rootDir}tsconfig.json`,
-  {},
-  {
-    ...ts.sys,
-    onUnRecoverableConfigFileDiagnostic: (d) => {
-      throw new Error(ts.flattenDiagnosticMessageText(d.messageText, '\n'));
-    },
-  },
-)!;
+const config = projectConfig();
 const paths = config.options.paths!;
 const entryOf = (subpath: string) => `${rootDir}${paths[subpath]![0]!.replace(/^\.\//, '')}`;
 const program = ts.createProgram(subpaths.map(entryOf), { ...config.options, noEmit: true });

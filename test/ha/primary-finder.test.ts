@@ -16,6 +16,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { fromPg, NoPrimaryError, primaryClient, splitMultiHostUrl } from 'idem/pg';
 import { createEvents, createIdem, isRetryable, migrate, sqlStateOf } from 'idem';
 import { databaseUrl } from '../support/database.js';
+import { freePort } from '../support/ports.js';
 
 const target = new URL(databaseUrl());
 const targetHost = target.hostname;
@@ -356,17 +357,6 @@ async function startDeadHost() {
   });
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   return { server, port: (server.address() as { port: number }).port, sockets };
-}
-
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const probe = createServer();
-    probe.once('error', reject);
-    probe.listen(0, '127.0.0.1', () => {
-      const address = probe.address();
-      probe.close(() => resolve(typeof address === 'object' && address ? address.port : 0));
-    });
-  });
 }
 
 async function until(ok: () => boolean, timeoutMs = 3000) {

@@ -9,7 +9,7 @@ import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { post, rawRequest } from '../support/hostile/raw-http.js';
 import { expectNoLeak, expectProblem } from '../support/hostile/expect-answer.js';
-import { startSurfaces, type Surfaces } from '../support/hostile/servers.js';
+import { startSurfaces, surfacesOf, type Surfaces } from '../support/hostile/servers.js';
 
 let s: Surfaces;
 beforeAll(async () => {
@@ -55,10 +55,7 @@ const hostileBody: fc.Arbitrary<string> = fc.oneof(
   fc.json({ maxDepth: 4 }), // valid JSON of any shape
 );
 
-const surfaces = [
-  { name: 'node:http', port: () => s.nodePort },
-  { name: 'fastify', port: () => s.fastifyPort },
-];
+const surfaces = surfacesOf(() => s);
 
 describe.each(surfaces)('$name', ({ port }) => {
   it('a hostile body: a 4xx problem with nothing stored, or one row holding what was parsed', async () => {

@@ -9,7 +9,7 @@
 import { createHmac, randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { demoWebhookSecret } from '../../demo/config.js';
-import { rawRequest, type RawResponse } from '../support/hostile/raw-http.js';
+import { headerLine, postHead, rawRequest, type RawResponse } from '../support/hostile/raw-http.js';
 import { expectNoLeak, expectProblem } from '../support/hostile/expect-answer.js';
 import { startHostileDemo, type HostileDemo } from '../support/hostile/demo.js';
 
@@ -54,16 +54,8 @@ function deliver(d: Delivery = {}): Promise<RawResponse> {
     d.signature === undefined
       ? sign(typeof first === 'string' ? first : (first?.toString('latin1') ?? ''), timestamp, body)
       : d.signature;
-  const head: (string | Buffer)[] = [
-    'POST /webhooks/provider HTTP/1.1',
-    'Host: 127.0.0.1',
-    'Connection: close',
-    'Content-Type: application/json',
-    `Content-Length: ${body.length}`,
-  ];
-  for (const id of ids) {
-    head.push(Buffer.concat([Buffer.from('webhook-id: '), typeof id === 'string' ? Buffer.from(id) : id]));
-  }
+  const head = postHead('/webhooks/provider', body);
+  for (const id of ids) head.push(headerLine('webhook-id', typeof id === 'string' ? Buffer.from(id) : id));
   head.push(`webhook-timestamp: ${timestamp}`);
   if (signature !== null) head.push(`webhook-signature: ${signature}`);
   head.push(...(d.lines ?? []));

@@ -10,7 +10,7 @@ import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { post } from '../support/hostile/raw-http.js';
 import { expectNoLeak, expectProblem, parserAccepts } from '../support/hostile/expect-answer.js';
-import { startSurfaces, type Surfaces } from '../support/hostile/servers.js';
+import { startSurfaces, surfacesOf, type Surfaces } from '../support/hostile/servers.js';
 
 let s: Surfaces;
 beforeAll(async () => {
@@ -50,10 +50,7 @@ const hostileKey: fc.Arbitrary<Buffer> = fc.oneof(
     .map(([k, c]) => bytes(`${k}${c}${k}`)),
 );
 
-const surfaces = [
-  { name: 'node:http', port: () => s.nodePort },
-  { name: 'fastify', port: () => s.fastifyPort },
-];
+const surfaces = surfacesOf(() => s);
 
 describe.each(surfaces)('$name', ({ port }) => {
   it('one hostile key field: refused with a 4xx problem and nothing stored, or run once under a valid key', async () => {

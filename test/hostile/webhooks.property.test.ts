@@ -9,7 +9,7 @@ import { createHmac, randomUUID } from 'node:crypto';
 import fc from 'fast-check';
 import { Webhook } from 'standardwebhooks';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { rawRequest, type RawResponse } from '../support/hostile/raw-http.js';
+import { headerLine, postHead, rawRequest, type RawResponse } from '../support/hostile/raw-http.js';
 import { expectNoLeak, expectProblem, parserAccepts } from '../support/hostile/expect-answer.js';
 import { startSurfaces, webhookSecret, type Surfaces } from '../support/hostile/servers.js';
 
@@ -34,18 +34,8 @@ interface Delivery {
 
 function deliver(d: Delivery): Promise<RawResponse> {
   const body = typeof d.body === 'string' ? Buffer.from(d.body) : (d.body ?? Buffer.from('{"type":"ping"}'));
-  const head: (string | Buffer)[] = [
-    'POST /webhooks HTTP/1.1',
-    'Host: 127.0.0.1',
-    'Connection: close',
-    'Content-Type: application/json',
-    `Content-Length: ${body.length}`,
-  ];
-  for (const id of d.ids ?? (d.id === undefined ? [] : [d.id])) {
-    head.push(
-      Buffer.concat([Buffer.from('webhook-id: '), typeof id === 'string' ? Buffer.from(id, 'latin1') : id]),
-    );
-  }
+  const head = postHead('/webhooks', body);
+  for (const id of d.ids ?? (d.id === undefined ? [] : [d.id])) head.push(headerLine('webhook-id', id));
   if (d.timestamp !== undefined) head.push(`webhook-timestamp: ${d.timestamp}`);
   if (d.signature !== undefined) head.push(`webhook-signature: ${d.signature}`);
   return rawRequest(s.webhookPort, head, body);

@@ -5,57 +5,31 @@
  */
 import { AckPolicy, jetstreamManager, type JetStreamManager } from '@nats-io/jetstream';
 import { connect, type NatsConnection } from '@nats-io/transport-node';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { fromPg } from 'idem/pg';
-import { createEvents, type IdemEventMap, type Sql } from 'idem';
-import { consumerCounts, quietEvents } from '../support/events.js';
-import { createInbox, createJetStreamConsumer, type Inbox, type JetStreamConsumerOptions } from 'idem/inbox';
-import {
-  createNatsPublisher,
-  createOutbox,
-  createOutboxDispatcher,
-  type Outbox,
-  type OutboxEvent,
-} from 'idem/outbox';
-import { createTestSchema, databaseUrl, type TestSchema } from '../support/database.js';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { IdemEventMap } from 'idem';
+import { quietEvents } from '../support/events.js';
+import { createJetStreamConsumer, type JetStreamConsumerOptions } from 'idem/inbox';
+import { createNatsPublisher, createOutboxDispatcher } from 'idem/outbox';
 import { serviceUrl } from '../support/services.js';
-import { spawnChild, TcpProxy, uniqueName, waitFor } from '../support/brokers.js';
+import { addedEvent, brokerBed, uniqueName, waitFor } from '../support/brokers.js';
 
 const natsUrl = serviceUrl('NATS_URL');
 
 describe.skipIf(!natsUrl)('NATS JetStream', () => {
-  let db: TestSchema;
-  let sql: Sql;
-  let outbox: Outbox;
-  let inbox: Inbox;
+  const bed = brokerBed('message_id text NOT NULL');
+  const { events, closers, addEvents, effectsPerMessage, recordEffect } = bed;
   let nc: NatsConnection;
   let jsm: JetStreamManager;
   const streams = new Set<string>();
-  const closers: (() => Promise<unknown>)[] = [];
-  /** The inbox's channel, which its consumers report on too. */
-  const events = createEvents();
-  events.on('error', () => undefined);
-
-  const countsOf = (name: string) => consumerCounts(events, name, closers);
 
   beforeAll(async () => {
-    db = await createTestSchema({ poolSize: 8 });
-    sql = fromPg(db.pool);
-    outbox = createOutbox({ sql, schema: db.schema });
-    inbox = createInbox({ sql, schema: db.schema, events });
-    await sql.query(`CREATE TABLE "${db.schema}".effects (message_id text NOT NULL)`);
     nc = await connect({ servers: natsUrl! });
     jsm = await jetstreamManager(nc);
-  });
-
-  afterEach(async () => {
-    for (const close of closers.splice(0).reverse()) await close().catch(() => undefined);
   });
 
   afterAll(async () => {
     for (const stream of streams) await jsm.streams.delete(stream).catch(() => undefined);
     await nc.close();
-    await db.close();
   });
 
   /** A stream capturing `<name>.>`; events of topic `<name>.events` land in it. */
@@ -66,55 +40,22 @@ describe.skipIf(!natsUrl)('NATS JetStream', () => {
     return { stream, topic: `${stream}.events` };
   }
 
-  async function addEvents(topic: string, count: number, keys = ['k']): Promise<string[]> {
-    const ids: string[] = [];
-    await sql.transaction(async (tx) => {
-      for (let i = 0; i < count; i++) {
-        const key = keys[i % keys.length]!;
-        ids.push(await outbox.add(tx, { topic, key, type: 'test.event', payload: { i, key } }));
-      }
-    });
-    return ids;
-  }
+  const dispatch = (topic: string) => bed.drain(createNatsPublisher({ connection: nc }), topic);
 
-  async function dispatch(topic: string): Promise<number> {
-    const publisher = createNatsPublisher({ connection: nc });
-    const result = await createOutboxDispatcher({
-      sql,
-      publisher,
-      schema: db.schema,
-      topics: [topic],
-    }).drain();
-    return result.published;
-  }
-
-  const effectsPerMessage = async (ids: string[]): Promise<number[]> => {
-    const { rows } = await sql.query<{ message_id: string; n: number }>(
-      `SELECT message_id, count(*)::int AS n FROM "${db.schema}".effects WHERE message_id = ANY($1) GROUP BY message_id`,
-      [ids],
+  const consumer = (stream: string, name: string, extra: Partial<JetStreamConsumerOptions> = {}) =>
+    bed.started(
+      name,
+      createJetStreamConsumer({
+        inbox: bed.inbox,
+        consumer: name,
+        connection: nc,
+        stream,
+        durable: name,
+        retryDelaysMs: [100],
+        handler: (tx, message) => recordEffect(tx, message.id),
+        ...extra,
+      }),
     );
-    const byId = new Map(rows.map((r) => [r.message_id, Number(r.n)]));
-    return ids.map((id) => byId.get(id) ?? 0);
-  };
-
-  async function consumer(stream: string, name: string, extra: Partial<JetStreamConsumerOptions> = {}) {
-    const counts = countsOf(name);
-    const c = createJetStreamConsumer({
-      inbox,
-      consumer: name,
-      connection: nc,
-      stream,
-      durable: name,
-      retryDelaysMs: [100],
-      handler: async (tx, message) => {
-        await tx.query(`INSERT INTO "${db.schema}".effects (message_id) VALUES ($1)`, [message.id]);
-      },
-      ...extra,
-    });
-    await c.start();
-    closers.push(() => c.stop());
-    return Object.assign(c, { counts });
-  }
 
   it('publishes, waits for the PubAck, and sets Nats-Msg-Id so a republish is dropped by the stream', async () => {
     const { stream, topic } = await newStream('publish');
@@ -128,17 +69,9 @@ describe.skipIf(!natsUrl)('NATS JetStream', () => {
     // The same event again (a dispatcher that crashed before marking): inside the duplicate
     // window JetStream answers "duplicate", which is a success, and stores nothing new.
     const publisher = createNatsPublisher({ connection: nc });
-    const event: OutboxEvent = {
-      id: id!,
-      topic,
-      key: 'k',
-      type: 'test.event',
-      payload: { i: 0, key: 'k' },
-      headers: {},
-      createdAt: Date.now(),
-      attempts: 0,
-    };
-    expect(await publisher.publish([event], new AbortController().signal)).toEqual([{ id, ok: true }]);
+    expect(await publisher.publish([addedEvent(id!, topic)], new AbortController().signal)).toEqual([
+      { id, ok: true },
+    ]);
     expect((await jsm.streams.info(stream)).state.messages).toBe(1);
   });
 
@@ -149,24 +82,24 @@ describe.skipIf(!natsUrl)('NATS JetStream', () => {
     await addEvents(topic, 1);
     const publisher = createNatsPublisher({ connection: nc, timeoutMs: 1000 });
     const dispatcher = createOutboxDispatcher({
-      sql,
+      sql: bed.sql,
       publisher,
-      schema: db.schema,
+      schema: bed.db.schema,
       topics: [lostTopic, topic],
       maxAttempts: 1,
       events: quietEvents(),
     });
     const result = await dispatcher.drain();
     expect(result).toMatchObject({ published: 1, dead: 1 });
-    expect((await outbox.get({ id: lost! }))?.deadAt).not.toBeNull();
+    expect((await bed.outbox.get({ id: lost! }))?.deadAt).not.toBeNull();
   });
 
   it('an event of a named tenant reaches the consumer’s inbox under that tenant', async () => {
     const { stream, topic } = await newStream('tenants');
     const ids: Record<string, string> = {};
-    await sql.transaction(async (tx) => {
+    await bed.sql.transaction(async (tx) => {
       for (const tenant of ['acme', 'globex']) {
-        ids[tenant] = await outbox.add(tx, {
+        ids[tenant] = await bed.outbox.add(tx, {
           tenant,
           topic,
           key: 'k',
@@ -174,14 +107,14 @@ describe.skipIf(!natsUrl)('NATS JetStream', () => {
           payload: { tenant },
         });
       }
-      ids[''] = await outbox.add(tx, { topic, key: 'k', type: 'test.event', payload: {} });
+      ids[''] = await bed.outbox.add(tx, { topic, key: 'k', type: 'test.event', payload: {} });
     });
     expect(await dispatch(topic)).toBe(3);
     const seen: string[] = [];
     await consumer(stream, 'tenant-ledger', {
       handler: async (tx, message, context) => {
         seen.push(String(context.tenant));
-        await tx.query(`INSERT INTO "${db.schema}".effects (message_id) VALUES ($1)`, [message.id]);
+        await recordEffect(tx, message.id);
       },
     });
     await waitFor(
@@ -190,7 +123,7 @@ describe.skipIf(!natsUrl)('NATS JetStream', () => {
     );
     expect(seen.sort()).toEqual(['', 'acme', 'globex']);
     for (const [tenant, id] of Object.entries(ids)) {
-      expect(await inbox.get({ tenant, consumer: 'tenant-ledger', messageId: id })).toMatchObject({
+      expect(await bed.inbox.get({ tenant, consumer: 'tenant-ledger', messageId: id })).toMatchObject({
         tenant,
       });
     }
@@ -220,11 +153,7 @@ describe.skipIf(!natsUrl)('NATS JetStream', () => {
     const c = await consumer(stream, 'poison', {
       maxAttempts: 3,
       retryDelaysMs: [500],
-      handler: async (tx, message) => {
-        seen.push({ id: message.id, attempt: message.attempt, at: Date.now() });
-        if (message.json<{ key: string }>().key === 'poison') throw new Error('cannot apply poison');
-        await tx.query(`INSERT INTO "${db.schema}".effects (message_id) VALUES ($1)`, [message.id]);
-      },
+      handler: bed.poisonHandler(seen),
     });
     await waitFor(() => c.counts.dead === 1, 'the poison message to be termed');
     const attempts = seen.filter((s) => s.id === poisonId);
@@ -242,7 +171,7 @@ describe.skipIf(!natsUrl)('NATS JetStream', () => {
         origin: `${stream}/${topic}`,
       },
     ]);
-    const record = await inbox.get({ consumer: 'poison', messageId: poisonId! });
+    const record = await bed.inbox.get({ consumer: 'poison', messageId: poisonId! });
     expect(record).toMatchObject({ state: 'dead', attempts: 3, lastError: 'Error: cannot apply poison' });
     expect(JSON.parse(Buffer.from(record!.payload!).toString())).toEqual({ i: 0, key: 'poison' });
     expect(record!.headers).toMatchObject({ 'Nats-Msg-Id': poisonId });
@@ -264,9 +193,7 @@ describe.skipIf(!natsUrl)('NATS JetStream', () => {
     });
     const [id] = await addEvents(topic, 1);
     await dispatch(topic);
-    const child = spawnChild('jetstream-consumer.ts', {
-      DATABASE_URL: databaseUrl(),
-      SCHEMA: db.schema,
+    const child = bed.spawn('jetstream-consumer.ts', {
       NATS_URL: natsUrl!,
       STREAM: stream,
       DURABLE: durable,
@@ -290,10 +217,7 @@ describe.skipIf(!natsUrl)('NATS JetStream', () => {
 
   it('NATS unreachable, then back: nothing is lost, nothing is parked', async () => {
     const { stream, topic } = await newStream('outage');
-    const target = new URL(natsUrl!);
-    const proxy = new TcpProxy(target.hostname, Number(target.port || 4222));
-    await proxy.start();
-    closers.push(() => proxy.close());
+    const proxy = await bed.proxyTo(natsUrl!, 4222);
     const viaProxy = await connect({
       servers: `nats://127.0.0.1:${proxy.port}`,
       maxReconnectAttempts: -1,
@@ -304,30 +228,17 @@ describe.skipIf(!natsUrl)('NATS JetStream', () => {
     const reported = quietEvents();
     let outages = 0;
     reported.on('outbox:outage', () => outages++);
-    const dispatcher = createOutboxDispatcher({
-      sql,
-      publisher: createNatsPublisher({ connection: viaProxy, timeoutMs: 300 }),
-      schema: db.schema,
-      topics: [topic],
-      maxAttempts: 1,
-      pollIntervalMs: 20,
-      outageBackoff: { baseMs: 20, maxMs: 100 },
-      events: reported,
-    });
-    await dispatcher.start();
-    closers.push(() => dispatcher.stop());
+    const publisher = createNatsPublisher({ connection: viaProxy, timeoutMs: 300 });
+    await bed.startOutageDispatcher(publisher, topic, reported);
 
     const before = await addEvents(topic, 5, ['a', 'b']);
-    await waitFor(async () => (await outbox.stats({ topic })).pending === 0, 'first events published');
+    await waitFor(async () => (await bed.pending(topic)) === 0, 'first events published');
     await proxy.cut();
     const during = await addEvents(topic, 5, ['a', 'c']);
     await waitFor(() => outages >= 2, 'the dispatcher to see the outage');
     await proxy.restore();
-    await waitFor(
-      async () => (await outbox.stats({ topic })).pending === 0,
-      'everything published after the outage',
-    );
-    expect((await outbox.stats({ topic })).dead).toBe(0);
+    await waitFor(async () => (await bed.pending(topic)) === 0, 'everything published after the outage');
+    expect((await bed.outbox.stats({ topic })).dead).toBe(0);
 
     const c = await consumer(stream, 'outage');
     const all = [...before, ...during];

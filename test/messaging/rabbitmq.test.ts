@@ -3,60 +3,39 @@
  * retries, dead letters, crashes of real processes (SIGKILL), and a broker outage.
  */
 import amqp, { type Channel, type ChannelModel } from 'amqplib';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { fromPg } from 'idem/pg';
-import { createEvents, type IdemErrorEvent, type IdemEventMap, type IdemEvents, type Sql } from 'idem';
-import { consumerCounts, quietEvents } from '../support/events.js';
-import { createInbox, createRabbitMqConsumer, type Inbox, type RabbitMqConsumer } from 'idem/inbox';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createEvents, type IdemErrorEvent, type IdemEventMap, type IdemEvents } from 'idem';
+import { quietEvents } from '../support/events.js';
+import { createRabbitMqConsumer } from 'idem/inbox';
 import {
-  createOutbox,
   createOutboxDispatcher,
   createRabbitMqPublisher,
-  type Outbox,
   type OutboxEvent,
   type Publisher,
   type RabbitMqPublisher,
 } from 'idem/outbox';
 import { orderViolations } from '../outbox/support.js';
-import { createTestSchema, databaseUrl, type TestSchema } from '../support/database.js';
 import { serviceUrl } from '../support/services.js';
-import { spawnChild, TcpProxy, uniqueName, waitFor } from '../support/brokers.js';
+import { addedEvent, brokerBed, uniqueName, waitFor } from '../support/brokers.js';
 
 const amqpUrl = serviceUrl('AMQP_URL');
 
 describe.skipIf(!amqpUrl)('RabbitMQ', () => {
-  let db: TestSchema;
-  let sql: Sql;
-  let outbox: Outbox;
-  let inbox: Inbox;
+  /** Errors on the bed's channel are expected (the outage test). */
+  const bed = brokerBed('message_id text NOT NULL, payload jsonb');
+  const { events, closers, addEvents, effectsPerMessage } = bed;
   let admin: ChannelModel;
   let channel: Channel;
   const queues = new Set<string>();
-  const closers: (() => Promise<unknown>)[] = [];
-  /** The inbox's channel, which its consumers report on too. Errors are expected (the outage test). */
-  const events = createEvents();
-  events.on('error', () => undefined);
-
-  const countsOf = (name: string) => consumerCounts(events, name, closers);
 
   beforeAll(async () => {
-    db = await createTestSchema({ poolSize: 8 });
-    sql = fromPg(db.pool);
-    outbox = createOutbox({ sql, schema: db.schema });
-    inbox = createInbox({ sql, schema: db.schema, events });
-    await sql.query(`CREATE TABLE "${db.schema}".effects (message_id text NOT NULL, payload jsonb)`);
     admin = await amqp.connect(amqpUrl!);
     channel = await admin.createChannel();
-  });
-
-  afterEach(async () => {
-    for (const close of closers.splice(0).reverse()) await close().catch(() => undefined);
   });
 
   afterAll(async () => {
     for (const queue of queues) await channel.deleteQueue(queue).catch(() => undefined);
     await admin.close();
-    await db.close();
   });
 
   async function newQueue(prefix: string): Promise<string> {
@@ -69,21 +48,12 @@ describe.skipIf(!amqpUrl)('RabbitMQ', () => {
   const effectCount = async (messageId?: string): Promise<number> =>
     Number(
       (
-        await sql.query(
-          `SELECT count(*)::int AS n FROM "${db.schema}".effects WHERE $1::text IS NULL OR message_id = $1`,
+        await bed.sql.query(
+          `SELECT count(*)::int AS n FROM "${bed.db.schema}".effects WHERE $1::text IS NULL OR message_id = $1`,
           [messageId ?? null],
         )
       ).rows[0]!.n,
     );
-
-  const effectsPerMessage = async (ids: string[]): Promise<number[]> => {
-    const { rows } = await sql.query<{ message_id: string; n: number }>(
-      `SELECT message_id, count(*)::int AS n FROM "${db.schema}".effects WHERE message_id = ANY($1) GROUP BY message_id`,
-      [ids],
-    );
-    const byId = new Map(rows.map((r) => [r.message_id, Number(r.n)]));
-    return ids.map((id) => byId.get(id) ?? 0);
-  };
 
   function publisherTo(queue: string, url = amqpUrl!): RabbitMqPublisher {
     const publisher = createRabbitMqPublisher({
@@ -94,30 +64,33 @@ describe.skipIf(!amqpUrl)('RabbitMQ', () => {
     return publisher;
   }
 
+  /** Every event of `queue`'s topic published to `queue` once; how many were. */
+  const drainTo = (queue: string) => bed.drain(publisherTo(queue), queue);
+
   async function consumer(
     queue: string,
     name: string,
     extra: Partial<Parameters<typeof createRabbitMqConsumer>[0]> = {},
   ) {
-    const counts = countsOf(name);
-    const c: RabbitMqConsumer = createRabbitMqConsumer({
-      inbox,
-      consumer: name,
-      queue,
-      connection: amqpUrl!,
-      retryDelaysMs: [100],
-      handler: async (tx, message) => {
-        await tx.query(`INSERT INTO "${db.schema}".effects (message_id, payload) VALUES ($1, $2)`, [
-          message.id,
-          message.body.toString('utf8'),
-        ]);
-      },
-      ...extra,
-    });
-    await c.start();
+    const c = await bed.started(
+      name,
+      createRabbitMqConsumer({
+        inbox: bed.inbox,
+        consumer: name,
+        queue,
+        connection: amqpUrl!,
+        retryDelaysMs: [100],
+        handler: async (tx, message) => {
+          await tx.query(`INSERT INTO "${bed.db.schema}".effects (message_id, payload) VALUES ($1, $2)`, [
+            message.id,
+            message.body.toString('utf8'),
+          ]);
+        },
+        ...extra,
+      }),
+    );
     for (const q of c.queues) queues.add(q);
-    closers.push(() => c.stop());
-    return Object.assign(c, { counts });
+    return c;
   }
 
   /** A quiet channel that adds the events each dispatcher published to `published[i]`. */
@@ -127,27 +100,10 @@ describe.skipIf(!amqpUrl)('RabbitMQ', () => {
     return counted;
   }
 
-  async function addEvents(topic: string, count: number, keys = ['k']): Promise<string[]> {
-    const ids: string[] = [];
-    await sql.transaction(async (tx) => {
-      for (let i = 0; i < count; i++) {
-        const key = keys[i % keys.length]!;
-        ids.push(await outbox.add(tx, { topic, key, type: 'test.event', payload: { i, key } }));
-      }
-    });
-    return ids;
-  }
-
   it('publishes with confirms, the event id as message_id, and the payload as JSON', async () => {
     const queue = await newQueue('publish');
     const [id] = await addEvents(queue, 1);
-    const dispatcher = createOutboxDispatcher({
-      sql,
-      publisher: publisherTo(queue),
-      schema: db.schema,
-      topics: [queue],
-    });
-    expect((await dispatcher.drain()).published).toBe(1);
+    expect(await drainTo(queue)).toBe(1);
     const message = await channel.get(queue, { noAck: true });
     expect(message).not.toBe(false);
     if (message === false) return;
@@ -167,9 +123,9 @@ describe.skipIf(!amqpUrl)('RabbitMQ', () => {
     });
     closers.push(() => publisher.close());
     const dispatcher = createOutboxDispatcher({
-      sql,
+      sql: bed.sql,
       publisher,
-      schema: db.schema,
+      schema: bed.db.schema,
       topics: [queue],
       maxAttempts: 2,
       backoff: { baseMs: 1, maxMs: 1 },
@@ -178,7 +134,7 @@ describe.skipIf(!amqpUrl)('RabbitMQ', () => {
     await dispatcher.drain();
     await new Promise((r) => setTimeout(r, 20));
     await dispatcher.drain();
-    const lost = await outbox.get({ id: ids[0]! });
+    const lost = await bed.outbox.get({ id: ids[0]! });
     expect(lost?.deadAt).not.toBeNull();
     expect(lost?.lastError).toMatch(/unroutable/);
     expect((await channel.checkQueue(queue)).messageCount).toBe(2);
@@ -187,9 +143,9 @@ describe.skipIf(!amqpUrl)('RabbitMQ', () => {
   it('an event of a named tenant reaches the consumer’s inbox under that tenant, even with another tenant’s id', async () => {
     const queue = await newQueue('tenants');
     const id = '0190f5b4-7c1e-7000-8000-00000000a11d';
-    await sql.transaction(async (tx) => {
+    await bed.sql.transaction(async (tx) => {
       for (const tenant of ['acme', 'globex']) {
-        await outbox.add(tx, {
+        await bed.outbox.add(tx, {
           tenant,
           id,
           topic: 'tenants',
@@ -200,46 +156,33 @@ describe.skipIf(!amqpUrl)('RabbitMQ', () => {
       }
     });
     const publisher = publisherTo(queue);
-    expect(
-      (await createOutboxDispatcher({ sql, publisher, schema: db.schema, topics: ['tenants'] }).drain())
-        .published,
-    ).toBe(2);
+    expect(await bed.drain(publisher, 'tenants')).toBe(2);
     const seen: string[] = [];
     await consumer(queue, 'tenant-ledger', {
       handler: async (tx, message, context) => {
         seen.push(`${context.tenant}:${String(message.headers['idem-tenant'])}`);
-        await tx.query(`INSERT INTO "${db.schema}".effects (message_id) VALUES ($1)`, [message.id]);
+        await bed.recordEffect(tx, message.id);
       },
     });
     await waitFor(async () => (await effectCount(id)) === 2, 'both tenants’ events');
     expect(seen.sort()).toEqual(['acme:acme', 'globex:globex']);
     for (const tenant of ['acme', 'globex']) {
-      expect(await inbox.get({ tenant, consumer: 'tenant-ledger', messageId: id })).toMatchObject({
+      expect(await bed.inbox.get({ tenant, consumer: 'tenant-ledger', messageId: id })).toMatchObject({
         tenant,
         state: 'processed',
       });
     }
-    expect(await inbox.get({ consumer: 'tenant-ledger', messageId: id })).toBeNull();
+    expect(await bed.inbox.get({ consumer: 'tenant-ledger', messageId: id })).toBeNull();
   });
 
   it('consumer: acks after commit; a duplicate delivery is acked without a second effect', async () => {
     const queue = await newQueue('dedupe');
     const ids = await addEvents(queue, 5);
     const publisher = publisherTo(queue);
-    const dispatcher = createOutboxDispatcher({ sql, publisher, schema: db.schema, topics: [queue] });
-    await dispatcher.drain();
+    await bed.drain(publisher, queue);
     // The same events published a second time (a dispatcher that lost its marks).
     await publisher.publish(
-      ids.map((id, i): OutboxEvent => ({
-        id,
-        topic: queue,
-        key: 'k',
-        type: 'test.event',
-        payload: { i, key: 'k' },
-        headers: {},
-        createdAt: Date.now(),
-        attempts: 0,
-      })),
+      ids.map((id, i) => addedEvent(id, queue, i)),
       new AbortController().signal,
     );
     const c = await consumer(queue, 'dedupe');
@@ -265,20 +208,11 @@ describe.skipIf(!amqpUrl)('RabbitMQ', () => {
     const c = await consumer(queue, 'poison', {
       maxAttempts: 3,
       retryDelaysMs: [1000],
-      handler: async (tx, message) => {
-        seen.push({ id: message.id, attempt: message.attempt, at: Date.now() });
-        if (message.json<{ key: string }>().key === 'poison') throw new Error('cannot apply poison');
-        await tx.query(`INSERT INTO "${db.schema}".effects (message_id) VALUES ($1)`, [message.id]);
-      },
+      handler: bed.poisonHandler(seen),
     });
     const [poisonId] = await addEvents(queue, 1, ['poison']);
     const good = await addEvents(queue, 20, ['a', 'b', 'c']);
-    await createOutboxDispatcher({
-      sql,
-      publisher: publisherTo(queue),
-      schema: db.schema,
-      topics: [queue],
-    }).drain();
+    await drainTo(queue);
 
     await waitFor(() => c.counts.dead === 1, 'the poison message to be dead-lettered');
     expect(c.counts.processed).toBe(20);
@@ -306,7 +240,7 @@ describe.skipIf(!amqpUrl)('RabbitMQ', () => {
       'x-idem-error': 'Error: cannot apply poison',
       'x-idem-consumer': 'poison',
     });
-    const record = await inbox.get({ consumer: 'poison', messageId: poisonId! });
+    const record = await bed.inbox.get({ consumer: 'poison', messageId: poisonId! });
     expect(record).toMatchObject({
       state: 'dead',
       attempts: 3,
@@ -319,16 +253,9 @@ describe.skipIf(!amqpUrl)('RabbitMQ', () => {
   it('seed scenario 4: the consumer commits, is killed (SIGKILL) before the ack; the redelivery has no second effect', async () => {
     const queue = await newQueue('scenario4');
     const [id] = await addEvents(queue, 1);
-    await createOutboxDispatcher({
-      sql,
-      publisher: publisherTo(queue),
-      schema: db.schema,
-      topics: [queue],
-    }).drain();
+    await drainTo(queue);
 
-    const child = spawnChild('rabbitmq-consumer.ts', {
-      DATABASE_URL: databaseUrl(),
-      SCHEMA: db.schema,
+    const child = bed.spawn('rabbitmq-consumer.ts', {
       AMQP_URL: amqpUrl!,
       QUEUE: queue,
       CONSUMER: 'scenario4',
@@ -350,7 +277,7 @@ describe.skipIf(!amqpUrl)('RabbitMQ', () => {
     await waitFor(() => c.counts.duplicates === 1, 'the redelivery to be acked as a duplicate');
     expect(c.counts).toMatchObject({ processed: 0, duplicates: 1, dead: 0, retried: 0 });
     expect(await effectCount(id)).toBe(1);
-    expect((await inbox.get({ consumer: 'scenario4', messageId: id! }))?.duplicates).toBe(1);
+    expect((await bed.inbox.get({ consumer: 'scenario4', messageId: id! }))?.duplicates).toBe(1);
     await waitFor(async () => (await channel.checkQueue(queue)).messageCount === 0, 'empty queue');
     expect(errors).toEqual([]);
   });
@@ -358,26 +285,18 @@ describe.skipIf(!amqpUrl)('RabbitMQ', () => {
   it('seed scenario 6: the dispatcher publishes, is killed before marking; the event goes out twice and the inbox dedupes', async () => {
     const queue = await newQueue('scenario6');
     const ids = await addEvents(queue, 3, ['a', 'b', 'c']);
-    const child = spawnChild('dispatcher.ts', {
-      DATABASE_URL: databaseUrl(),
-      SCHEMA: db.schema,
+    const child = bed.spawn('dispatcher.ts', {
       AMQP_URL: amqpUrl!,
       QUEUE: queue,
       TRANSPORT: 'rabbitmq',
       CRASH: 'after-publish',
     });
     expect((await child.exited).signal).toBe('SIGKILL');
-    expect((await outbox.stats({ topic: queue })).pending).toBe(3);
+    expect(await bed.pending(queue)).toBe(3);
     expect((await channel.checkQueue(queue)).messageCount).toBe(3);
 
     // The next dispatcher finds them unmarked and publishes them again.
-    const dispatcher = createOutboxDispatcher({
-      sql,
-      publisher: publisherTo(queue),
-      schema: db.schema,
-      topics: [queue],
-    });
-    expect((await dispatcher.drain()).published).toBe(3);
+    expect(await drainTo(queue)).toBe(3);
     expect((await channel.checkQueue(queue)).messageCount).toBe(6);
 
     const c = await consumer(queue, 'scenario6');
@@ -389,9 +308,7 @@ describe.skipIf(!amqpUrl)('RabbitMQ', () => {
   it('a dispatcher killed mid-batch loses nothing: every event takes effect exactly once', async () => {
     const queue = await newQueue('midbatch');
     const ids = await addEvents(queue, 40, ['a', 'b', 'c', 'd', 'e', 'f', 'g', 'h']);
-    const child = spawnChild('dispatcher.ts', {
-      DATABASE_URL: databaseUrl(),
-      SCHEMA: db.schema,
+    const child = bed.spawn('dispatcher.ts', {
       AMQP_URL: amqpUrl!,
       QUEUE: queue,
       TRANSPORT: 'rabbitmq',
@@ -403,13 +320,7 @@ describe.skipIf(!amqpUrl)('RabbitMQ', () => {
     expect(afterCrash).toBeGreaterThan(0);
     expect(afterCrash).toBeLessThan(40);
 
-    const dispatcher = createOutboxDispatcher({
-      sql,
-      publisher: publisherTo(queue),
-      schema: db.schema,
-      topics: [queue],
-    });
-    expect((await dispatcher.drain()).published).toBe(40);
+    expect(await drainTo(queue)).toBe(40);
     const c = await consumer(queue, 'midbatch');
     await waitFor(() => c.counts.processed === 40, 'every event processed');
     await waitFor(async () => (await channel.checkQueue(queue)).messageCount === 0, 'empty queue');
@@ -419,10 +330,7 @@ describe.skipIf(!amqpUrl)('RabbitMQ', () => {
 
   it('the broker is unreachable, then back: nothing is lost, nothing is parked', async () => {
     const queue = await newQueue('outage');
-    const target = new URL(amqpUrl!);
-    const proxy = new TcpProxy(target.hostname, Number(target.port || 5672));
-    await proxy.start();
-    closers.push(() => proxy.close());
+    const proxy = await bed.proxyTo(amqpUrl!, 5672);
     const viaProxy = new URL(amqpUrl!);
     viaProxy.hostname = '127.0.0.1';
     viaProxy.port = String(proxy.port);
@@ -432,32 +340,18 @@ describe.skipIf(!amqpUrl)('RabbitMQ', () => {
     const reported = createEvents();
     reported.on('outbox:outage', ({ error }) => outages.push(error));
     reported.on('error', (e) => errors.push(e));
-    const dispatcher = createOutboxDispatcher({
-      sql,
-      publisher: publisherTo(queue, viaProxy.toString()),
-      schema: db.schema,
-      topics: [queue],
-      maxAttempts: 1, // any counted failure would park an event: the outage must count none
-      pollIntervalMs: 20,
-      outageBackoff: { baseMs: 20, maxMs: 100 },
-      events: reported,
-    });
-    await dispatcher.start();
-    closers.push(() => dispatcher.stop());
+    await bed.startOutageDispatcher(publisherTo(queue, viaProxy.toString()), queue, reported);
 
     const before = await addEvents(queue, 10, ['a', 'b']);
-    await waitFor(async () => (await outbox.stats({ topic: queue })).pending === 0, 'first events published');
+    await waitFor(async () => (await bed.pending(queue)) === 0, 'first events published');
     await proxy.cut();
     const during = await addEvents(queue, 10, ['a', 'b', 'c']);
     await waitFor(() => outages.length >= 3, 'the dispatcher to see the outage');
-    expect((await outbox.stats({ topic: queue })).pending).toBe(10);
+    expect(await bed.pending(queue)).toBe(10);
     await proxy.restore();
-    await waitFor(
-      async () => (await outbox.stats({ topic: queue })).pending === 0,
-      'everything published after the outage',
-    );
+    await waitFor(async () => (await bed.pending(queue)) === 0, 'everything published after the outage');
 
-    const stats = await outbox.stats({ topic: queue });
+    const stats = await bed.outbox.stats({ topic: queue });
     expect(stats.dead).toBe(0);
     // Each outage is also an error the dispatcher survived, where it published.
     const publishErrors = errors.filter((e) => e.source === 'dispatcher' && e.where === 'publish');
@@ -490,9 +384,9 @@ describe.skipIf(!amqpUrl)('RabbitMQ', () => {
     const published = [0, 0];
     const dispatchers = [0, 1].map((i) =>
       createOutboxDispatcher({
-        sql,
+        sql: bed.sql,
         publisher: flaky(publisherTo(queue)),
-        schema: db.schema,
+        schema: bed.db.schema,
         topics: [queue],
         batchSize: 5,
         pollIntervalMs: 5,
@@ -512,18 +406,10 @@ describe.skipIf(!amqpUrl)('RabbitMQ', () => {
     // A dispatcher that just settled a batch claims the next one at once, so on a quiet machine one
     // of the two can take every batch. Once a third is out, stop the busier one: the other must
     // carry on from where it left, failed events and all, without breaking any key's order.
-    await waitFor(
-      async () => (await outbox.stats({ topic: queue })).pending <= 40,
-      'a third published',
-      30_000,
-    );
+    await waitFor(async () => (await bed.pending(queue)) <= 40, 'a third published', 30_000);
     const busier = published[0]! >= published[1]! ? 0 : 1;
     await dispatchers[busier]!.stop();
-    await waitFor(
-      async () => (await outbox.stats({ topic: queue })).pending === 0,
-      'everything published',
-      30_000,
-    );
+    await waitFor(async () => (await bed.pending(queue)) === 0, 'everything published', 30_000);
     expect(published.every((n) => n > 0)).toBe(true);
 
     // One consumer, prefetch 1: it sees the queue's order, which is the order of the confirms.

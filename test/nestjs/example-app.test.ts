@@ -41,7 +41,7 @@ describe.each([false, true])('examples/nestjs-prisma (fastify: %s)', (fastify) =
       schema,
       () => p.end(),
       (q) => p.query(q),
-    );
+    )();
   });
 
   it('creates one order per key and replays the same bytes', async () => {

@@ -31,6 +31,7 @@ import { ClsPluginTransactional, Transactional, TransactionHost } from '@nestjs-
 import { ClsModule } from 'nestjs-cls';
 import { map, timer } from 'rxjs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { countRows } from '../support/database.js';
 import { fromPrisma } from 'idem/prisma';
 import { createEvents, createIdem, type IdemErrorEvent, type Transaction } from 'idem';
 // The class itself, the token IdemModule provides the instance under ('idem' exports it as a type).
@@ -226,15 +227,8 @@ describe.each(['express', 'fastify'] as const)('NestJS + Prisma on %s', (platfor
   let app: INestApplication;
   let send: Send;
   const key = () => `nest-${randomBytes(5).toString('hex')}`;
-  const rows = async (intent: string) =>
-    Number(
-      (
-        await db.sql.query<{ n: number }>(
-          `SELECT count(*)::int AS n FROM "${schema}".effects WHERE intent = $1`,
-          [intent],
-        )
-      ).rows[0]!.n,
-    );
+  const rows = (intent: string) =>
+    countRows(db.sql, `SELECT count(*)::int AS n FROM "${schema}".effects WHERE intent = $1`, [intent]);
 
   beforeAll(async () => {
     db = (await prepareAdapter(prismaFactory, schema)) as typeof db;

@@ -13,17 +13,11 @@ import { deriveKey } from '../../src/core/keys.js';
 import { createIdem, type Idem } from '../../src/operations/idem.js';
 import { createSagas, defineSaga, step } from '../../src/workflow/index.js';
 import { createTestSchema, databaseUrl, type TestSchema } from '../support/database.js';
-import { startFakeProvider, type FakeProvider } from '../support/fake-provider.js';
+import { chargeAt, startFakeProvider, type FakeProvider } from '../support/fake-provider.js';
+import { repeatEvery } from '../support/poll.js';
 
-const charge = async (provider: FakeProvider, key: string, signal?: AbortSignal) => {
-  const response = await fetch(`${provider.url}/charges`, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json', 'idempotency-key': key },
-    body: JSON.stringify({ amount: 1 }),
-    ...(signal ? { signal } : {}),
-  });
-  return (await response.json()) as { id: string };
-};
+const charge = (provider: FakeProvider, key: string, signal?: AbortSignal) =>
+  chargeAt(provider, key, 1, signal);
 
 /** A pool whose sessions are findable in pg_stat_activity by their application_name. */
 function namedPool(size: number, options: pg.PoolConfig = {}) {
@@ -86,27 +80,7 @@ function watchSessions(applicationName: string) {
 }
 
 /** Runs `SELECT 1` on `pool` every 20 ms: the longest one took (waiting for a connection included). */
-function probePool(pool: pg.Pool) {
-  let longest = 0;
-  let count = 0;
-  let running = true;
-  const loop = (async () => {
-    while (running) {
-      const started = performance.now();
-      await pool.query('SELECT 1');
-      longest = Math.max(longest, performance.now() - started);
-      count++;
-      await new Promise((resolve) => setTimeout(resolve, 20));
-    }
-  })();
-  return {
-    async stop() {
-      running = false;
-      await loop;
-      return { longestMs: longest, count };
-    },
-  };
-}
+const probePool = (pool: pg.Pool) => repeatEvery(20, () => pool.query('SELECT 1'));
 
 /**
  * A card provider that holds every charge until `release()`: how many are out at once is then a

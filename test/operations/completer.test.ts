@@ -16,7 +16,7 @@ import { isStepFailed } from '../../src/core/errors.js';
 import { deriveKey } from '../../src/core/keys.js';
 import { createCompleter, decideIntent } from '../../src/operations/completer.js';
 import { createIdem } from '../../src/operations/idem.js';
-import { createTestSchema, databaseUrl, type TestSchema } from '../support/database.js';
+import { createEffectsSchema, databaseUrl, type TestSchema } from '../support/database.js';
 import { startFakeProvider, type FakeProvider } from '../support/fake-provider.js';
 import { definePayment } from './fixtures/defined-payment.js';
 
@@ -36,17 +36,10 @@ function runChild(env: Record<string, string>): Promise<{ code: number | null; s
 let db: TestSchema;
 let provider: FakeProvider;
 
-beforeAll(async () => {
-  db = await createTestSchema();
-  await db.pool.query(
-    `CREATE TABLE "${db.schema}".effects (id serial PRIMARY KEY, tenant text NOT NULL, intent text NOT NULL, payload jsonb)`,
-  );
-  provider = await startFakeProvider();
-});
-afterAll(async () => {
-  await provider.close();
-  await db.close();
-});
+beforeAll(
+  async () => void ([db, provider] = await Promise.all([createEffectsSchema(), startFakeProvider()])),
+);
+afterAll(() => Promise.all([provider.close(), db.close()]));
 
 const newKey = (prefix: string) => `${prefix}-${randomBytes(5).toString('hex')}`;
 const effects = async (key: string) =>

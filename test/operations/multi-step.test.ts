@@ -9,9 +9,9 @@ import { deriveKey } from '../../src/core/keys.js';
 import { createIdem } from '../../src/operations/idem.js';
 import { defaultHeartbeatMs } from '../../src/steps/engine.js';
 import { createResilientClient, currentIdempotencyKey } from '../../src/client/index.js';
-import { createTestSchema, databaseUrl, type TestSchema } from '../support/database.js';
+import { createEffectsSchema, databaseUrl, type TestSchema } from '../support/database.js';
 import { partitionable } from '../support/partition.js';
-import { startFakeProvider, type FakeProvider } from '../support/fake-provider.js';
+import { chargeAt, startFakeProvider, type FakeProvider } from '../support/fake-provider.js';
 
 const child = fileURLToPath(new URL('./fixtures/multi-step-child.ts', import.meta.url));
 
@@ -34,13 +34,9 @@ describe('multi-step operations', () => {
   let db: TestSchema;
   let provider: FakeProvider;
 
-  beforeAll(async () => {
-    db = await createTestSchema();
-    await db.pool.query(
-      `CREATE TABLE "${db.schema}".effects (id serial PRIMARY KEY, tenant text NOT NULL, intent text NOT NULL, payload jsonb)`,
-    );
-    provider = await startFakeProvider();
-  });
+  beforeAll(
+    async () => void ([db, provider] = await Promise.all([createEffectsSchema(), startFakeProvider()])),
+  );
   afterAll(async () => {
     await provider.close();
     await db.close();
@@ -186,15 +182,6 @@ describe('multi-step operations', () => {
           [key, step],
         )
       ).rows[0];
-    const chargeAt = async (key: string, signal?: AbortSignal) => {
-      const response = await fetch(`${provider.url}/charges`, {
-        method: 'POST',
-        headers: { 'content-type': 'application/json', 'idempotency-key': key },
-        body: JSON.stringify({ amount: 5 }),
-        ...(signal ? { signal } : {}),
-      });
-      return (await response.json()) as { id: string };
-    };
     const gate = () => {
       let open!: () => void;
       const opened = new Promise<void>((resolve) => (open = resolve));
@@ -212,7 +199,7 @@ describe('multi-step operations', () => {
         op.call('charge', async ({ key: chargeKey }) => {
           g.reached();
           await g.opened;
-          return chargeAt(chargeKey);
+          return chargeAt(provider, chargeKey, 5);
         }),
       );
       await g.arrived;
@@ -237,7 +224,7 @@ describe('multi-step operations', () => {
           g.reached();
           await g.opened;
           expect(signal.aborted).toBe(false);
-          return chargeAt(key, signal);
+          return chargeAt(provider, key, 5, signal);
         }),
       );
       await g.arrived;
@@ -278,7 +265,7 @@ describe('multi-step operations', () => {
         .steps(spec, (op) =>
           op.call('charge', async ({ key, signal }) => {
             oldSignal = signal;
-            const charged = await chargeAt(key); // the provider charges...
+            const charged = await chargeAt(provider, key, 5); // the provider charges...
             g.reached();
             await g.opened; // ...and the holder stalls before it can record the answer
             return { ...charged, by: 'old' };
@@ -294,7 +281,10 @@ describe('multi-step operations', () => {
       const second = await successor.steps(spec, async (op) => {
         expect(op.resumed).toBe(true);
         expect(op.fence).toBe(2);
-        return op.call('charge', async ({ key }) => ({ ...(await chargeAt(key)), by: 'successor' }));
+        return op.call('charge', async ({ key }) => ({
+          ...(await chargeAt(provider, key, 5)),
+          by: 'successor',
+        }));
       });
       expect(second.value.by).toBe('successor');
 

@@ -10,17 +10,15 @@
 import { randomBytes } from 'node:crypto';
 import { isDeepStrictEqual } from 'node:util';
 import fc from 'fast-check';
-import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { fromPg } from '../../src/adapters/pg.js';
 import { ManualClock } from '../../src/core/clock.js';
 import { isIdemError, isStepFailed } from '../../src/core/errors.js';
-import { quoteSchema } from '../../src/core/schema-name.js';
-import { migrate, migrations } from '../../src/migrate/migrate.js';
+import { migrate } from '../../src/migrate/migrate.js';
 import { createIdem, type Idem } from '../../src/operations/idem.js';
 import type { MultiStepOperation } from '../../src/operations/multi-step.js';
 import { decodeResult, encodeResult } from '../../src/steps/result-codec.js';
-import { createTestSchema, databaseUrl, type TestSchema } from '../support/database.js';
+import { createTestSchema, schemaBefore, type TestSchema } from '../support/database.js';
 
 /** Everything the issue names, and a few more, nested. */
 const typed = () => ({
@@ -297,31 +295,15 @@ describe('step results across a resume', () => {
 });
 
 describe('rows written before migration 0009', () => {
-  const schema = `idem_t0009_${randomBytes(4).toString('hex')}`;
-  const s = quoteSchema(schema);
-  let pool: pg.Pool;
-  beforeAll(async () => {
-    pool = new pg.Pool({ connectionString: databaseUrl(), max: 4 });
-    // The schema as it was: every migration before 0009, applied as migrate() did.
-    await pool.query(`CREATE SCHEMA ${s}`);
-    await pool.query(`CREATE TABLE ${s}.migrations (version integer PRIMARY KEY, name text NOT NULL,
-      applied_at timestamptz NOT NULL DEFAULT now())`);
-    for (const m of migrations(schema).filter((m) => m.version < 9)) {
-      await pool.query(m.sql);
-      await pool.query(`INSERT INTO ${s}.migrations (version, name) VALUES ($1, $2)`, [m.version, m.name]);
-    }
-  });
-  afterAll(async () => {
-    await pool.query(`DROP SCHEMA IF EXISTS ${s} CASCADE`);
-    await pool.end();
-  });
+  const old = schemaBefore(9);
+  const { schema, s } = old;
 
   it('resume as before: plain JSON, a date as its ISO string, a void step as null', async () => {
     const now = Date.now();
     const scope = ['acme', 'legacy', 'k-old'];
     // Written by the code before 0009 (its statements' shapes): a pending operation whose holder
     // died after a step, a void step and a call.
-    await pool.query(
+    await old.pool.query(
       `INSERT INTO ${s}.requests (tenant_id, operation, idempotency_key, fingerprint, state, fence,
          locked_until, recovery_point, created_at, expires_at, tombstone_until)
        VALUES ($1, $2, $3, 'fp-old', 'pending', 1, $4, 'charge', $4, $5, $5)`,
@@ -329,19 +311,19 @@ describe('rows written before migration 0009', () => {
     );
     const step = `INSERT INTO ${s}.steps (tenant_id, operation, idempotency_key, step, kind, result, fence,
         started_at, completed_at) VALUES ($1, $2, $3, $4, $5, $6, 1, $7, $7)`;
-    await pool.query(step, [
+    await old.pool.query(step, [
       ...scope,
       'load',
       'local',
       '{"at":"2026-01-01T00:00:00.000Z","n":1}',
       new Date(now),
     ]);
-    await pool.query(step, [...scope, 'note', 'local', 'null', new Date(now)]);
-    await pool.query(step, [...scope, 'charge', 'call', '"ch_1"', new Date(now)]);
+    await old.pool.query(step, [...scope, 'note', 'local', 'null', new Date(now)]);
+    await old.pool.query(step, [...scope, 'charge', 'call', '"ch_1"', new Date(now)]);
 
-    expect((await migrate(fromPg(pool), { schema })).applied).toContain('0009_typed_results');
+    expect((await migrate(fromPg(old.pool), { schema })).applied).toContain('0009_typed_results');
 
-    const idem = createIdem({ sql: fromPg(pool), schema });
+    const idem = createIdem({ sql: fromPg(old.pool), schema });
     const seen: unknown[] = [];
     const never = async (): Promise<never> => {
       throw new Error('a recorded step ran again');
@@ -363,7 +345,7 @@ describe('rows written before migration 0009', () => {
       'ch_1',
       { at: new Date(7), big: 1n },
     ]);
-    const { rows } = await pool.query(
+    const { rows } = await old.pool.query(
       `SELECT step, result, result_meta FROM ${s}.steps WHERE idempotency_key = 'k-old' ORDER BY step`,
     );
     expect(

@@ -24,7 +24,7 @@ import {
 import { idempotency as nodeIdempotency } from 'idem/node-http';
 import { createTestSchema, databaseUrl, type TestSchema } from '../support/database.js';
 import { createEffects, effectsOf } from '../support/faults/effects.js';
-import { startPgProxy, type CutMode, type PgProxy } from '../support/faults/pg-proxy.js';
+import { startPgProxyTo, type CutMode, type PgProxy } from '../support/faults/pg-proxy.js';
 
 let db: TestSchema;
 let proxy: PgProxy;
@@ -34,8 +34,7 @@ let idem: Idem;
 beforeAll(async () => {
   db = await createTestSchema();
   await createEffects(db.pool, db.schema);
-  const url = new URL(databaseUrl());
-  proxy = await startPgProxy({ host: url.hostname, port: Number(url.port || 5432) });
+  proxy = await startPgProxyTo(databaseUrl());
   viaProxy = new pg.Pool({ connectionString: proxy.url(databaseUrl()), max: 4 });
   // A pool must survive a connection dying under it: idle clients report here.
   viaProxy.on('error', () => undefined);

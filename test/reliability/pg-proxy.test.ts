@@ -10,10 +10,10 @@ import postgres from 'postgres';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { fromPg } from 'idem/pg';
 import { fromPostgresJs } from 'idem/postgres';
-import { createIdem } from 'idem';
+import { createIdem, type Idem } from 'idem';
 import { createTestSchema, databaseUrl, type TestSchema } from '../support/database.js';
 import { createEffects, effectsOf } from '../support/faults/effects.js';
-import { startPgProxy, type PgProxy } from '../support/faults/pg-proxy.js';
+import { startPgProxyTo, type PgProxy } from '../support/faults/pg-proxy.js';
 
 let db: TestSchema;
 let proxy: PgProxy;
@@ -22,8 +22,7 @@ let proxied: string;
 beforeAll(async () => {
   db = await createTestSchema();
   await createEffects(db.pool, db.schema);
-  const url = new URL(databaseUrl());
-  proxy = await startPgProxy({ host: url.hostname, port: Number(url.port || 5432) });
+  proxy = await startPgProxyTo(databaseUrl());
   proxied = proxy.url(databaseUrl());
 });
 afterAll(async () => {
@@ -55,13 +54,21 @@ async function backendsOn(ports: number[]) {
 }
 
 describe('COMMIT on the wire', () => {
+  /** Runs `fn` with idem on a node-postgres pool through the proxy (pipeline mode or not), ended after. */
+  async function onNodePostgres(pipeline: boolean, fn: (idem: Idem) => Promise<void>): Promise<void> {
+    const pool = new pg.Pool({ connectionString: proxied, max: 2, pipeline });
+    pool.on('error', () => undefined);
+    try {
+      await fn(createIdem({ sql: fromPg(pool), schema: db.schema }));
+    } finally {
+      await pool.end();
+    }
+  }
+
   it.each([true, false])(
     'node-postgres (pipeline %s) sends COMMIT as a simple query; pipelined, in one chunk with idem’s record',
     async (pipeline) => {
-      const pool = new pg.Pool({ connectionString: proxied, max: 2, pipeline });
-      pool.on('error', () => undefined);
-      try {
-        const idem = createIdem({ sql: fromPg(pool), schema: db.schema });
+      await onNodePostgres(pipeline, async (idem) => {
         proxy.resetStats();
         const key = `wire-${randomUUID()}`;
         await idem.run({ tenant: 'acme', operation: 'wire', key, request: {} }, async (tx) => {
@@ -73,38 +80,37 @@ describe('COMMIT on the wire', () => {
         expect(stats.commitsSimple).toBe(1);
         expect(stats.commitsExtended).toBe(0);
         expect(stats.commitsInSharedChunk).toBe(pipeline ? 1 : 0);
-      } finally {
-        await pool.end();
-      }
+      });
     },
   );
+
+  /** Runs `operation` once with its COMMIT's answer lost on the way back: its key, and the run to retry. */
+  async function loseCommitAnswer(idem: Idem, operation: string) {
+    proxy.resetStats();
+    const key = `${operation}-${randomUUID()}`;
+    const run = () =>
+      idem.run({ tenant: 'acme', operation, key, request: {} }, async (tx) => {
+        await tx.query(`INSERT INTO "${db.schema}".effects (key, amount) VALUES ($1, 1)`, [key]);
+        return { ok: true };
+      });
+    const cut = proxy.cutNextCommit('lose-answer');
+    await errorOf(run());
+    await cut;
+    return { key, run };
+  }
 
   it.each([true, false])(
     'pipeline %s: a lost COMMIT answer (in a shared chunk when pipelined): the client is cut, PostgreSQL committed',
     async (pipeline) => {
-      const pool = new pg.Pool({ connectionString: proxied, max: 2, pipeline });
-      pool.on('error', () => undefined);
-      try {
-        const idem = createIdem({ sql: fromPg(pool), schema: db.schema });
-        proxy.resetStats();
-        const key = `lost-${randomUUID()}`;
-        const run = () =>
-          idem.run({ tenant: 'acme', operation: 'lost', key, request: {} }, async (tx) => {
-            await tx.query(`INSERT INTO "${db.schema}".effects (key, amount) VALUES ($1, 1)`, [key]);
-            return { ok: true };
-          });
-        const cut = proxy.cutNextCommit('lose-answer');
+      await onNodePostgres(pipeline, async (idem) => {
         // idem may resolve the unknown outcome itself (it reads the key) or hand a retryable error back.
-        await errorOf(run());
-        await cut;
+        const { key, run } = await loseCommitAnswer(idem, 'lost');
         expect(proxy.stats()).toMatchObject({ commitsLost: 1, commitsLostRolledBack: 0 });
         if (pipeline) expect(proxy.stats().commitsInSharedChunk).toBeGreaterThanOrEqual(1);
         else expect(proxy.stats().commitsInSharedChunk).toBe(0);
         expect((await effectsOf(db.pool, db.schema, [key])).get(key)).toBe(1);
         expect(await run()).toMatchObject({ replayed: true });
-      } finally {
-        await pool.end();
-      }
+      });
     },
   );
 
@@ -112,16 +118,7 @@ describe('COMMIT on the wire', () => {
     const sql = postgres(proxied, { max: 2, onnotice: () => undefined });
     try {
       const idem = createIdem({ sql: fromPostgresJs(sql), schema: db.schema });
-      proxy.resetStats();
-      const key = `pgjs-${randomUUID()}`;
-      const run = () =>
-        idem.run({ tenant: 'acme', operation: 'pgjs', key, request: {} }, async (tx) => {
-          await tx.query(`INSERT INTO "${db.schema}".effects (key, amount) VALUES ($1, 1)`, [key]);
-          return { ok: true };
-        });
-      const cut = proxy.cutNextCommit('lose-answer');
-      await errorOf(run());
-      await cut;
+      const { key, run } = await loseCommitAnswer(idem, 'pgjs');
       const stats = proxy.stats();
       // idem may have committed a second attempt (it reads the key after an unknown outcome).
       expect(stats.commitsExtended).toBeGreaterThanOrEqual(1);

@@ -27,7 +27,7 @@ import { databaseUrl } from '../support/database.js';
 import { dropDemoSchemas, startTestDemo } from '../support/demo.js';
 import { captureStderr } from '../support/faults/demo-under-fault.js';
 import { attemptOnce, newClientLog, newIntent, pay, type Intent } from '../support/faults/payment-clients.js';
-import { startPgProxy, type PgProxy } from '../support/faults/pg-proxy.js';
+import { startPgProxyTo, type PgProxy } from '../support/faults/pg-proxy.js';
 
 type Step = 'record-payment' | 'charge' | 'record-charge';
 type Fault =
@@ -53,8 +53,7 @@ describe.each([true, false])('faults at each step of a payment, pipeline %s', (p
   let onCharge: (() => Promise<void>) | undefined;
 
   beforeAll(async () => {
-    const url = new URL(databaseUrl());
-    proxy = await startPgProxy({ host: url.hostname, port: Number(url.port || 5432) });
+    proxy = await startPgProxyTo(databaseUrl());
     direct = new pg.Pool({ connectionString: databaseUrl(), max: 3 });
     demo = await startTestDemo(schema, {
       databaseUrl: proxy.url(databaseUrl()),

@@ -42,6 +42,17 @@ function guarded(pool: pg.Pool): pg.Pool {
   return pool;
 }
 
+/** idem on a node-postgres pool of 4 with `config`, ended after the test, with these `timeouts`. */
+function nodePostgres(
+  config: pg.PoolConfig,
+  timeouts?: { statementMs?: number; idleMs?: number } | false,
+): Sql {
+  const pool = new pg.Pool({ connectionString: databaseUrl(), max: 4, ...config });
+  pool.on('error', () => undefined);
+  closers.push(() => pool.end());
+  return fromPg(pool, timeouts === undefined ? {} : { timeouts });
+}
+
 function drivers(): {
   name: string;
   /** Whether the silent-client case runs: see postgres.js below. */
@@ -52,26 +63,12 @@ function drivers(): {
     {
       name: 'node-postgres',
       endsSilentSessions: true,
-      sql: (timeouts) => {
-        const pool = new pg.Pool({ connectionString: databaseUrl(), max: 4 });
-        pool.on('error', () => undefined);
-        closers.push(() => pool.end());
-        return fromPg(pool, timeouts === undefined ? {} : { timeouts });
-      },
+      sql: (timeouts) => nodePostgres({}, timeouts),
     },
     {
       name: 'node-postgres, pipeline mode',
       endsSilentSessions: true,
-      sql: (timeouts) => {
-        const pool = new pg.Pool({
-          connectionString: databaseUrl(),
-          max: 4,
-          pipeline: true,
-        });
-        pool.on('error', () => undefined);
-        closers.push(() => pool.end());
-        return fromPg(pool, timeouts === undefined ? {} : { timeouts });
-      },
+      sql: (timeouts) => nodePostgres({ pipeline: true }, timeouts),
     },
     {
       name: 'postgres.js',

@@ -19,7 +19,6 @@
  *    statements: a worker scoped to tenants never falls back to a statement across tenants.
  */
 import { execFile } from 'node:child_process';
-import { createServer } from 'node:http';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -47,7 +46,8 @@ import { renderReceiptStatements } from '../../src/webhooks/statements.js';
 import { createSagas } from 'idem/workflow';
 import { renderSagaStatements } from '../../src/workflow/statements.js';
 import { createTestSchema, type TestSchema } from '../support/database.js';
-import { listenNode, signStandard, standardSecret } from '../webhooks/support.js';
+import { signStandard, standardSecret } from '../webhooks/support.js';
+import { recordingEndpoint } from '../support/http/endpoint.js';
 
 /** The options of a query (`Sql.query`'s third parameter). */
 type QueryOptions = Parameters<Sql['query']>[2];
@@ -525,13 +525,8 @@ describe('a schema distributable on tenant_id', () => {
     await processor.drain();
 
     // The sender: each tenant's endpoint gets that tenant's message only.
-    const received: string[] = [];
-    const server = await listenNode(
-      createServer((req, res) => {
-        received.push(req.url ?? '');
-        res.writeHead(200).end();
-      }),
-    );
+    const server = await recordingEndpoint(200);
+    const { received } = server;
     try {
       const sender = createWebhookSender({
         sql,

@@ -4,15 +4,12 @@
  * the same id under two tenants is two things (inbox ids, outbox ids and ordering keys, webhook
  * delivery ids and entity versions, sender endpoints), and workers scoped to a tenant touch only it.
  */
-import { randomBytes } from 'node:crypto';
-import { createServer } from 'node:http';
-import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { fromPg } from 'idem/pg';
 import { createClaims } from 'idem/claims';
 import { createManualClock, type ManualClock } from 'idem/testing';
 import { createInbox } from 'idem/inbox';
-import { migrate, migrations, quoteSchema } from 'idem';
+import { migrate, migrations } from 'idem';
 import { createOutbox, createOutboxDispatcher, type OutboxEvent, type Publisher } from 'idem/outbox';
 import {
   createStandardWebhooksVerifier,
@@ -22,8 +19,9 @@ import {
   recordHeaders,
   type WebhookEvent,
 } from 'idem/webhooks';
-import { createTestSchema, databaseUrl, type TestSchema } from '../support/database.js';
-import { listenNode, signStandard, standardSecret } from '../webhooks/support.js';
+import { countRows, createTestSchema, type TestSchema, schemaBefore } from '../support/database.js';
+import { signStandard, standardSecret } from '../webhooks/support.js';
+import { recordingEndpoint } from '../support/http/endpoint.js';
 
 /** A publisher that records what it was given and fails the events `fail` says. */
 function recorder(fail: (event: OutboxEvent) => boolean = () => false) {
@@ -41,39 +39,23 @@ function recorder(fail: (event: OutboxEvent) => boolean = () => false) {
 }
 
 describe('rows written before migration 0008', () => {
-  const schema = `idem_t0008_${randomBytes(4).toString('hex')}`;
-  const s = quoteSchema(schema);
-  let pool: pg.Pool;
-  beforeAll(async () => {
-    pool = new pg.Pool({ connectionString: databaseUrl(), max: 4 });
-    // The schema as it was: every migration before 0008, applied as migrate() did.
-    await pool.query(`CREATE SCHEMA ${s}`);
-    await pool.query(`CREATE TABLE ${s}.migrations (version integer PRIMARY KEY, name text NOT NULL,
-      applied_at timestamptz NOT NULL DEFAULT now())`);
-    for (const m of migrations(schema).filter((m) => m.version < 8)) {
-      await pool.query(m.sql);
-      await pool.query(`INSERT INTO ${s}.migrations (version, name) VALUES ($1, $2)`, [m.version, m.name]);
-    }
-  });
-  afterAll(async () => {
-    await pool.query(`DROP SCHEMA IF EXISTS ${s} CASCADE`);
-    await pool.end();
-  });
+  const old = schemaBefore(8);
+  const { schema, s } = old;
 
   it('keep working under the default tenant: inbox ids dedupe, events publish, receipts process', async () => {
     const now = new Date();
     // Written by the code before 0008 (its statements' shapes).
-    await pool.query(
+    await old.pool.query(
       `INSERT INTO ${s}.inbox (consumer, message_id, state, processed_at, expires_at)
         VALUES ('billing', 'm-old', 'processed', $1, $1::timestamptz + interval '1 day')`,
       [now],
     );
-    await pool.query(
+    await old.pool.query(
       `INSERT INTO ${s}.outbox (id, aggregatetype, aggregateid, type, payload, created_at, available_at)
         VALUES ('0190f5b4-7c1e-7000-8000-0000000000aa', 'orders', 'o-1', 'order.paid', '{"n":1}', $1, $1)`,
       [now],
     );
-    await pool.query(
+    await old.pool.query(
       `INSERT INTO ${s}.webhook_endpoints (id, url, secrets, created_at)
         VALUES ('ep', 'http://127.0.0.1:9/', ARRAY['${standardSecret}'], $1)`,
       [now],
@@ -83,19 +65,19 @@ describe('rows written before migration 0008', () => {
       body: JSON.stringify({ type: 'paid' }),
       timestampMs: now.getTime(),
     });
-    await pool.query(
+    await old.pool.query(
       `INSERT INTO ${s}.webhook_receipts (source, delivery_id, event_type, body, received_at, next_attempt_at, expires_at)
         VALUES ('billing', 'd-old', 'paid', $1, $2, $2, $2::timestamptz + interval '1 day')`,
       [Buffer.from(signed.body), now],
     );
 
     // 0008 and every migration after it.
-    expect((await migrate(fromPg(pool), { schema })).applied).toEqual(
+    expect((await migrate(fromPg(old.pool), { schema })).applied).toEqual(
       migrations(schema)
         .filter((m) => m.version >= 8)
         .map((m) => m.name),
     );
-    const sql = fromPg(pool);
+    const sql = fromPg(old.pool);
 
     const inbox = createInbox({ sql, schema });
     let ran = 0;
@@ -167,9 +149,14 @@ describe('the same id under two tenants', () => {
     expect(await acme.get({ consumer: 'billing', messageId: 'm-1' })).toMatchObject({ tenant: 'acme' });
   });
 
-  it('outbox: ids and ordering keys are per tenant; a dispatcher scoped to a tenant publishes only its events', async () => {
+  /** The suite's outbox, on its schema and clock, with the `sql` it writes through. */
+  const outboxOnDb = () => {
     const sql = fromPg(db.pool);
-    const outbox = createOutbox({ sql, schema: db.schema, clock });
+    return { sql, outbox: createOutbox({ sql, schema: db.schema, clock }) };
+  };
+
+  it('outbox: ids and ordering keys are per tenant; a dispatcher scoped to a tenant publishes only its events', async () => {
+    const { sql, outbox } = outboxOnDb();
     const id = '0190f5b4-7c1e-7000-8000-0000000000bb';
     await sql.transaction(async (tx) => {
       for (const tenant of ['acme', 'globex']) {
@@ -208,8 +195,7 @@ describe('the same id under two tenants', () => {
   });
 
   it('outbox: two tenants’ events with one id in one batch each get their own outcome', async () => {
-    const sql = fromPg(db.pool);
-    const outbox = createOutbox({ sql, schema: db.schema, clock });
+    const { sql, outbox } = outboxOnDb();
     const id = '0190f5b4-7c1e-7000-8000-0000000000cc';
     await sql.transaction(async (tx) => {
       for (const tenant of ['t-fails', 't-works']) {
@@ -302,13 +288,8 @@ describe('the same id under two tenants', () => {
   });
 
   it('sender: a tenant’s message goes to that tenant’s endpoints only', async () => {
-    const received: string[] = [];
-    const server = await listenNode(
-      createServer((req, res) => {
-        received.push(req.url ?? '');
-        res.writeHead(204).end();
-      }),
-    );
+    const server = await recordingEndpoint(204);
+    const { received } = server;
     try {
       const sender = createWebhookSender({
         sql: fromPg(db.pool),
@@ -354,23 +335,17 @@ describe('the same id under two tenants', () => {
       { column_name: 'type', data_type: 'text' },
     ]);
     // With CDC nothing marks rows published: cleanup deletes captured rows by age, per tenant.
-    const sql = fromPg(db.pool);
-    const outbox = createOutbox({ sql, schema: db.schema, clock });
+    const { sql, outbox } = outboxOnDb();
     await sql.transaction(async (tx) => {
       for (const tenant of ['cdc-a', 'cdc-b']) {
         await outbox.add(tx, { tenant, topic: 'cdc', key: 'k', type: 't', payload: {} });
       }
     });
     clock.advance(3_600_001);
-    const count = async (tenant: string) =>
-      Number(
-        (
-          await db.pool.query<{ n: number }>(
-            `SELECT count(*)::int AS n FROM "${db.schema}".outbox WHERE tenant_id = $1`,
-            [tenant],
-          )
-        ).rows[0]!.n,
-      );
+    const count = (tenant: string) =>
+      countRows(db.pool, `SELECT count(*)::int AS n FROM "${db.schema}".outbox WHERE tenant_id = $1`, [
+        tenant,
+      ]);
     expect(
       (await outbox.sweep({ capturedByCdc: true, olderThanMs: 3_600_000, tenants: ['cdc-a'] })).deleted,
     ).toBe(1);

@@ -53,23 +53,16 @@ describe('requests', () => {
         ]);
         return { tenant, amount };
       });
-    expect(await run('tenant_a', 100)).toMatchObject({
-      replayed: false,
-      value: { tenant: 'tenant_a', amount: 100 },
-    });
-    // Another payload under the same key: for tenant B this is simply its own first request.
-    expect(await run('tenant_b', 999)).toMatchObject({
-      replayed: false,
-      value: { tenant: 'tenant_b', amount: 999 },
-    });
-    expect(await run('tenant_a', 100)).toMatchObject({
-      replayed: true,
-      value: { tenant: 'tenant_a', amount: 100 },
-    });
-    expect(await run('tenant_b', 999)).toMatchObject({
-      replayed: true,
-      value: { tenant: 'tenant_b', amount: 999 },
-    });
+    // Another payload under the same key: for tenant B this is simply its own first request. Each
+    // tenant's second run replays its own first.
+    for (const replayed of [false, true]) {
+      for (const [tenant, amount] of [
+        ['tenant_a', 100],
+        ['tenant_b', 999],
+      ] as const) {
+        expect(await run(tenant, amount)).toMatchObject({ replayed, value: { tenant, amount } });
+      }
+    }
     expect(await effects(key)).toEqual([
       { tenant: 'tenant_a', what: 'pay 100' },
       { tenant: 'tenant_b', what: 'pay 999' },

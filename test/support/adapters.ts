@@ -10,7 +10,7 @@ import { fromPglite, fromPgliteTransaction } from 'idem/pglite';
 import { fromPostgresJs, fromPostgresJsTransaction } from 'idem/postgres';
 import { migrate, type Sql, type Transaction } from 'idem';
 import { inject } from 'vitest';
-import { databaseUrl, dropAndEnd } from './database.js';
+import { databaseUrl, dropAndEnd, effectsTable } from './database.js';
 import { requirePgBouncer } from './pgbouncer.js';
 import { knexFactory, mikroOrmFactory, prismaFactory, typeormFactory } from './orm-adapters.js';
 
@@ -61,13 +61,11 @@ function pgFactory(name: string, url: () => string, prepare: boolean, pipeline =
             client.release();
           }
         },
-        close: (options) =>
-          dropAndEnd(
-            schema,
-            () => pool.end(),
-            (q) => pool.query(q),
-            options,
-          ),
+        close: dropAndEnd(
+          schema,
+          () => pool.end(),
+          (q) => pool.query(q),
+        ),
       };
     },
   };
@@ -97,12 +95,11 @@ export const adapterFactories: AdapterFactory[] = [
         sql: fromPostgresJs(sql),
         concurrent: true,
         userTransaction: (fn) => sql.begin((tx) => fn(fromPostgresJsTransaction(tx))) as Promise<never>,
-        close: () =>
-          dropAndEnd(
-            schema,
-            () => sql.end(),
-            (q) => sql.unsafe(q),
-          ),
+        close: dropAndEnd(
+          schema,
+          () => sql.end(),
+          (q) => sql.unsafe(q),
+        ),
       };
     },
   },
@@ -118,12 +115,11 @@ export const adapterFactories: AdapterFactory[] = [
         sql,
         concurrent: true,
         userTransaction: (fn) => db.transaction().execute((trx) => fn(fromKyselyTransaction(trx))),
-        close: () =>
-          dropAndEnd(
-            schema,
-            () => db.destroy(),
-            (q) => sql.query(q),
-          ),
+        close: dropAndEnd(
+          schema,
+          () => db.destroy(),
+          (q) => sql.query(q),
+        ),
       };
     },
   },
@@ -137,12 +133,11 @@ export const adapterFactories: AdapterFactory[] = [
         sql: fromDrizzle(db),
         concurrent: true,
         userTransaction: (fn) => db.transaction((tx) => fn(fromDrizzleTransaction(tx))),
-        close: () =>
-          dropAndEnd(
-            schema,
-            () => pool.end(),
-            (q) => pool.query(q),
-          ),
+        close: dropAndEnd(
+          schema,
+          () => pool.end(),
+          (q) => pool.query(q),
+        ),
       };
     },
   },
@@ -169,8 +164,6 @@ export const adapterFactories: AdapterFactory[] = [
 export async function prepareAdapter(factory: AdapterFactory, schema: string): Promise<AdapterUnderTest> {
   const adapter = await factory.create(schema);
   await migrate(adapter.sql, { schema });
-  await adapter.sql.query(
-    `CREATE TABLE "${schema}".effects (id serial PRIMARY KEY, tenant text NOT NULL, intent text NOT NULL, payload jsonb)`,
-  );
+  await adapter.sql.query(effectsTable(schema));
   return adapter;
 }

@@ -4,22 +4,26 @@ import net from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
+import { afterAll, afterEach, beforeAll } from 'vitest';
+import { fromPg } from 'idem/pg';
+import { createEvents, type IdemEvents, type Queryable, type Sql } from 'idem';
+import { createInbox, type Inbox } from 'idem/inbox';
+import {
+  createOutbox,
+  createOutboxDispatcher,
+  type Outbox,
+  type OutboxEvent,
+  type Publisher,
+} from 'idem/outbox';
+import { createTestSchema, databaseUrl, type TestSchema } from './database.js';
+import { consumerCounts } from './events.js';
+import { waitFor } from './poll.js';
+
+export { waitFor };
 
 /** A name no other test run uses: queues, streams and subjects are shared by everyone on the broker. */
 export function uniqueName(prefix: string): string {
   return `idem-test-${prefix}-${randomBytes(4).toString('hex')}`;
-}
-
-export async function waitFor(
-  condition: () => boolean | Promise<boolean>,
-  what: string,
-  timeoutMs = 20_000,
-): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!(await condition())) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await sleep(20);
-  }
 }
 
 /**
@@ -168,4 +172,159 @@ async function sessionsClosed(url: string, appName: string): Promise<void> {
   } finally {
     await client.end();
   }
+}
+
+/** Event `i` of `topic` as `BrokerBed.addEvents` wrote it (key `k`), for publishing it again by hand. */
+export function addedEvent(id: string, topic: string, i = 0): OutboxEvent {
+  const payload = { i, key: 'k' };
+  return {
+    id,
+    topic,
+    key: 'k',
+    type: 'test.event',
+    payload,
+    headers: {},
+    createdAt: Date.now(),
+    attempts: 0,
+  };
+}
+
+/** A broker consumer that can be started and stopped (RabbitMQ's, JetStream's). */
+interface Startable {
+  start(): Promise<unknown>;
+  stop(): Promise<unknown>;
+}
+
+/**
+ * What the broker suites share, filled in by the `beforeAll` that `brokerBed` registers: a schema
+ * with an `effects` table, an outbox and an inbox on it, the inbox's event channel (its consumers
+ * report there too), and closers run after each test.
+ */
+export interface BrokerBed {
+  db: TestSchema;
+  sql: Sql;
+  outbox: Outbox;
+  inbox: Inbox;
+  readonly events: IdemEvents;
+  readonly closers: (() => Promise<unknown>)[];
+  /** Adds `count` events of `topic` in one transaction, keyed round-robin by `keys`; their ids. */
+  addEvents: (topic: string, count: number, keys?: string[]) => Promise<string[]>;
+  /** Drains every event of `topic` through `publisher` once; how many were published. */
+  drain: (publisher: Publisher, topic: string) => Promise<number>;
+  /**
+   * Starts a dispatcher of `topic` for an outage test, stopped after the test: maxAttempts 1, so
+   * any counted failure would park an event (an outage must count none), polling every 20 ms.
+   */
+  startOutageDispatcher: (publisher: Publisher, topic: string, events: IdemEvents) => Promise<void>;
+  /** How many events of `topic` are not published yet. */
+  pending: (topic: string) => Promise<number>;
+  /** The effect a handler applies: one row of `effects` for `messageId`. */
+  recordEffect: (tx: Queryable, messageId: string) => Promise<void>;
+  /**
+   * A handler that notes each attempt in `seen`, fails a message of key `poison` ('cannot apply
+   * poison') and applies the effect of any other.
+   */
+  poisonHandler: (
+    seen: { id: string; attempt: number; at: number }[],
+  ) => (tx: Queryable, message: { id: string; attempt: number; json<T>(): T }) => Promise<void>;
+  /** How many effects each of `ids` has, in their order. */
+  effectsPerMessage: (ids: string[]) => Promise<number[]>;
+  /** Starts consumer `c` named `name`, stopped after the test, with what it did counted. */
+  started: <C extends Startable>(
+    name: string,
+    c: C,
+  ) => Promise<C & { counts: ReturnType<typeof consumerCounts> }>;
+  /** A TCP proxy to `url` (its port or `defaultPort`), started, closed after the test. */
+  proxyTo: (url: string, defaultPort: number) => Promise<TcpProxy>;
+  /** `spawnChild` with this bed's database and schema in the child's environment. */
+  spawn: (script: string, env: Record<string, string>) => Child;
+}
+
+/**
+ * Registers the hooks of a broker suite (call it in the `describe`): the schema, outbox and inbox
+ * before all tests, the closers after each, the schema dropped after all. `effectsColumns` are
+ * the columns of its `effects` table, `message_id text NOT NULL` first.
+ */
+export function brokerBed(effectsColumns: string): BrokerBed {
+  const events = createEvents();
+  events.on('error', () => undefined);
+  const closers: (() => Promise<unknown>)[] = [];
+  // db, sql, outbox and inbox are set by the beforeAll below, before any test reads them.
+  const bed = {
+    events,
+    closers,
+    async addEvents(topic, count, keys = ['k']) {
+      const ids: string[] = [];
+      await bed.sql.transaction(async (tx) => {
+        for (let i = 0; i < count; i++) {
+          const key = keys[i % keys.length]!;
+          ids.push(await bed.outbox.add(tx, { topic, key, type: 'test.event', payload: { i, key } }));
+        }
+      });
+      return ids;
+    },
+    async drain(publisher, topic) {
+      const { sql, db } = bed;
+      return (await createOutboxDispatcher({ sql, publisher, schema: db.schema, topics: [topic] }).drain())
+        .published;
+    },
+    async startOutageDispatcher(publisher, topic, reported) {
+      const dispatcher = createOutboxDispatcher({
+        sql: bed.sql,
+        publisher,
+        schema: bed.db.schema,
+        topics: [topic],
+        maxAttempts: 1,
+        pollIntervalMs: 20,
+        outageBackoff: { baseMs: 20, maxMs: 100 },
+        events: reported,
+      });
+      await dispatcher.start();
+      closers.push(() => dispatcher.stop());
+    },
+    pending: async (topic) => (await bed.outbox.stats({ topic })).pending,
+    async recordEffect(tx, messageId) {
+      await tx.query(`INSERT INTO "${bed.db.schema}".effects (message_id) VALUES ($1)`, [messageId]);
+    },
+    poisonHandler: (seen) => async (tx, message) => {
+      seen.push({ id: message.id, attempt: message.attempt, at: Date.now() });
+      if (message.json<{ key: string }>().key === 'poison') throw new Error('cannot apply poison');
+      await bed.recordEffect(tx, message.id);
+    },
+    async effectsPerMessage(ids) {
+      const { rows } = await bed.sql.query<{ message_id: string; n: number }>(
+        `SELECT message_id, count(*)::int AS n FROM "${bed.db.schema}".effects WHERE message_id = ANY($1) GROUP BY message_id`,
+        [ids],
+      );
+      const byId = new Map(rows.map((r) => [r.message_id, Number(r.n)]));
+      return ids.map((id) => byId.get(id) ?? 0);
+    },
+    async started(name, c) {
+      const counts = consumerCounts(events, name, closers);
+      await c.start();
+      closers.push(() => c.stop());
+      return Object.assign(c, { counts });
+    },
+    async proxyTo(url, defaultPort) {
+      const target = new URL(url);
+      const proxy = new TcpProxy(target.hostname, Number(target.port || defaultPort));
+      await proxy.start();
+      closers.push(() => proxy.close());
+      return proxy;
+    },
+    spawn: (script, env) =>
+      spawnChild(script, { DATABASE_URL: databaseUrl(), SCHEMA: bed.db.schema, ...env }),
+  } as BrokerBed;
+  beforeAll(async () => {
+    bed.db = await createTestSchema({ poolSize: 8 });
+    bed.sql = fromPg(bed.db.pool);
+    bed.outbox = createOutbox({ sql: bed.sql, schema: bed.db.schema });
+    bed.inbox = createInbox({ sql: bed.sql, schema: bed.db.schema, events });
+    await bed.sql.query(`CREATE TABLE "${bed.db.schema}".effects (${effectsColumns})`);
+  });
+  afterEach(async () => {
+    for (const close of closers.splice(0).reverse()) await close().catch(() => undefined);
+  });
+  afterAll(() => bed.db?.close());
+  return bed;
 }

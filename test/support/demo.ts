@@ -1,6 +1,6 @@
-import pg from 'pg';
 import { startDemo, type DemoHandle, type DemoOverrides } from '../../demo/server.js';
 import { databaseUrl } from './database.js';
+import { dropDemoSchemasAt } from './faults/demo-under-fault.js';
 
 /**
  * Starts the payments demo for a test: the test database under `schema`, ephemeral ports for the
@@ -18,15 +18,7 @@ export function startTestDemo(schema: string, overrides: DemoOverrides = {}): Pr
   });
 }
 
-/** Drops what a demo created: idem's schema and the demo's own tables (`<schema>_demo`). */
-export async function dropDemoSchemas(schema: string): Promise<void> {
-  const client = new pg.Client({ connectionString: databaseUrl() });
-  await client.connect();
-  try {
-    await client.query(
-      `DROP SCHEMA IF EXISTS "${schema}" CASCADE; DROP SCHEMA IF EXISTS "${schema}_demo" CASCADE`,
-    );
-  } finally {
-    await client.end();
-  }
+/** Drops what a demo created on the test database: idem's schema and the demo's own tables. */
+export function dropDemoSchemas(schema: string): Promise<void> {
+  return dropDemoSchemasAt(databaseUrl(), schema);
 }

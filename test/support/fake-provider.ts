@@ -51,3 +51,14 @@ export async function startFakeProvider(options: { latencyMs?: number } = {}): P
     close: () => new Promise((resolve) => server.close(() => resolve())),
   };
 }
+
+/** Charges `amount` at `provider` under Idempotency-Key `key`: the charge it answers. */
+export async function chargeAt(provider: FakeProvider, key: string, amount: number, signal?: AbortSignal) {
+  const response = await fetch(`${provider.url}/charges`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', 'idempotency-key': key },
+    body: JSON.stringify({ amount }),
+    ...(signal ? { signal } : {}),
+  });
+  return (await response.json()) as { id: string };
+}

@@ -36,13 +36,11 @@ export const prismaFactory: OrmAdapterFactory<Prisma.TransactionClient, PrismaCl
       sql: fromPrisma(prisma),
       concurrent: true,
       userTransaction: (fn) => prisma.$transaction((tx) => fn(fromPrismaTransaction(tx))),
-      close: (options) =>
-        dropAndEnd(
-          schema,
-          () => prisma.$disconnect(),
-          (q) => prisma.$executeRawUnsafe(q),
-          options,
-        ),
+      close: dropAndEnd(
+        schema,
+        () => prisma.$disconnect(),
+        (q) => prisma.$executeRawUnsafe(q),
+      ),
     };
   },
 };
@@ -65,13 +63,11 @@ export const typeormFactory: OrmAdapterFactory<EntityManager, DataSource> = {
       sql: fromTypeORM(dataSource),
       concurrent: true,
       userTransaction: (fn) => dataSource.transaction((manager) => fn(fromTypeORMTransaction(manager))),
-      close: (options) =>
-        dropAndEnd(
-          schema,
-          () => dataSource.destroy(),
-          (q) => dataSource.query(q),
-          options,
-        ),
+      close: dropAndEnd(
+        schema,
+        () => dataSource.destroy(),
+        (q) => dataSource.query(q),
+      ),
     };
   },
 };
@@ -87,13 +83,11 @@ export const knexFactory: OrmAdapterFactory<Knex.Transaction, Knex> = {
       sql: fromKnex(db),
       concurrent: true,
       userTransaction: (fn) => db.transaction((trx) => fn(fromKnexTransaction(trx))),
-      close: (options) =>
-        dropAndEnd(
-          schema,
-          () => db.destroy(),
-          (q) => db.raw(q),
-          options,
-        ),
+      close: dropAndEnd(
+        schema,
+        () => db.destroy(),
+        (q) => db.raw(q),
+      ),
     };
   },
 };
@@ -123,13 +117,11 @@ export const mikroOrmFactory: OrmAdapterFactory<MikroKnex, MikroORM> = {
       concurrent: true,
       userTransaction: (fn) =>
         orm.em.fork().transactional((em) => fn(fromKnexTransaction(em.getTransactionContext<MikroKnex>()!))),
-      close: (options) =>
-        dropAndEnd(
-          schema,
-          () => orm.close(),
-          (q) => db.raw(q),
-          options,
-        ),
+      close: dropAndEnd(
+        schema,
+        () => orm.close(),
+        (q) => db.raw(q),
+      ),
     };
   },
 };

@@ -7,10 +7,13 @@
  * directory and files are made readable by that user, and it logs to stderr, never to a file.
  */
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
-import { accessSync, chmodSync, constants, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { createServer, connect } from 'node:net';
+import { chmodSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { findExecutable } from './executables.js';
+import { notInstalled } from './services.js';
+import { connect } from 'node:net';
 import { tmpdir, userInfo } from 'node:os';
 import path from 'node:path';
+import { freePort } from './ports.js';
 
 export interface PgBouncerOptions {
   /** The PostgreSQL PgBouncer forwards to (host, port, user and password are taken from it). */
@@ -35,25 +38,11 @@ export interface PgBouncer {
  * PATH, then /usr/sbin where Debian installs it.
  */
 export function findPgBouncer(): string | undefined {
-  const candidates =
-    process.env.PGBOUNCER !== undefined
-      ? [process.env.PGBOUNCER]
-      : [
-          ...(process.env.PATH ?? '').split(path.delimiter).map((dir) => dir && path.join(dir, 'pgbouncer')),
-          '/usr/sbin/pgbouncer',
-          '/usr/local/sbin/pgbouncer',
-          '/usr/local/bin/pgbouncer',
-        ];
-  for (const candidate of candidates) {
-    if (!candidate) continue;
-    try {
-      accessSync(candidate, constants.X_OK);
-      return candidate;
-    } catch {
-      // not here
-    }
-  }
-  return undefined;
+  return findExecutable('pgbouncer', process.env.PGBOUNCER, [
+    '/usr/sbin/pgbouncer',
+    '/usr/local/sbin/pgbouncer',
+    '/usr/local/bin/pgbouncer',
+  ]);
 }
 
 /**
@@ -61,12 +50,14 @@ export function findPgBouncer(): string | undefined {
  * error: the pooler tests may not pass by skipping.
  */
 export function requirePgBouncer(): string | undefined {
-  const binary = findPgBouncer();
-  if (binary) return binary;
-  const hint = 'install it (apt-get install pgbouncer) or set PGBOUNCER to its path';
-  if (process.env.CI) throw new Error(`CI needs pgbouncer, which is not installed: ${hint}`);
-  console.warn(`\n[idem tests] pgbouncer is not installed: SKIPPING the tests through PgBouncer (${hint})\n`);
-  return undefined;
+  return (
+    findPgBouncer() ??
+    notInstalled(
+      'pgbouncer',
+      'the tests through PgBouncer',
+      'install it (apt-get install pgbouncer) or set PGBOUNCER to its path',
+    )
+  );
 }
 
 export async function startPgBouncer(binary: string, options: PgBouncerOptions): Promise<PgBouncer> {
@@ -141,18 +132,6 @@ function unprivilegedUser(): string {
   } catch {
     return 'nobody';
   }
-}
-
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const address = server.address();
-      const port = typeof address === 'object' && address ? address.port : 0;
-      server.close(() => resolve(port));
-    });
-  });
 }
 
 async function waitForPort(port: number, child: ChildProcess, log: () => string): Promise<void> {

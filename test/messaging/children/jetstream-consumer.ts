@@ -1,12 +1,8 @@
 /** A JetStream consumer process that commits and then dies by SIGKILL instead of acking (seed scenario 4). */
-import pg from 'pg';
-import { fromPg } from 'idem/pg';
-import { createInbox, createJetStreamConsumer } from 'idem/inbox';
-import { crash, env, say } from './env.js';
+import { createJetStreamConsumer } from 'idem/inbox';
+import { childInbox, crash, env, say } from './env.js';
 
-const schema = env('SCHEMA');
-const pool = new pg.Pool({ connectionString: env('DATABASE_URL'), max: 2 });
-const inbox = createInbox({ sql: fromPg(pool), schema });
+const { schema, inbox } = childInbox();
 
 const consumer = createJetStreamConsumer({
   inbox,

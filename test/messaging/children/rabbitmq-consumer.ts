@@ -3,14 +3,10 @@
  * acking (seed scenario 4). The ack is the moment between "committed" and "acked".
  */
 import amqp from 'amqplib';
-import pg from 'pg';
-import { fromPg } from 'idem/pg';
-import { createInbox, createRabbitMqConsumer } from 'idem/inbox';
-import { crash, env, say } from './env.js';
+import { createRabbitMqConsumer } from 'idem/inbox';
+import { childInbox, crash, env, say } from './env.js';
 
-const schema = env('SCHEMA');
-const pool = new pg.Pool({ connectionString: env('DATABASE_URL'), max: 2 });
-const inbox = createInbox({ sql: fromPg(pool), schema });
+const { schema, inbox } = childInbox();
 
 const consumer = createRabbitMqConsumer({
   inbox,

@@ -17,8 +17,24 @@ export interface BlockDiagnostic {
   message: string;
 }
 
+/** The repository's root directory, with a trailing slash. */
+export const rootDir = fileURLToPath(new URL('../../../', import.meta.url));
+
+/** The repository's tsconfig.json as the compiler reads it (its paths map each subpath to src). */
+export function projectConfig(): ts.ParsedCommandLine {
+  return ts.getParsedCommandLineOfConfigFile(
+    `${rootDir}tsconfig.json`,
+    {},
+    {
+      ...ts.sys,
+      onUnRecoverableConfigFileDiagnostic: (d) => {
+        throw new Error(ts.flattenDiagnosticMessageText(d.messageText, '\n'));
+      },
+    },
+  )!;
+}
+
 export function typecheckBlocks(blocks: CodeBlock[]): BlockDiagnostic[] {
-  const rootDir = fileURLToPath(new URL('../../../', import.meta.url));
   // Inside the repository, so node_modules and tsconfig's paths resolve as for any source file.
   const dir = `${rootDir}.idem/doc-blocks-${process.pid}`;
   mkdirSync(dir, { recursive: true });
@@ -30,16 +46,7 @@ export function typecheckBlocks(blocks: CodeBlock[]): BlockDiagnostic[] {
       writeFileSync(path, `${block.lines.join('\n')}\nexport {};\n`);
       files.set(path, block);
     });
-    const config = ts.getParsedCommandLineOfConfigFile(
-      `${rootDir}tsconfig.json`,
-      {},
-      {
-        ...ts.sys,
-        onUnRecoverableConfigFileDiagnostic: (d) => {
-          throw new Error(ts.flattenDiagnosticMessageText(d.messageText, '\n'));
-        },
-      },
-    )!;
+    const config = projectConfig();
     const globals = `${dir}/doc-globals.d.ts`;
     writeFileSync(globals, docGlobals);
     const program = ts.createProgram([...files.keys(), globals], { ...config.options, noEmit: true });

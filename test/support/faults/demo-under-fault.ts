@@ -12,7 +12,7 @@ import pg from 'pg';
 import type { DemoHandle } from '../../../demo/server.js';
 import { findings, settleAndJudge, type Verdict } from './demo-verdict.js';
 import { newClientLog, runClients, statusLine, timeToNewPayment, type ClientLog } from './payment-clients.js';
-import { startPgProxy, type PgProxy, type ProxyStats } from './pg-proxy.js';
+import { startPgProxyTo, type PgProxy, type ProxyStats } from './pg-proxy.js';
 
 export interface FaultRun {
   proxy: PgProxy;
@@ -103,8 +103,7 @@ export function captureStderr(): { lines: Map<string, number>; restore(): void }
 }
 
 export async function runDemoUnderFaults(options: FaultRunOptions): Promise<FaultReport> {
-  const target = new URL(options.databaseUrl);
-  const proxy = await startPgProxy({ host: target.hostname, port: Number(target.port || 5432) });
+  const proxy = await startPgProxyTo(options.databaseUrl);
   const direct = new pg.Pool({ connectionString: options.databaseUrl, max: 2 });
   const stderr = captureStderr();
   const timeline: string[] = [];
@@ -253,4 +252,17 @@ export function formatReport(title: string, r: FaultReport): string {
   for (const l of logs) lines.push(`   log ×${l.count}: ${l.line.replace(/\s+/g, ' ').slice(0, 400)}`);
   for (const t of r.timeline) lines.push(`   | ${t}`);
   return lines.join('\n');
+}
+
+/** Drops what a demo created on the database at `url`: idem's `schema` and the demo's `<schema>_demo`. */
+export async function dropDemoSchemasAt(url: string, schema: string): Promise<void> {
+  const client = new pg.Client({ connectionString: url });
+  await client.connect();
+  try {
+    await client.query(
+      `DROP SCHEMA IF EXISTS "${schema}" CASCADE; DROP SCHEMA IF EXISTS "${schema}_demo" CASCADE`,
+    );
+  } finally {
+    await client.end();
+  }
 }

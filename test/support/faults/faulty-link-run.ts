@@ -17,10 +17,15 @@
  * once; no key pending or failed after settling; no 500; the time from each fault's end to the
  * first new payment answered 201 (target: 1 s). Exit code 0 when everything held, 1 otherwise.
  */
-import pg from 'pg';
 import { randomSchema, startDemo } from '../../../demo/server.js';
 import { startEmbeddedPostgres, type EmbeddedDatabase } from '../embedded.js';
-import { formatReport, runDemoUnderFaults, type FaultReport, type FaultRun } from './demo-under-fault.js';
+import {
+  dropDemoSchemasAt,
+  formatReport,
+  runDemoUnderFaults,
+  type FaultReport,
+  type FaultRun,
+} from './demo-under-fault.js';
 
 interface Options {
   durationS: number;
@@ -109,18 +114,6 @@ function scenario(durationS: number) {
   };
 }
 
-async function dropSchemas(url: string, schema: string) {
-  const client = new pg.Client({ connectionString: url });
-  await client.connect();
-  try {
-    await client.query(
-      `DROP SCHEMA IF EXISTS "${schema}" CASCADE; DROP SCHEMA IF EXISTS "${schema}_demo" CASCADE`,
-    );
-  } finally {
-    await client.end();
-  }
-}
-
 function summaryRow(pipeline: boolean, r: FaultReport): string {
   const v = r.verdict;
   const count = (s: string) => countOf(r.statuses, s);
@@ -201,7 +194,7 @@ async function main(): Promise<number> {
         if (report.findings.length > 0 || slow.length > 0) failed = true;
       } finally {
         if (!options.keep)
-          await dropSchemas(databaseUrl, schema).catch((e: unknown) => say(`drop: ${String(e)}`));
+          await dropDemoSchemasAt(databaseUrl, schema).catch((e: unknown) => say(`drop: ${String(e)}`));
       }
     }
   } finally {

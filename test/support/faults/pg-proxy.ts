@@ -322,6 +322,12 @@ const commandTag = (message: Buffer) => message.subarray(5, message.length - 1).
 
 const isCommitText = (text: string) => /^\s*(COMMIT|END)\s*;?\s*$/i.test(text);
 
+/** A proxy in front of the PostgreSQL that `url` names (its host, and its port or 5432). */
+export function startPgProxyTo(url: string): Promise<PgProxy> {
+  const target = new URL(url);
+  return startPgProxy({ host: target.hostname, port: Number(target.port || 5432) });
+}
+
 export async function startPgProxy(target: { host: string; port: number }): Promise<PgProxy> {
   const settings: Settings = {
     latency: null,
@@ -383,19 +389,11 @@ export async function startPgProxy(target: { host: string; port: number }): Prom
           }
         },
       );
-      client.on('data', (chunk: Buffer) => {
-        if (!this.cut) this.onClientData(chunk);
-      });
-      let ended = false;
-      client.on('end', () => {
-        ended = true;
-        if (!this.cut) this.toServer.push({ kind: 'end' });
-      });
-      client.on('error', () => undefined);
-      client.on('close', (hadError) => {
-        if (!this.cut && !ended) this.toServer.push({ kind: hadError ? 'reset' : 'end' });
-        this.finish();
-      });
+      this.relay(
+        client,
+        (chunk) => this.onClientData(chunk),
+        () => this.toServer,
+      );
       // Not held by a partition: connect now, as a client's connect would reach the server.
       if (!settings.partition) this.ensureUpstream();
     }
@@ -408,17 +406,29 @@ export async function startPgProxy(target: { host: string; port: number }): Prom
       if (this.upstream || closing) return;
       const upstream = connect(target.port, target.host);
       this.upstream = upstream;
-      upstream.on('data', (chunk: Buffer) => {
-        if (!this.cut) this.onServerData(chunk);
+      this.relay(
+        upstream,
+        (chunk) => this.onServerData(chunk),
+        () => this.toClient,
+      );
+    }
+
+    /**
+     * Hands what `socket` sends to `onData`, and its end or reset to the lane towards the other
+     * side, while the link is not cut; its close finishes the link.
+     */
+    private relay(socket: Socket, onData: (chunk: Buffer) => void, lane: () => Lane) {
+      socket.on('data', (chunk: Buffer) => {
+        if (!this.cut) onData(chunk);
       });
       let ended = false;
-      upstream.on('end', () => {
+      socket.on('end', () => {
         ended = true;
-        if (!this.cut) this.toClient.push({ kind: 'end' });
+        if (!this.cut) lane().push({ kind: 'end' });
       });
-      upstream.on('error', () => undefined);
-      upstream.on('close', (hadError) => {
-        if (!this.cut && !ended) this.toClient.push({ kind: hadError ? 'reset' : 'end' });
+      socket.on('error', () => undefined);
+      socket.on('close', (hadError) => {
+        if (!this.cut && !ended) lane().push({ kind: hadError ? 'reset' : 'end' });
         this.finish();
       });
     }

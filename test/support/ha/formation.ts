@@ -35,11 +35,11 @@ import {
   readlinkSync,
   rmSync,
 } from 'node:fs';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import pg from 'pg';
 import type { PgAutoFailoverTools } from './tools.js';
+import { freePort } from '../ports.js';
 
 export { findPgAutoFailover, requirePgAutoFailover, type PgAutoFailoverTools } from './tools.js';
 
@@ -410,29 +410,16 @@ export async function startFormation(
 
   /** The primary requires a synchronous (quorum) standby, and it has one streaming. */
   const synchronousOn = async (node: FormationNode): Promise<boolean> => {
-    const client = new pg.Client({
-      host: node.host,
-      port: node.port,
-      user: superuser,
-      database: 'postgres',
-      connectionTimeoutMillis: 2000,
-    });
-    client.on('error', () => undefined);
-    try {
-      await client.connect();
-      const { rows } = await client.query<{ names: string; commit: string; streaming: number }>(
-        `SELECT current_setting('synchronous_standby_names') AS names,
-                current_setting('synchronous_commit') AS commit,
-                (SELECT count(*)::int FROM pg_stat_replication
-                  WHERE state = 'streaming' AND sync_state IN ('sync', 'quorum')) AS streaming`,
-      );
-      const row = rows[0]!;
-      return row.names !== '' && row.commit === 'on' && row.streaming >= 1;
-    } catch {
-      return false;
-    } finally {
-      await client.end().catch(() => undefined);
-    }
+    const row = await askNode<{ names: string; commit: string; streaming: number }>(
+      node.host,
+      node.port,
+      2000,
+      `SELECT current_setting('synchronous_standby_names') AS names,
+              current_setting('synchronous_commit') AS commit,
+              (SELECT count(*)::int FROM pg_stat_replication
+                WHERE state = 'streaming' AND sync_state IN ('sync', 'quorum')) AS streaming`,
+    );
+    return row !== undefined && row.names !== '' && row.commit === 'on' && row.streaming >= 1;
   };
 
   const waitHealthy = (what: string, timeoutMs: number) =>
@@ -705,22 +692,35 @@ async function stateOf(monitor: pg.Pool): Promise<NodeState[]> {
 
 /** Whether a node takes writes: connected, not in recovery, not read-only. */
 async function writable(h: string, port: number): Promise<boolean> {
+  const row = await askNode<{ recovery: boolean; ro: string }>(
+    h,
+    port,
+    1000,
+    `SELECT pg_is_in_recovery() AS recovery, current_setting('transaction_read_only') AS ro`,
+  );
+  return row !== undefined && row.recovery === false && row.ro === 'off';
+}
+
+/** The first row `query` answers on node `h`:`port` as the superuser, or undefined if it could not be asked. */
+async function askNode<Row>(
+  h: string,
+  port: number,
+  timeoutMs: number,
+  query: string,
+): Promise<Row | undefined> {
   const client = new pg.Client({
     host: h,
     port,
     user: superuser,
     database: 'postgres',
-    connectionTimeoutMillis: 1000,
+    connectionTimeoutMillis: timeoutMs,
   });
   client.on('error', () => undefined);
   try {
     await client.connect();
-    const { rows } = await client.query<{ recovery: boolean; ro: string }>(
-      `SELECT pg_is_in_recovery() AS recovery, current_setting('transaction_read_only') AS ro`,
-    );
-    return rows[0]!.recovery === false && rows[0]!.ro === 'off';
+    return (await client.query<Row & pg.QueryResultRow>(query)).rows[0];
   } catch {
-    return false;
+    return undefined;
   } finally {
     await client.end().catch(() => undefined);
   }
@@ -754,18 +754,6 @@ const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 async function freePorts(n: number): Promise<number[]> {
   const ports = new Set<number>();
-  while (ports.size < n) ports.add(await freePort());
+  while (ports.size < n) ports.add(await freePort(host));
   return [...ports];
-}
-
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once('error', reject);
-    server.listen(0, host, () => {
-      const address = server.address();
-      const port = typeof address === 'object' && address ? address.port : 0;
-      server.close(() => resolve(port));
-    });
-  });
 }

@@ -3,8 +3,9 @@
  * extension directory holds `pgautofailover` (`postgresql-15-auto-failover`). Nothing system-wide
  * is used beyond the binaries: the formation lives in a temporary directory (formation.ts).
  */
-import { accessSync, constants, existsSync, readdirSync } from 'node:fs';
-import path from 'node:path';
+import { existsSync, readdirSync } from 'node:fs';
+import { executable, findExecutable } from '../executables.js';
+import { notInstalled } from '../services.js';
 
 export interface PgAutoFailoverTools {
   /** The `pg_autoctl` binary. */
@@ -15,30 +16,16 @@ export interface PgAutoFailoverTools {
   major: number;
 }
 
-function executable(file: string): boolean {
-  try {
-    accessSync(file, constants.X_OK);
-    return true;
-  } catch {
-    return false;
-  }
-}
-
 /**
  * The tools, or undefined. `PG_AUTOCTL` names the binary (and only it is tried), otherwise PATH and
  * /usr/bin. `PG_AUTOCTL_PG_CTL` names pg_ctl; otherwise the newest /usr/lib/postgresql/<major>
  * whose share directory has the extension (Debian's layout).
  */
 export function findPgAutoFailover(): PgAutoFailoverTools | undefined {
-  const candidates =
-    process.env.PG_AUTOCTL !== undefined
-      ? [process.env.PG_AUTOCTL]
-      : [
-          ...(process.env.PATH ?? '').split(path.delimiter).map((dir) => dir && path.join(dir, 'pg_autoctl')),
-          '/usr/bin/pg_autoctl',
-          '/usr/local/bin/pg_autoctl',
-        ];
-  const pgAutoctl = candidates.find((c) => c && executable(c));
+  const pgAutoctl = findExecutable('pg_autoctl', process.env.PG_AUTOCTL, [
+    '/usr/bin/pg_autoctl',
+    '/usr/local/bin/pg_autoctl',
+  ]);
   if (!pgAutoctl) return undefined;
   if (process.env.PG_AUTOCTL_PG_CTL) {
     const pgCtl = process.env.PG_AUTOCTL_PG_CTL;
@@ -68,13 +55,12 @@ export function findPgAutoFailover(): PgAutoFailoverTools | undefined {
  * availability suite may not pass by skipping.
  */
 export function requirePgAutoFailover(): PgAutoFailoverTools | undefined {
-  const tools = findPgAutoFailover();
-  if (tools) return tools;
-  const hint =
-    'install them (apt-get install postgresql-15-auto-failover pg-auto-failover-cli) or set PG_AUTOCTL and PG_AUTOCTL_PG_CTL';
-  if (process.env.CI) throw new Error(`CI needs pg_auto_failover, which is not installed: ${hint}`);
-  console.warn(
-    `\n[idem tests] pg_auto_failover is not installed: SKIPPING the high-availability tests on a real formation (${hint})\n`,
+  return (
+    findPgAutoFailover() ??
+    notInstalled(
+      'pg_auto_failover',
+      'the high-availability tests on a real formation',
+      'install them (apt-get install postgresql-15-auto-failover pg-auto-failover-cli) or set PG_AUTOCTL and PG_AUTOCTL_PG_CTL',
+    )
   );
-  return undefined;
 }

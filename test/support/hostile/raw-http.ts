@@ -79,6 +79,25 @@ function dechunk(data: Buffer): Buffer {
   return Buffer.concat(out);
 }
 
+/** The first lines of a POST of `body` to `path` on one connection: request line, host, length. */
+export function postHead(path: string, body: Buffer, contentType = 'application/json'): (string | Buffer)[] {
+  return [
+    `POST ${path} HTTP/1.1`,
+    'Host: 127.0.0.1',
+    'Connection: close',
+    `Content-Type: ${contentType}`,
+    `Content-Length: ${body.length}`,
+  ];
+}
+
+/** A header line `name: value`, the value's bytes as given (a string read as latin1). */
+export function headerLine(name: string, value: string | Buffer): Buffer {
+  return Buffer.concat([
+    Buffer.from(`${name}: `, 'latin1'),
+    typeof value === 'string' ? Buffer.from(value, 'latin1') : value,
+  ]);
+}
+
 /** A POST with the given key header lines (each a raw value), content type and body. */
 export function post(
   port: number,
@@ -92,21 +111,8 @@ export function post(
 ): Promise<RawResponse> {
   const body =
     typeof options.body === 'string' ? Buffer.from(options.body, 'utf8') : (options.body ?? Buffer.alloc(0));
-  const head: (string | Buffer)[] = [
-    `POST ${options.path ?? '/orders'} HTTP/1.1`,
-    'Host: 127.0.0.1',
-    'Connection: close',
-    `Content-Type: ${options.contentType ?? 'application/json'}`,
-    `Content-Length: ${body.length}`,
-  ];
-  for (const key of options.keys ?? []) {
-    head.push(
-      Buffer.concat([
-        Buffer.from('Idempotency-Key: ', 'latin1'),
-        typeof key === 'string' ? Buffer.from(key, 'latin1') : key,
-      ]),
-    );
-  }
+  const head = postHead(options.path ?? '/orders', body, options.contentType);
+  for (const key of options.keys ?? []) head.push(headerLine('Idempotency-Key', key));
   head.push(...(options.extra ?? []));
   return rawRequest(port, head, body);
 }

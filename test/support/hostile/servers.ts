@@ -115,3 +115,11 @@ export async function startSurfaces(): Promise<Surfaces> {
     },
   };
 }
+
+/** The two HTTP surfaces a hostile property runs on, for `describe.each`: each one's port in `s()`. */
+export function surfacesOf(s: () => Surfaces): { name: string; port: () => number }[] {
+  return [
+    { name: 'node:http', port: () => s().nodePort },
+    { name: 'fastify', port: () => s().fastifyPort },
+  ];
+}

@@ -8,6 +8,7 @@ import { fromPg } from 'idem/pg';
 import type { Recording } from '../recordings.js';
 import { createTestSchema, type TestSchema } from '../database.js';
 import { startProvider, type Provider } from './provider.js';
+import { waitFor } from '../poll.js';
 
 /** Real time plus an offset the test moves forward: expiry and leases without sleeping. */
 export class OffsetClock implements Clock {
@@ -133,14 +134,10 @@ export async function createHarness(options: HarnessOptions = {}): Promise<Harne
 }
 
 /** Polls `condition` every 10 ms for at most `timeoutMs`. */
-export async function until(
+export function until(
   condition: () => boolean | Promise<boolean>,
   what: string,
   timeoutMs = 10_000,
 ): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!(await condition())) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 10));
-  }
+  return waitFor(condition, what, timeoutMs, 10);
 }
