@@ -3,7 +3,14 @@
  * injected clock as parameters, never from `now()`, so tests move time instead of sleeping.
  */
 import { quoteSchema } from '../core/schema-name.js';
-import { affectedRows, allRows, firstRow, nothing, preparedStatement } from '../core/statement.js';
+import {
+  affectedRows,
+  allRows,
+  firstRow,
+  nothing,
+  preparedStatement,
+  tenantForms,
+} from '../core/statement.js';
 import { sweepStatement, tenantSweepStatement } from '../core/sweeper.js';
 import { renderOperatorStatements } from './operator-statements.js';
 import type {
@@ -12,7 +19,6 @@ import type {
   EntityRef,
   HeldReceipt,
   LockedEntity,
-  Pinned,
   ReceiptEntity,
   ReceiptKey,
 } from './receipt-rows.js';
@@ -41,25 +47,6 @@ const entityParams = (entity: ReceiptEntity) =>
  */
 export function renderReceiptStatements(schema: string) {
   const s = quoteSchema(schema);
-  // Claims due receipts: pending ones whose time has come, waiting ones whose wait is over (or
-  // that were woken), and processing ones whose worker's lease ran out (it crashed or hung).
-  // SKIP LOCKED lets many workers claim without waiting on each other. The claim raises
-  // `attempts`, which fences the previous holder's writes.
-  const claim = (pin: string | null) => `WITH due AS (
-        SELECT tenant_id, source, delivery_id FROM ${s}.webhook_receipts
-        WHERE ${pin === null ? '' : `tenant_id = ${pin} AND `}state IN ('pending', 'processing', 'waiting')
-          AND next_attempt_at <= $1
-        ORDER BY next_attempt_at, received_at
-        LIMIT $2
-        FOR UPDATE SKIP LOCKED
-      )
-      UPDATE ${s}.webhook_receipts r
-      SET state = 'processing', attempts = r.attempts + 1, next_attempt_at = $3
-      FROM due WHERE ${pin === null ? 'r.tenant_id = due.tenant_id' : `r.tenant_id = ${pin}`}
-        AND r.source = due.source AND r.delivery_id = due.delivery_id
-      RETURNING r.tenant_id, r.source, r.delivery_id, r.event_type, r.headers, r.body, r.received_at,
-        r.attempts, r.deferrals, r.waiting_since`;
-  const claimParams = (c: ReceiptClaim) => [c.now, c.limit, c.leaseUntil];
   // Bounded batches; dead and waiting receipts are kept until processed, redriven or removed by
   // hand. ctid: the rows are locked, so they cannot move before the DELETE reaches them.
   const sweep = (pin: string) => `DELETE FROM ${s}.webhook_receipts WHERE ${pin}ctid IN (
@@ -89,17 +76,32 @@ export function renderReceiptStatements(schema: string) {
       result: affectedRows,
     }),
 
-    /** Claims due receipts of every tenant. */
-    claim: preparedStatement('wh', 'claim', {
-      text: claim(null),
-      params: claimParams,
+    /**
+     * Claims due receipts of every tenant (`claim`), or of one (`claimTenant`, $4 tenant): pending
+     * ones whose time has come, waiting ones whose wait is over (or that were woken), and
+     * processing ones whose worker's lease ran out (it crashed or hung). SKIP LOCKED lets many
+     * workers claim without waiting on each other. The claim raises `attempts`, which fences the
+     * previous holder's writes.
+     */
+    ...tenantForms('claim', {
+      text: (pin) => `WITH due AS (
+        SELECT tenant_id, source, delivery_id FROM ${s}.webhook_receipts
+        WHERE ${pin === null ? '' : `tenant_id = ${pin} AND `}state IN ('pending', 'processing', 'waiting')
+          AND next_attempt_at <= $1
+        ORDER BY next_attempt_at, received_at
+        LIMIT $2
+        FOR UPDATE SKIP LOCKED
+      )
+      UPDATE ${s}.webhook_receipts r
+      SET state = 'processing', attempts = r.attempts + 1, next_attempt_at = $3
+      FROM due WHERE ${pin === null ? 'r.tenant_id = due.tenant_id' : `r.tenant_id = ${pin}`}
+        AND r.source = due.source AND r.delivery_id = due.delivery_id
+      RETURNING r.tenant_id, r.source, r.delivery_id, r.event_type, r.headers, r.body, r.received_at,
+        r.attempts, r.deferrals, r.waiting_since`,
+      pin: '$4',
+      params: (c: ReceiptClaim) => [c.now, c.limit, c.leaseUntil],
       result: allRows<ClaimedRow>,
-    }),
-    /** `claim` of one tenant's receipts: $4 tenant. */
-    claimTenant: preparedStatement('wh', 'claimTenant', {
-      text: claim('$4'),
-      params: (c: ReceiptClaim & Pinned) => [...claimParams(c), c.tenant],
-      result: allRows<ClaimedRow>,
+      prepared: 'wh',
     }),
 
     /** First statement of the processing transaction: the receipt is still ours (same claim). */
