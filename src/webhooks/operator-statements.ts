@@ -4,8 +4,9 @@
  * named statement would stay prepared on every connection of the pool). The tools that need no
  * processor (entities.ts, discard.ts) render these alone.
  */
-import { quoteSchema } from '../core/schema-name.js';
+import { defaultSchema, quoteSchema } from '../core/schema-name.js';
 import { affectedRows, allRows, defineStatement, firstRow, nothing, tenantForms } from '../core/statement.js';
+import { validateTenant } from '../core/tenant.js';
 import type { EntityRef, ParkedRow, ReceiptKey, ReceiptRow, SkippedEntityRow } from './receipt-rows.js';
 
 export const receiptColumns = `tenant_id, source, delivery_id, event_type, headers, body, received_at, state,
@@ -178,4 +179,22 @@ export function renderOperatorStatements(schema: string) {
       result: affectedRows,
     }),
   };
+}
+
+export type OperatorStatements = ReturnType<typeof renderOperatorStatements>;
+
+/**
+ * One of the operators' lists (`listReceipts`, `listParkedEntities`): checks the tenant, renders
+ * the schema's statements (default `idem`), hands `list` what every list takes, the limit
+ * (default 100) and the tenant (`null`: every tenant), and decodes the rows it reads.
+ */
+export async function operatorList<R, T>(
+  options: { schema?: string; limit?: number; tenant?: string },
+  decode: (row: R) => T,
+  list: (statements: OperatorStatements, page: { limit: number; tenant: string | null }) => Promise<R[]>,
+): Promise<T[]> {
+  if (options.tenant !== undefined) validateTenant(options.tenant);
+  const statements = renderOperatorStatements(options.schema ?? defaultSchema);
+  const rows = await list(statements, { limit: options.limit ?? 100, tenant: options.tenant ?? null });
+  return rows.map((row) => decode(row));
 }
