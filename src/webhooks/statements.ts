@@ -3,6 +3,7 @@
  * injected clock as parameters, never from `now()`, so tests move time instead of sleeping.
  */
 import { quoteSchema } from '../core/schema-name.js';
+import type { QueryResult } from '../core/sql.js';
 import {
   affectedRows,
   allRows,
@@ -53,6 +54,30 @@ export function renderReceiptStatements(schema: string) {
         SELECT ctid FROM ${s}.webhook_receipts
         WHERE ${pin}state IN ('applied', 'superseded', 'duplicate', 'unhandled') AND expires_at < $1
         LIMIT $2 FOR UPDATE SKIP LOCKED)`;
+  /**
+   * A claimed receipt's write, fenced by the claim: `WHERE` $1 source, $2 delivery id and $3 the
+   * claim's `attempts` (a worker whose claim was taken over writes nothing) and, but for `finish`,
+   * the receipt still processing; `set` from $4 on, and the tenant (`tenant`) last.
+   */
+  const fenced = <Input extends { receipt: HeldReceipt }, Output>(
+    key: string,
+    spec: {
+      set: string;
+      tenant: string;
+      processing: boolean;
+      params: (input: Input) => readonly unknown[];
+      result: (result: QueryResult) => Output;
+    },
+  ) => {
+    const processing = spec.processing ? ` AND state = 'processing'` : '';
+    return preparedStatement('wh', key, {
+      text: `UPDATE ${s}.webhook_receipts
+      SET ${spec.set}
+      WHERE tenant_id = ${spec.tenant} AND source = $1 AND delivery_id = $2${processing} AND attempts = $3`,
+      params: (input: Input) => [...fence(input.receipt), ...spec.params(input), input.receipt.tenant_id],
+      result: spec.result,
+    });
+  };
   return {
     /**
      * One statement, so one transaction: the receipt exists or it does not. A duplicate hits the
@@ -191,23 +216,17 @@ export function renderReceiptStatements(schema: string) {
     }),
 
     /** Puts a claimed receipt back to wait for its entity, without spending a handler attempt. */
-    wait: preparedStatement('wh', 'wait', {
-      text: `UPDATE ${s}.webhook_receipts
-      SET state = 'waiting', next_attempt_at = $4, deferrals = deferrals + 1,
-          entity_scope = $5, entity_key = $6, entity_version = $7, waiting_since = $8
-      WHERE tenant_id = $9 AND source = $1 AND delivery_id = $2 AND state = 'processing' AND attempts = $3`,
+    wait: fenced('wait', {
+      set: `state = 'waiting', next_attempt_at = $4, deferrals = deferrals + 1,
+          entity_scope = $5, entity_key = $6, entity_version = $7, waiting_since = $8`,
+      tenant: '$9',
+      processing: true,
       params: (w: {
         receipt: HeldReceipt;
         until: Date | 'infinity';
         entity: NonNullable<ReceiptEntity>;
         waitingSince: unknown;
-      }) => [
-        ...fence(w.receipt),
-        w.until,
-        ...entityParams(w.entity),
-        w.waitingSince ?? null,
-        w.receipt.tenant_id,
-      ],
+      }) => [w.until, ...entityParams(w.entity), w.waitingSince ?? null],
       result: nothing,
     }),
 
@@ -241,55 +260,49 @@ export function renderReceiptStatements(schema: string) {
     }),
 
     /** A handled receipt: its outcome, with the entity it named. Fenced. */
-    finish: preparedStatement('wh', 'finish', {
-      text: `UPDATE ${s}.webhook_receipts
-      SET state = $4, processed_at = $5, last_error = $6,
-          entity_scope = $7, entity_key = $8, entity_version = $9, waiting_since = NULL
-      WHERE tenant_id = $10 AND source = $1 AND delivery_id = $2 AND attempts = $3`,
+    finish: fenced('finish', {
+      set: `state = $4, processed_at = $5, last_error = $6,
+          entity_scope = $7, entity_key = $8, entity_version = $9, waiting_since = NULL`,
+      tenant: '$10',
+      processing: false,
       params: (f: {
         receipt: HeldReceipt;
         state: 'applied' | 'superseded' | 'duplicate' | 'unhandled';
         now: Date;
         entity: ReceiptEntity;
       }) => [
-        ...fence(f.receipt),
         f.state,
         f.now,
         // $6 last_error: a handled receipt has none.
         null,
         ...entityParams(f.entity),
-        f.receipt.tenant_id,
       ],
       result: nothing,
     }),
 
     /** After a failed attempt (its transaction rolled back): retry later, or dead. Fenced. */
-    fail: preparedStatement('wh', 'fail', {
-      text: `UPDATE ${s}.webhook_receipts
-      SET state = $4, next_attempt_at = $5, last_error = $6
-      WHERE tenant_id = $7 AND source = $1 AND delivery_id = $2 AND state = 'processing' AND attempts = $3`,
+    fail: fenced('fail', {
+      set: `state = $4, next_attempt_at = $5, last_error = $6`,
+      tenant: '$7',
+      processing: true,
       params: (f: { receipt: HeldReceipt; state: 'dead' | 'pending'; due: Date; error: string }) => [
-        ...fence(f.receipt),
         f.state,
         f.due,
         f.error,
-        f.receipt.tenant_id,
       ],
       result: affectedRows,
     }),
 
     /** An invalid event: a dead letter at once, with the reason and the entity it named. Fenced. */
-    reject: preparedStatement('wh', 'reject', {
-      text: `UPDATE ${s}.webhook_receipts
-      SET state = 'dead', next_attempt_at = $4, processed_at = $4, last_error = $5,
-          entity_scope = $6, entity_key = $7, entity_version = $8, waiting_since = NULL
-      WHERE tenant_id = $9 AND source = $1 AND delivery_id = $2 AND state = 'processing' AND attempts = $3`,
+    reject: fenced('reject', {
+      set: `state = 'dead', next_attempt_at = $4, processed_at = $4, last_error = $5,
+          entity_scope = $6, entity_key = $7, entity_version = $8, waiting_since = NULL`,
+      tenant: '$9',
+      processing: true,
       params: (r: { receipt: HeldReceipt; now: Date; error: string; entity: ReceiptEntity }) => [
-        ...fence(r.receipt),
         r.now,
         r.error,
         ...entityParams(r.entity),
-        r.receipt.tenant_id,
       ],
       result: nothing,
     }),
