@@ -110,6 +110,55 @@ export function affectedRows(result: QueryResult): number {
 /** Result shape: nothing (the statement is run for its effect). */
 export function nothing(): void {}
 
+/** Pinned to one tenant: every row of the statement is `tenant`'s. */
+export interface Pinned {
+  tenant: string;
+}
+
+/** What `tenantForms` takes: one statement's text in both forms, its parameters and result. */
+export interface TenantFormsSpec<Input, R extends Row, Output> {
+  /** The statement's text across every tenant (`null`), or pinned to the tenant parameter given. */
+  readonly text: (pin: string | null) => string;
+  /** The pinned form's tenant parameter: the one after the across form's (`$4` after three). */
+  readonly pin: string;
+  /** The across form's parameters; the pinned form's are these and then the tenant. */
+  readonly params: (input: Input) => readonly unknown[];
+  readonly result: (result: QueryResult<R>) => Output;
+  /**
+   * Sends both forms named, `preparedStatement(prepared, key)` and `(prepared, key + 'Tenant')`;
+   * without it both are sent unnamed.
+   */
+  readonly prepared?: string;
+}
+
+/** A statement `Key` of every tenant's rows, and `KeyTenant`, its form pinned to one tenant. */
+export type TenantForms<Key extends string, Input, Output> = {
+  [K in Key]: Statement<Input, Output>;
+} & {
+  [K in `${Key}Tenant`]: Statement<Input & Pinned, Output>;
+};
+
+/**
+ * A statement of every tenant's rows and its form pinned to one tenant (`…Tenant`, the tenant its
+ * last parameter), defined at once, to spread into a module's statements: the two forms that a
+ * worker scoped to tenants and `acrossOrPinned` choose between.
+ */
+export function tenantForms<Key extends string, Input, R extends Row, Output>(
+  key: Key,
+  spec: TenantFormsSpec<Input, R, Output>,
+): TenantForms<Key, Input, Output> {
+  const { text, pin, params, result, prepared } = spec;
+  const define = <I>(name: string, form: Omit<StatementSpec<I, R, Output>, 'name'>) =>
+    prepared === undefined ? defineStatement(form) : preparedStatement(prepared, name, form);
+  const across = define(key, { text: text(null), params, result });
+  const pinned = define(`${key}Tenant`, {
+    text: text(pin),
+    params: (input: Input & Pinned) => [...params(input), input.tenant],
+    result,
+  });
+  return { [key]: across, [`${key}Tenant`]: pinned } as TenantForms<Key, Input, Output>;
+}
+
 /**
  * Runs a statement of every tenant's rows, or its form pinned to one tenant (`…Tenant`, `$n` the
  * tenant) when `tenant` is given, after checking it: the choice every operator tool with an
@@ -117,7 +166,7 @@ export function nothing(): void {}
  */
 export function acrossOrPinned<Input, Output>(
   db: Queryable,
-  forms: { across: Statement<Input, Output>; pinned: Statement<Input & { tenant: string }, Output> },
+  forms: { across: Statement<Input, Output>; pinned: Statement<Input & Pinned, Output> },
   input: Input,
   tenant: string | undefined,
 ): Promise<Output> {

@@ -10,7 +10,8 @@ import type { IdemEvents } from '../core/event-channel.js';
 import type { Queryable, Sql } from '../core/sql.js';
 import { defaultTenant, validateTenant } from '../core/tenant.js';
 import { defaultSchema } from '../core/schema-name.js';
-import { renderOperatorStatements } from './operator-statements.js';
+import { operatorList, renderOperatorStatements } from './operator-statements.js';
+import type { ParkedRow } from './receipt-rows.js';
 
 /** A `sequence` entity whose later versions waited longer than the gap timeout for a missing one. */
 export interface ParkedEntity {
@@ -46,18 +47,14 @@ export interface ListParkedOptions {
 }
 
 /** Parked entities, oldest first, with what waits behind each gap. */
-export async function listParkedEntities(
-  sql: Queryable,
-  options: ListParkedOptions = {},
-): Promise<ParkedEntity[]> {
-  if (options.tenant !== undefined) validateTenant(options.tenant);
-  const statements = renderOperatorStatements(options.schema ?? defaultSchema);
-  const rows = await statements.parked(sql, {
-    scope: options.scope ?? null,
-    limit: options.limit ?? 100,
-    tenant: options.tenant ?? null,
-  });
-  return rows.map((r) => ({
+export function listParkedEntities(sql: Queryable, options: ListParkedOptions = {}): Promise<ParkedEntity[]> {
+  return operatorList(options, decodeParked, (statements, page) =>
+    statements.parked(sql, { scope: options.scope ?? null, ...page }),
+  );
+}
+
+function decodeParked(r: ParkedRow): ParkedEntity {
+  return {
     tenant: r.tenant_id,
     scope: r.scope,
     key: r.entity_key,
@@ -68,7 +65,7 @@ export async function listParkedEntities(
     waitingSince: toMillis(r.since),
     parkedAt: toMillis(r.parked_at)!,
     reason: r.parked_reason ?? '',
-  }));
+  };
 }
 
 /** Which gap to skip. */

@@ -11,7 +11,7 @@ import { isWebhookRequestError, RawBodyUnavailableError } from './errors.js';
 import { nodeHeaders } from './headers.js';
 import { sendNodeAnswer } from './node-http.js';
 import { parsedBodyMessage, readNodeBody } from './raw-body.js';
-import type { WebhookReceiver } from './receiver.js';
+import type { WebhookRouteOptions } from './receiver.js';
 
 /**
  * An Express request, by the shape the handler reads (Express's `Request` is one). Declared here,
@@ -20,11 +20,9 @@ import type { WebhookReceiver } from './receiver.js';
 export type ExpressRequestLike = IncomingMessage & { body?: unknown };
 
 /** Options of `webhooks` (idem/express). */
-export interface ExpressWebhookOptions<Req extends ExpressRequestLike = ExpressRequestLike> {
-  /** The receiver that verifies and stores deliveries (`createWebhookReceiver`). */
-  receiver: WebhookReceiver;
-  /** The source (a key of the receiver's `sources`) this route receives. */
-  source: string;
+export interface ExpressWebhookOptions<
+  Req extends ExpressRequestLike = ExpressRequestLike,
+> extends WebhookRouteOptions {
   /**
    * Where an earlier middleware kept the raw bytes, e.g. `(req) => req.rawBody` when
    * `express.json({ verify })` saved them. Default: read the stream, or use a Buffer `req.body`.

@@ -20,7 +20,7 @@ import {
 import { nodeHeaders } from './headers.js';
 import type { WebhookAnswer } from './problem.js';
 import { parsedBodyMessage } from './raw-body.js';
-import type { WebhookReceiver } from './receiver.js';
+import type { WebhookReceiver, WebhookRouteOptions } from './receiver.js';
 
 /** Options of `webhooks` (idem/fastify). */
 export interface FastifyWebhooksOptions {
@@ -92,12 +92,7 @@ export function webhooks(options: FastifyWebhooksOptions): (instance: FastifyIns
 }
 
 /** Options of `webhookHandler` (idem/fastify). */
-export interface FastifyWebhookHandlerOptions {
-  /** The receiver that verifies and stores deliveries. */
-  receiver: WebhookReceiver;
-  /** The source (a key of the receiver's `sources`) this route receives. */
-  source: string;
-}
+export type FastifyWebhookHandlerOptions = WebhookRouteOptions;
 
 /** A Fastify route handler for one source. The route must deliver the body as a Buffer. */
 export function webhookHandler(

@@ -10,7 +10,7 @@ import { isWebhookRequestError, RawBodyUnavailableError } from './errors.js';
 import { fetchHeaders } from './headers.js';
 import type { WebhookAnswer } from './problem.js';
 import { checkDeclaredLength, parsedBodyMessage, readWebBody } from './raw-body.js';
-import type { WebhookReceiver } from './receiver.js';
+import type { WebhookRouteOptions } from './receiver.js';
 
 /**
  * A Hono context, by the least of its shape (Hono's `Context` is one). Declared here, not imported,
@@ -21,12 +21,7 @@ export interface HonoContextLike {
 }
 
 /** Options of `webhooks` (idem/hono). */
-export interface HonoWebhookOptions {
-  /** The receiver that verifies and stores deliveries (`createWebhookReceiver`). */
-  receiver: WebhookReceiver;
-  /** The source (a key of the receiver's `sources`) this route receives. */
-  source: string;
-}
+export type HonoWebhookOptions = WebhookRouteOptions;
 
 /** A Hono handler that verifies, stores and answers deliveries of one source. */
 export function webhooks(options: HonoWebhookOptions): (c: HonoContextLike) => Promise<Response> {

@@ -47,6 +47,7 @@ export {
   type ResolvedSource,
   type ReceiveOutcome,
   type WebhookRejectionReason,
+  type WebhookRouteOptions,
 } from './receiver.js';
 export type { WebhookEvent } from './event.js';
 export type { BackoffOptions, Jitter } from '../core/resilience/backoff.js';

@@ -7,15 +7,10 @@ import { isWebhookRequestError } from './errors.js';
 import { nodeHeaders } from './headers.js';
 import type { WebhookAnswer } from './problem.js';
 import { readNodeBody } from './raw-body.js';
-import type { WebhookReceiver } from './receiver.js';
+import type { WebhookRouteOptions } from './receiver.js';
 
 /** Options of `webhooks` (idem/node-http). */
-export interface NodeWebhookOptions {
-  /** The receiver that verifies and stores deliveries (`createWebhookReceiver`). */
-  receiver: WebhookReceiver;
-  /** The source (a key of the receiver's `sources`) this handler receives. */
-  source: string;
-}
+export type NodeWebhookOptions = WebhookRouteOptions;
 
 /** A node:http request handler for one source. Answers every request itself. */
 export function webhooks(

@@ -4,16 +4,10 @@
  * named statement would stay prepared on every connection of the pool). The tools that need no
  * processor (entities.ts, discard.ts) render these alone.
  */
-import { quoteSchema } from '../core/schema-name.js';
-import { affectedRows, allRows, defineStatement, firstRow, nothing } from '../core/statement.js';
-import type {
-  EntityRef,
-  ParkedRow,
-  Pinned,
-  ReceiptKey,
-  ReceiptRow,
-  SkippedEntityRow,
-} from './receipt-rows.js';
+import { defaultSchema, quoteSchema } from '../core/schema-name.js';
+import { affectedRows, allRows, defineStatement, firstRow, nothing, tenantForms } from '../core/statement.js';
+import { validateTenant } from '../core/tenant.js';
+import type { EntityRef, ParkedRow, ReceiptKey, ReceiptRow, SkippedEntityRow } from './receipt-rows.js';
 
 export const receiptColumns = `tenant_id, source, delivery_id, event_type, headers, body, received_at, state,
   attempts, deferrals, next_attempt_at, last_error, entity_scope, entity_key, entity_version, waiting_since,
@@ -30,21 +24,21 @@ export interface ReceiptRedrive {
 /** Every operator statement about receipts and entities, for one schema. */
 export function renderOperatorStatements(schema: string) {
   const s = quoteSchema(schema);
-  const redrive = (pin: string | null) => `UPDATE ${s}.webhook_receipts
-      SET state = 'pending', attempts = 0, deferrals = 0, waiting_since = NULL, next_attempt_at = $1
-      WHERE ${pin === null ? '' : `tenant_id = ${pin} AND `}state = ANY($2::text[])
-        AND ($3::text IS NULL OR source = $3)
-        AND ($4::text[] IS NULL OR delivery_id = ANY($4::text[]))`;
-  const redriveParams = (r: ReceiptRedrive) => [r.now, r.states, r.source, r.deliveryIds];
   // $1 scope, $2 key, $3 tenant: the entity of an operator's statement.
   const entity = (e: EntityRef) => [e.scope, e.key, e.tenant];
   return {
-    /** Puts receipts of every tenant back to pending with fresh attempts; answers how many. */
-    redrive: defineStatement({ text: redrive(null), params: redriveParams, result: affectedRows }),
-    /** `redrive` of one tenant's receipts: $5 tenant. */
-    redriveTenant: defineStatement({
-      text: redrive('$5'),
-      params: (r: ReceiptRedrive & Pinned) => [...redriveParams(r), r.tenant],
+    /**
+     * Puts receipts of every tenant (`redrive`), or of one (`redriveTenant`, $5 tenant), back to
+     * pending with fresh attempts; answers how many.
+     */
+    ...tenantForms('redrive', {
+      text: (pin) => `UPDATE ${s}.webhook_receipts
+      SET state = 'pending', attempts = 0, deferrals = 0, waiting_since = NULL, next_attempt_at = $1
+      WHERE ${pin === null ? '' : `tenant_id = ${pin} AND `}state = ANY($2::text[])
+        AND ($3::text IS NULL OR source = $3)
+        AND ($4::text[] IS NULL OR delivery_id = ANY($4::text[]))`,
+      pin: '$5',
+      params: (r: ReceiptRedrive) => [r.now, r.states, r.source, r.deliveryIds],
       result: affectedRows,
     }),
 
@@ -185,4 +179,22 @@ export function renderOperatorStatements(schema: string) {
       result: affectedRows,
     }),
   };
+}
+
+export type OperatorStatements = ReturnType<typeof renderOperatorStatements>;
+
+/**
+ * One of the operators' lists (`listReceipts`, `listParkedEntities`): checks the tenant, renders
+ * the schema's statements (default `idem`), hands `list` what every list takes, the limit
+ * (default 100) and the tenant (`null`: every tenant), and decodes the rows it reads.
+ */
+export async function operatorList<R, T>(
+  options: { schema?: string; limit?: number; tenant?: string },
+  decode: (row: R) => T,
+  list: (statements: OperatorStatements, page: { limit: number; tenant: string | null }) => Promise<R[]>,
+): Promise<T[]> {
+  if (options.tenant !== undefined) validateTenant(options.tenant);
+  const statements = renderOperatorStatements(options.schema ?? defaultSchema);
+  const rows = await list(statements, { limit: options.limit ?? 100, tenant: options.tenant ?? null });
+  return rows.map((row) => decode(row));
 }

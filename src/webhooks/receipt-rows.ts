@@ -27,11 +27,6 @@ export interface ReceiptKey {
 /** A claimed receipt as its fenced statements name it: its key and the claim's `attempts`. */
 export type HeldReceipt = Pick<ClaimedRow, 'tenant_id' | 'source' | 'delivery_id' | 'attempts'>;
 
-/** Pinned to one tenant: every row of the statement is `tenant`'s. */
-export interface Pinned {
-  tenant: string;
-}
-
 /** One entity, by its primary key (tenant_id, scope, entity_key). */
 export interface EntityRef {
   tenant: string;

@@ -10,9 +10,8 @@ import { parseJsonColumn } from '../core/json-column.js';
 import { defaultSchema } from '../core/schema-name.js';
 import type { Queryable } from '../core/sql.js';
 import { acrossOrPinned } from '../core/statement.js';
-import { validateTenant } from '../core/tenant.js';
 import type { ListParkedOptions } from './entities.js';
-import { renderOperatorStatements } from './operator-statements.js';
+import { operatorList, renderOperatorStatements } from './operator-statements.js';
 import type { ReceiptRow } from './receipt-rows.js';
 
 /** A receipt as stored. */
@@ -79,19 +78,10 @@ declare module '../core/event-channel.js' {
 }
 
 /** Receipts in the given states (default: dead letters), oldest first; of one tenant or all. */
-export async function listReceipts(
-  db: Queryable,
-  options: ListReceiptsOptions = {},
-): Promise<WebhookReceipt[]> {
-  if (options.tenant !== undefined) validateTenant(options.tenant);
-  const statements = renderOperatorStatements(options.schema ?? defaultSchema);
-  const rows = await statements.list(db, {
-    states: options.states ?? ['dead'],
-    source: options.source ?? null,
-    limit: options.limit ?? 100,
-    tenant: options.tenant ?? null,
-  });
-  return rows.map(decodeReceipt);
+export function listReceipts(db: Queryable, options: ListReceiptsOptions = {}): Promise<WebhookReceipt[]> {
+  return operatorList(options, decodeReceipt, (statements, page) =>
+    statements.list(db, { states: options.states ?? ['dead'], source: options.source ?? null, ...page }),
+  );
 }
 
 /**

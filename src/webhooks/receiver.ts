@@ -288,3 +288,14 @@ function rejectionReason(error: WebhookRequestError): WebhookRejectionReason {
 export function createWebhookReceiver(options: WebhookReceiverOptions): WebhookReceiver {
   return new WebhookReceiver(options);
 }
+
+/**
+ * Options of a framework binding for one source (`webhooks` of idem/node-http, idem/hono and
+ * idem/express, `webhookHandler` of idem/fastify).
+ */
+export interface WebhookRouteOptions {
+  /** The receiver that verifies and stores deliveries (`createWebhookReceiver`). */
+  receiver: WebhookReceiver;
+  /** The source (a key of the receiver's `sources`) this route receives. */
+  source: string;
+}

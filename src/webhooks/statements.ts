@@ -3,7 +3,15 @@
  * injected clock as parameters, never from `now()`, so tests move time instead of sleeping.
  */
 import { quoteSchema } from '../core/schema-name.js';
-import { affectedRows, allRows, firstRow, nothing, preparedStatement } from '../core/statement.js';
+import type { QueryResult } from '../core/sql.js';
+import {
+  affectedRows,
+  allRows,
+  firstRow,
+  nothing,
+  preparedStatement,
+  tenantForms,
+} from '../core/statement.js';
 import { sweepStatement, tenantSweepStatement } from '../core/sweeper.js';
 import { renderOperatorStatements } from './operator-statements.js';
 import type {
@@ -12,7 +20,6 @@ import type {
   EntityRef,
   HeldReceipt,
   LockedEntity,
-  Pinned,
   ReceiptEntity,
   ReceiptKey,
 } from './receipt-rows.js';
@@ -41,31 +48,36 @@ const entityParams = (entity: ReceiptEntity) =>
  */
 export function renderReceiptStatements(schema: string) {
   const s = quoteSchema(schema);
-  // Claims due receipts: pending ones whose time has come, waiting ones whose wait is over (or
-  // that were woken), and processing ones whose worker's lease ran out (it crashed or hung).
-  // SKIP LOCKED lets many workers claim without waiting on each other. The claim raises
-  // `attempts`, which fences the previous holder's writes.
-  const claim = (pin: string | null) => `WITH due AS (
-        SELECT tenant_id, source, delivery_id FROM ${s}.webhook_receipts
-        WHERE ${pin === null ? '' : `tenant_id = ${pin} AND `}state IN ('pending', 'processing', 'waiting')
-          AND next_attempt_at <= $1
-        ORDER BY next_attempt_at, received_at
-        LIMIT $2
-        FOR UPDATE SKIP LOCKED
-      )
-      UPDATE ${s}.webhook_receipts r
-      SET state = 'processing', attempts = r.attempts + 1, next_attempt_at = $3
-      FROM due WHERE ${pin === null ? 'r.tenant_id = due.tenant_id' : `r.tenant_id = ${pin}`}
-        AND r.source = due.source AND r.delivery_id = due.delivery_id
-      RETURNING r.tenant_id, r.source, r.delivery_id, r.event_type, r.headers, r.body, r.received_at,
-        r.attempts, r.deferrals, r.waiting_since`;
-  const claimParams = (c: ReceiptClaim) => [c.now, c.limit, c.leaseUntil];
   // Bounded batches; dead and waiting receipts are kept until processed, redriven or removed by
   // hand. ctid: the rows are locked, so they cannot move before the DELETE reaches them.
   const sweep = (pin: string) => `DELETE FROM ${s}.webhook_receipts WHERE ${pin}ctid IN (
         SELECT ctid FROM ${s}.webhook_receipts
         WHERE ${pin}state IN ('applied', 'superseded', 'duplicate', 'unhandled') AND expires_at < $1
         LIMIT $2 FOR UPDATE SKIP LOCKED)`;
+  /**
+   * A claimed receipt's write, fenced by the claim: `WHERE` $1 source, $2 delivery id and $3 the
+   * claim's `attempts` (a worker whose claim was taken over writes nothing) and, but for `finish`,
+   * the receipt still processing; `set` from $4 on, and the tenant (`tenant`) last.
+   */
+  const fenced = <Input extends { receipt: HeldReceipt }, Output>(
+    key: string,
+    spec: {
+      set: string;
+      tenant: string;
+      processing: boolean;
+      params: (input: Input) => readonly unknown[];
+      result: (result: QueryResult) => Output;
+    },
+  ) => {
+    const processing = spec.processing ? ` AND state = 'processing'` : '';
+    return preparedStatement('wh', key, {
+      text: `UPDATE ${s}.webhook_receipts
+      SET ${spec.set}
+      WHERE tenant_id = ${spec.tenant} AND source = $1 AND delivery_id = $2${processing} AND attempts = $3`,
+      params: (input: Input) => [...fence(input.receipt), ...spec.params(input), input.receipt.tenant_id],
+      result: spec.result,
+    });
+  };
   return {
     /**
      * One statement, so one transaction: the receipt exists or it does not. A duplicate hits the
@@ -89,17 +101,32 @@ export function renderReceiptStatements(schema: string) {
       result: affectedRows,
     }),
 
-    /** Claims due receipts of every tenant. */
-    claim: preparedStatement('wh', 'claim', {
-      text: claim(null),
-      params: claimParams,
+    /**
+     * Claims due receipts of every tenant (`claim`), or of one (`claimTenant`, $4 tenant): pending
+     * ones whose time has come, waiting ones whose wait is over (or that were woken), and
+     * processing ones whose worker's lease ran out (it crashed or hung). SKIP LOCKED lets many
+     * workers claim without waiting on each other. The claim raises `attempts`, which fences the
+     * previous holder's writes.
+     */
+    ...tenantForms('claim', {
+      text: (pin) => `WITH due AS (
+        SELECT tenant_id, source, delivery_id FROM ${s}.webhook_receipts
+        WHERE ${pin === null ? '' : `tenant_id = ${pin} AND `}state IN ('pending', 'processing', 'waiting')
+          AND next_attempt_at <= $1
+        ORDER BY next_attempt_at, received_at
+        LIMIT $2
+        FOR UPDATE SKIP LOCKED
+      )
+      UPDATE ${s}.webhook_receipts r
+      SET state = 'processing', attempts = r.attempts + 1, next_attempt_at = $3
+      FROM due WHERE ${pin === null ? 'r.tenant_id = due.tenant_id' : `r.tenant_id = ${pin}`}
+        AND r.source = due.source AND r.delivery_id = due.delivery_id
+      RETURNING r.tenant_id, r.source, r.delivery_id, r.event_type, r.headers, r.body, r.received_at,
+        r.attempts, r.deferrals, r.waiting_since`,
+      pin: '$4',
+      params: (c: ReceiptClaim) => [c.now, c.limit, c.leaseUntil],
       result: allRows<ClaimedRow>,
-    }),
-    /** `claim` of one tenant's receipts: $4 tenant. */
-    claimTenant: preparedStatement('wh', 'claimTenant', {
-      text: claim('$4'),
-      params: (c: ReceiptClaim & Pinned) => [...claimParams(c), c.tenant],
-      result: allRows<ClaimedRow>,
+      prepared: 'wh',
     }),
 
     /** First statement of the processing transaction: the receipt is still ours (same claim). */
@@ -189,23 +216,17 @@ export function renderReceiptStatements(schema: string) {
     }),
 
     /** Puts a claimed receipt back to wait for its entity, without spending a handler attempt. */
-    wait: preparedStatement('wh', 'wait', {
-      text: `UPDATE ${s}.webhook_receipts
-      SET state = 'waiting', next_attempt_at = $4, deferrals = deferrals + 1,
-          entity_scope = $5, entity_key = $6, entity_version = $7, waiting_since = $8
-      WHERE tenant_id = $9 AND source = $1 AND delivery_id = $2 AND state = 'processing' AND attempts = $3`,
+    wait: fenced('wait', {
+      set: `state = 'waiting', next_attempt_at = $4, deferrals = deferrals + 1,
+          entity_scope = $5, entity_key = $6, entity_version = $7, waiting_since = $8`,
+      tenant: '$9',
+      processing: true,
       params: (w: {
         receipt: HeldReceipt;
         until: Date | 'infinity';
         entity: NonNullable<ReceiptEntity>;
         waitingSince: unknown;
-      }) => [
-        ...fence(w.receipt),
-        w.until,
-        ...entityParams(w.entity),
-        w.waitingSince ?? null,
-        w.receipt.tenant_id,
-      ],
+      }) => [w.until, ...entityParams(w.entity), w.waitingSince ?? null],
       result: nothing,
     }),
 
@@ -239,55 +260,49 @@ export function renderReceiptStatements(schema: string) {
     }),
 
     /** A handled receipt: its outcome, with the entity it named. Fenced. */
-    finish: preparedStatement('wh', 'finish', {
-      text: `UPDATE ${s}.webhook_receipts
-      SET state = $4, processed_at = $5, last_error = $6,
-          entity_scope = $7, entity_key = $8, entity_version = $9, waiting_since = NULL
-      WHERE tenant_id = $10 AND source = $1 AND delivery_id = $2 AND attempts = $3`,
+    finish: fenced('finish', {
+      set: `state = $4, processed_at = $5, last_error = $6,
+          entity_scope = $7, entity_key = $8, entity_version = $9, waiting_since = NULL`,
+      tenant: '$10',
+      processing: false,
       params: (f: {
         receipt: HeldReceipt;
         state: 'applied' | 'superseded' | 'duplicate' | 'unhandled';
         now: Date;
         entity: ReceiptEntity;
       }) => [
-        ...fence(f.receipt),
         f.state,
         f.now,
         // $6 last_error: a handled receipt has none.
         null,
         ...entityParams(f.entity),
-        f.receipt.tenant_id,
       ],
       result: nothing,
     }),
 
     /** After a failed attempt (its transaction rolled back): retry later, or dead. Fenced. */
-    fail: preparedStatement('wh', 'fail', {
-      text: `UPDATE ${s}.webhook_receipts
-      SET state = $4, next_attempt_at = $5, last_error = $6
-      WHERE tenant_id = $7 AND source = $1 AND delivery_id = $2 AND state = 'processing' AND attempts = $3`,
+    fail: fenced('fail', {
+      set: `state = $4, next_attempt_at = $5, last_error = $6`,
+      tenant: '$7',
+      processing: true,
       params: (f: { receipt: HeldReceipt; state: 'dead' | 'pending'; due: Date; error: string }) => [
-        ...fence(f.receipt),
         f.state,
         f.due,
         f.error,
-        f.receipt.tenant_id,
       ],
       result: affectedRows,
     }),
 
     /** An invalid event: a dead letter at once, with the reason and the entity it named. Fenced. */
-    reject: preparedStatement('wh', 'reject', {
-      text: `UPDATE ${s}.webhook_receipts
-      SET state = 'dead', next_attempt_at = $4, processed_at = $4, last_error = $5,
-          entity_scope = $6, entity_key = $7, entity_version = $8, waiting_since = NULL
-      WHERE tenant_id = $9 AND source = $1 AND delivery_id = $2 AND state = 'processing' AND attempts = $3`,
+    reject: fenced('reject', {
+      set: `state = 'dead', next_attempt_at = $4, processed_at = $4, last_error = $5,
+          entity_scope = $6, entity_key = $7, entity_version = $8, waiting_since = NULL`,
+      tenant: '$9',
+      processing: true,
       params: (r: { receipt: HeldReceipt; now: Date; error: string; entity: ReceiptEntity }) => [
-        ...fence(r.receipt),
         r.now,
         r.error,
         ...entityParams(r.entity),
-        r.receipt.tenant_id,
       ],
       result: nothing,
     }),

@@ -204,20 +204,7 @@ export class SagaExecution<I, O, Client> {
     // Stored with its types (the steps' results it is made of keep theirs), and returned as stored,
     // so a replay of the completed saga returns what this run returns.
     const { json, meta } = encodeResult(result, `the result of saga "${this.ref.saga}"`);
-    await this.engine.sql.transaction(async (tx) => {
-      await this.fenced(
-        this.engine.statements.finish(tx, {
-          ...this.holder(),
-          status: 'completed',
-          result: json,
-          meta,
-          now: this.now(),
-          from: 'running',
-        }),
-      );
-      await this.point({ at: 'saga:finishing', status: 'completed' });
-    });
-    await this.point({ at: 'saga:finished', status: 'completed' });
+    await this.finish({ status: 'completed', from: 'running', result: json, meta });
     return { result: decodeResult(json, meta) as O };
   }
 
@@ -362,20 +349,24 @@ export class SagaExecution<I, O, Client> {
       if (!record || record.state === 'compensated') continue;
       await this.compensate(position, record);
     }
+    await this.finish({ status: 'compensated', from: 'compensating', result: null, meta: null });
+  }
+
+  /**
+   * Ends the saga, fenced, from the direction it ran in: completed forward with its result, or
+   * compensated backward without one.
+   */
+  private async finish(end: {
+    status: 'completed' | 'compensated';
+    from: 'running' | 'compensating';
+    result: string | null;
+    meta: string | null;
+  }): Promise<void> {
     await this.engine.sql.transaction(async (tx) => {
-      await this.fenced(
-        this.engine.statements.finish(tx, {
-          ...this.holder(),
-          status: 'compensated',
-          result: null,
-          meta: null,
-          now: this.now(),
-          from: 'compensating',
-        }),
-      );
-      await this.point({ at: 'saga:finishing', status: 'compensated' });
+      await this.fenced(this.engine.statements.finish(tx, { ...this.holder(), ...end, now: this.now() }));
+      await this.point({ at: 'saga:finishing', status: end.status });
     });
-    await this.point({ at: 'saga:finished', status: 'compensated' });
+    await this.point({ at: 'saga:finished', status: end.status });
   }
 
   private async compensate(position: number, record: SagaStepRecord): Promise<void> {

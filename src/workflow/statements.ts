@@ -29,6 +29,12 @@ export interface StepWrite extends Holder {
   now: Date;
 }
 
+/** A holder's new lease: until `leaseUntil`, taken at `now`. */
+export interface Lease {
+  leaseUntil: Date;
+  now: Date;
+}
+
 /** What a takeover or an unstick answers: where the saga is, under its new fence. */
 export interface ClaimedSaga {
   fence: number;
@@ -41,6 +47,8 @@ export interface ClaimedSaga {
 const pk = (ref: SagaRef) => [ref.tenant, ref.saga, ref.key];
 /** $1..$4: the saga's primary key and the holder's fence. */
 const held = (h: Holder) => [...pk(h.ref), h.fence];
+/** $1..$6: the holder and its new lease (`takeOver`, `fence`). */
+const leased = (l: Holder & Lease) => [...held(l), l.leaseUntil, l.now];
 /** $1..$8 of `stepDone` and `stepCompensated`. */
 const stepParams = (w: StepWrite) => [...held(w), w.position, w.result, w.now, w.meta];
 
@@ -52,6 +60,21 @@ const stepParams = (w: StepWrite) => [...held(w), w.position, w.result, w.now, w
 export function renderSagaStatements(schema: string) {
   const s = quoteSchema(schema);
   const pkWhere = `tenant_id = $1 AND saga = $2 AND saga_key = $3`;
+  /**
+   * `stepDone` and `stepCompensated`: records a step's outcome (`update`, named `cte`) and moves
+   * the cursor past it (`step`: `+ 1` forward, `- 1` backward), in one statement, fenced.
+   */
+  const stepWrite = (cte: string, update: string, step: '+ 1' | '- 1') =>
+    defineStatement({
+      text: `WITH ${cte} AS (
+        ${update}
+        RETURNING position
+      )
+      UPDATE ${s}.sagas SET cursor = $5 ${step}, updated_at = $7
+      WHERE ${pkWhere} AND fence = $4 AND EXISTS (SELECT 1 FROM ${cte})`,
+      params: stepParams,
+      result: affectedRows,
+    });
   return {
     /** Starts an instance; no row back means it exists. Commits at once (outside any step). */
     insert: defineStatement({
@@ -91,7 +114,7 @@ export function renderSagaStatements(schema: string) {
       WHERE ${pkWhere} AND fence = $4 AND status IN ('running', 'compensating')
         AND (locked_until IS NULL OR locked_until <= $6)
       RETURNING fence, status, cursor, error`,
-      params: (t: Holder & { leaseUntil: Date; now: Date }) => [...held(t), t.leaseUntil, t.now],
+      params: leased,
       result: firstRow<ClaimedSaga>,
     }),
 
@@ -103,12 +126,7 @@ export function renderSagaStatements(schema: string) {
       text: `UPDATE ${s}.sagas SET locked_until = $5, updated_at = $6
       WHERE ${pkWhere} AND fence = $4 AND status = $7
       RETURNING cursor`,
-      params: (f: Holder & { leaseUntil: Date; now: Date; status: SagaStatus }) => [
-        ...held(f),
-        f.leaseUntil,
-        f.now,
-        f.status,
-      ],
+      params: (f: Holder & Lease & { status: SagaStatus }) => [...leased(f), f.status],
       result: affectedRows,
     }),
 
@@ -134,17 +152,12 @@ export function renderSagaStatements(schema: string) {
      * Records the action's result ($6, with its type annotations $8) and moves the forward cursor
      * past it, in one statement.
      */
-    stepDone: defineStatement({
-      text: `WITH done AS (
-        UPDATE ${s}.saga_steps SET state = 'done', result = $6, result_meta = $8, done_at = $7
-        WHERE ${pkWhere} AND position = $5 AND state = 'registered'
-        RETURNING position
-      )
-      UPDATE ${s}.sagas SET cursor = $5 + 1, updated_at = $7
-      WHERE ${pkWhere} AND fence = $4 AND EXISTS (SELECT 1 FROM done)`,
-      params: stepParams,
-      result: affectedRows,
-    }),
+    stepDone: stepWrite(
+      'done',
+      `UPDATE ${s}.saga_steps SET state = 'done', result = $6, result_meta = $8, done_at = $7
+        WHERE ${pkWhere} AND position = $5 AND state = 'registered'`,
+      '+ 1',
+    ),
 
     /** Turns the saga backward at the failed step (which is compensated first). */
     startCompensating: defineStatement({
@@ -163,18 +176,13 @@ export function renderSagaStatements(schema: string) {
      * Records a compensation ($6, with its type annotations $8) and moves the backward cursor below
      * it, in one statement.
      */
-    stepCompensated: defineStatement({
-      text: `WITH compensated AS (
-        UPDATE ${s}.saga_steps SET state = 'compensated', compensation_result = $6,
+    stepCompensated: stepWrite(
+      'compensated',
+      `UPDATE ${s}.saga_steps SET state = 'compensated', compensation_result = $6,
           compensation_result_meta = $8, compensated_at = $7
-        WHERE ${pkWhere} AND position = $5 AND state <> 'compensated'
-        RETURNING position
-      )
-      UPDATE ${s}.sagas SET cursor = $5 - 1, updated_at = $7
-      WHERE ${pkWhere} AND fence = $4 AND EXISTS (SELECT 1 FROM compensated)`,
-      params: stepParams,
-      result: affectedRows,
-    }),
+        WHERE ${pkWhere} AND position = $5 AND state <> 'compensated'`,
+      '- 1',
+    ),
 
     /** Counts a failed compensation attempt (durably: the count survives crashes). */
     compensationFailed: defineStatement({

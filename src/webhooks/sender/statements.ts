@@ -12,6 +12,8 @@ import {
   firstRow,
   nothing,
   preparedStatement,
+  tenantForms,
+  type Pinned,
 } from '../../core/statement.js';
 import { sweepStatement, tenantSweepStatement } from '../../core/sweeper.js';
 import type { AttemptRow, ClaimedDelivery, DeliveryRow } from './delivery.js';
@@ -56,11 +58,6 @@ export interface DeliveryRedrive {
   messageId: string | null;
 }
 
-/** Pinned to one tenant. */
-interface Pinned {
-  tenant: string;
-}
-
 /** $1 message id, $2 endpoint id, $3 the claim's attempts: the fence of a claimed delivery's statements. */
 const fence = (d: HeldDelivery) => [d.message_id, d.endpoint_id, d.attempts];
 
@@ -73,35 +70,6 @@ const endpointKey = (e: EndpointKey) => [e.id, e.tenant];
  */
 export function renderSenderStatements(schema: string) {
   const s = quoteSchema(schema);
-  // Claims due deliveries of enabled endpoints (optionally of one message), raising `attempts`
-  // as the fence, and returns everything an attempt needs in the same round trip.
-  const claim = (pin: string | null) => `WITH due AS (
-        SELECT d.tenant_id, d.message_id, d.endpoint_id FROM ${s}.webhook_deliveries d
-        WHERE ${pin === null ? '' : `d.tenant_id = ${pin} AND `}d.state IN ('pending', 'delivering')
-          AND d.next_attempt_at <= $1 AND ($4::text IS NULL OR d.message_id = $4)
-        ORDER BY d.next_attempt_at
-        LIMIT $2
-        FOR UPDATE SKIP LOCKED
-      )
-      UPDATE ${s}.webhook_deliveries d
-      SET state = 'delivering', attempts = d.attempts + 1, next_attempt_at = $3
-      FROM due, ${s}.webhook_messages m, ${s}.webhook_endpoints e
-      WHERE ${pin === null ? 'd.tenant_id = due.tenant_id' : `d.tenant_id = ${pin}`}
-        AND d.message_id = due.message_id AND d.endpoint_id = due.endpoint_id
-        AND m.tenant_id = d.tenant_id AND m.id = d.message_id
-        AND e.tenant_id = d.tenant_id AND e.id = d.endpoint_id
-      RETURNING d.tenant_id, d.message_id, d.endpoint_id, d.attempts, m.event_type, m.payload,
-        m.content_type, e.url, e.secrets, e.enabled`;
-  const claimParams = (c: DeliveryClaim) => [c.now, c.limit, c.leaseUntil, c.messageId];
-  const redrive = (pin: string | null) => `UPDATE ${s}.webhook_deliveries d
-      SET state = 'pending', attempts = 0, next_attempt_at = $1
-      FROM ${s}.webhook_endpoints e
-      WHERE ${pin === null ? '' : `d.tenant_id = ${pin} AND `}e.tenant_id = d.tenant_id
-        AND e.id = d.endpoint_id AND e.enabled
-        AND d.state = ANY ($2::text[])
-        AND ($3::text IS NULL OR d.endpoint_id = $3)
-        AND ($4::text IS NULL OR d.message_id = $4)`;
-  const redriveParams = (r: DeliveryRedrive) => [r.now, r.states, r.endpointId, r.messageId];
   // Messages whose every delivery is finished, older than the retention; attempts cascade. ctid:
   // the rows are locked, so they cannot move before the DELETE reaches them.
   const sweep = (pin: string | null) => `DELETE FROM ${s}.webhook_messages
@@ -140,17 +108,33 @@ export function renderSenderStatements(schema: string) {
       result: affectedRows,
     }),
 
-    /** Claims due deliveries of every tenant. */
-    claim: preparedStatement('whs', 'claim', {
-      text: claim(null),
-      params: claimParams,
+    /**
+     * Claims due deliveries of enabled endpoints (optionally of one message) of every tenant
+     * (`claim`), or of one (`claimTenant`, $5 tenant), raising `attempts` as the fence, and returns
+     * everything an attempt needs in the same round trip.
+     */
+    ...tenantForms('claim', {
+      text: (pin) => `WITH due AS (
+        SELECT d.tenant_id, d.message_id, d.endpoint_id FROM ${s}.webhook_deliveries d
+        WHERE ${pin === null ? '' : `d.tenant_id = ${pin} AND `}d.state IN ('pending', 'delivering')
+          AND d.next_attempt_at <= $1 AND ($4::text IS NULL OR d.message_id = $4)
+        ORDER BY d.next_attempt_at
+        LIMIT $2
+        FOR UPDATE SKIP LOCKED
+      )
+      UPDATE ${s}.webhook_deliveries d
+      SET state = 'delivering', attempts = d.attempts + 1, next_attempt_at = $3
+      FROM due, ${s}.webhook_messages m, ${s}.webhook_endpoints e
+      WHERE ${pin === null ? 'd.tenant_id = due.tenant_id' : `d.tenant_id = ${pin}`}
+        AND d.message_id = due.message_id AND d.endpoint_id = due.endpoint_id
+        AND m.tenant_id = d.tenant_id AND m.id = d.message_id
+        AND e.tenant_id = d.tenant_id AND e.id = d.endpoint_id
+      RETURNING d.tenant_id, d.message_id, d.endpoint_id, d.attempts, m.event_type, m.payload,
+        m.content_type, e.url, e.secrets, e.enabled`,
+      pin: '$5',
+      params: (c: DeliveryClaim) => [c.now, c.limit, c.leaseUntil, c.messageId],
       result: allRows<ClaimedDelivery>,
-    }),
-    /** `claim` of one tenant's deliveries: $5 tenant. */
-    claimTenant: preparedStatement('whs', 'claimTenant', {
-      text: claim('$5'),
-      params: (c: DeliveryClaim & Pinned) => [...claimParams(c), c.tenant],
-      result: allRows<ClaimedDelivery>,
+      prepared: 'whs',
     }),
 
     /** Logs one HTTP attempt. */
@@ -229,12 +213,21 @@ export function renderSenderStatements(schema: string) {
       result: nothing,
     }),
 
-    /** Puts deliveries of every tenant back to pending with fresh attempts; answers how many. */
-    redrive: defineStatement({ text: redrive(null), params: redriveParams, result: affectedRows }),
-    /** `redrive` of one tenant's deliveries: $5 tenant. */
-    redriveTenant: defineStatement({
-      text: redrive('$5'),
-      params: (r: DeliveryRedrive & Pinned) => [...redriveParams(r), r.tenant],
+    /**
+     * Puts deliveries of every tenant (`redrive`), or of one (`redriveTenant`, $5 tenant), back to
+     * pending with fresh attempts; answers how many.
+     */
+    ...tenantForms('redrive', {
+      text: (pin) => `UPDATE ${s}.webhook_deliveries d
+      SET state = 'pending', attempts = 0, next_attempt_at = $1
+      FROM ${s}.webhook_endpoints e
+      WHERE ${pin === null ? '' : `d.tenant_id = ${pin} AND `}e.tenant_id = d.tenant_id
+        AND e.id = d.endpoint_id AND e.enabled
+        AND d.state = ANY ($2::text[])
+        AND ($3::text IS NULL OR d.endpoint_id = $3)
+        AND ($4::text IS NULL OR d.message_id = $4)`,
+      pin: '$5',
+      params: (r: DeliveryRedrive) => [r.now, r.states, r.endpointId, r.messageId],
       result: affectedRows,
     }),
 
