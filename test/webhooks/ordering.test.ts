@@ -20,7 +20,6 @@ import { consoleDatabase } from '../../src/console/database.js';
 import { readWebhooks } from '../../src/console/views/webhooks.js';
 import { createIdemMetrics } from '../../src/observability/prometheus.js';
 import {
-  createWebhookProcessor,
   createWebhookReceiver,
   InvalidWebhookEventError,
   recordHeaders,
@@ -33,7 +32,7 @@ import {
   type WebhookReceiver,
 } from '../../src/webhooks/index.js';
 import { createTestSchema, type TestSchema } from '../support/database.js';
-import { capturingEvents, count, signStandard, standardSecret } from './support.js';
+import { capturingEvents, count, signStandard, standardSecret, testProcessor } from './support.js';
 
 const minute = 60_000;
 let db: TestSchema;
@@ -76,14 +75,7 @@ function processor(
   handlers: WebhookHandlers<PgClientLike>,
   options: Partial<WebhookProcessorOptions<PgClientLike>> = {},
 ): WebhookProcessor<PgClientLike> {
-  return createWebhookProcessor({
-    sql: fromPg(db.pool),
-    schema: db.schema,
-    clock,
-    random: () => 0.5,
-    handlers,
-    ...options,
-  });
+  return testProcessor(db, clock, handlers, options);
 }
 
 const accountEntity = (event: WebhookEvent) => {

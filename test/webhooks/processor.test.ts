@@ -10,7 +10,6 @@ import { fromPg, type PgClientLike } from '../../src/adapters/pg.js';
 import { ManualClock } from '../../src/core/clock.js';
 import type { Transaction } from '../../src/core/sql.js';
 import {
-  createWebhookProcessor,
   createWebhookReceiver,
   createGithubVerifier,
   normaliseEntity,
@@ -18,12 +17,21 @@ import {
   createStandardWebhooksVerifier,
   type WebhookEvent,
   type WebhookHandlers,
+  type WebhookProcessor,
   type WebhookProcessorOptions,
   type WebhookReceiver,
 } from '../../src/webhooks/index.js';
 import { renderReceiptStatements } from '../../src/webhooks/statements.js';
 import { createTestSchema, type TestSchema } from '../support/database.js';
-import { capturingEvents, count, githubSecret, signGithub, signStandard, standardSecret } from './support.js';
+import {
+  capturingEvents,
+  count,
+  githubSecret,
+  signGithub,
+  signStandard,
+  standardSecret,
+  testProcessor,
+} from './support.js';
 
 const hour = 3_600_000;
 const day = 24 * hour;
@@ -54,15 +62,8 @@ async function store(
 function processor(
   handlers: WebhookHandlers<PgClientLike>,
   options: Partial<WebhookProcessorOptions<PgClientLike>> = {},
-) {
-  return createWebhookProcessor({
-    sql: fromPg(db.pool),
-    schema: db.schema,
-    clock,
-    random: () => 0.5,
-    handlers,
-    ...options,
-  });
+): WebhookProcessor<PgClientLike> {
+  return testProcessor(db, clock, handlers, options);
 }
 
 const q = (text: string, params: unknown[] = []) =>

@@ -19,7 +19,7 @@ import {
   type WebhookSenderOptions,
 } from '../../src/webhooks/index.js';
 import { createTestSchema, type TestSchema } from '../support/database.js';
-import { listenNode, standardSecret, type TestServer } from './support.js';
+import { listenNode, standardSecret, type TestServer, resetSender } from './support.js';
 
 let db: TestSchema;
 const clock = new ManualClock(Math.floor(Date.now() / 1000) * 1000);
@@ -56,10 +56,7 @@ beforeAll(async () => {
   db = await createTestSchema();
 });
 afterEach(async () => {
-  for (const server of servers.splice(0)) await server.close();
-  await db.pool.query(
-    `DELETE FROM "${db.schema}".webhook_messages; DELETE FROM "${db.schema}".webhook_endpoints`,
-  );
+  await resetSender(db, servers);
 });
 afterAll(async () => {
   await db?.close();

@@ -26,6 +26,7 @@ import {
   standardSecret,
   standardSecretNext,
   type TestServer,
+  resetSender,
 } from './support.js';
 
 interface Seen {
@@ -98,10 +99,7 @@ beforeEach(() => {
 });
 
 afterEach(async () => {
-  for (const server of servers.splice(0)) await server.close();
-  await db.pool.query(
-    `DELETE FROM "${db.schema}".webhook_messages; DELETE FROM "${db.schema}".webhook_endpoints`,
-  );
+  await resetSender(db, servers);
 });
 
 afterAll(async () => {

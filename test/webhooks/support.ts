@@ -14,7 +14,15 @@ import { Hono } from 'hono';
 import type pg from 'pg';
 import { Webhook } from 'standardwebhooks';
 import { createEvents, type IdemEventMap, type IdemEventName, type IdemEvents } from '../../src/index.js';
-import type { WebhookReceiver } from '../../src/webhooks/index.js';
+import { fromPg, type PgClientLike } from '../../src/adapters/pg.js';
+import type { Clock } from '../../src/core/clock.js';
+import {
+  createWebhookProcessor,
+  type WebhookHandlers,
+  type WebhookProcessor,
+  type WebhookProcessorOptions,
+  type WebhookReceiver,
+} from '../../src/webhooks/index.js';
 import { webhooks as expressWebhooks } from '../../src/webhooks/express.js';
 import { webhooks as honoWebhooks } from '../../src/webhooks/hono.js';
 import { webhooks as nodeWebhooks } from '../../src/webhooks/node-http.js';
@@ -296,4 +304,38 @@ export async function count(pool: pg.Pool, schema: string, table: string, where 
     `SELECT count(*) AS n FROM "${schema}".${table} WHERE ${where}`,
   );
   return Number(rows[0]!.n);
+}
+
+/**
+ * A webhook processor on the test schema's pool, with a deterministic clock and jitter (`random`
+ * fixed at 0.5), as the processor and ordering suites run theirs.
+ */
+export function testProcessor(
+  db: { pool: pg.Pool; schema: string },
+  clock: Clock,
+  handlers: WebhookHandlers<PgClientLike>,
+  options: Partial<WebhookProcessorOptions<PgClientLike>> = {},
+): WebhookProcessor<PgClientLike> {
+  return createWebhookProcessor({
+    sql: fromPg(db.pool),
+    schema: db.schema,
+    clock,
+    random: () => 0.5,
+    handlers,
+    ...options,
+  });
+}
+
+/**
+ * After each sender test: closes the endpoints' servers it started and empties the sender's
+ * tables, so the next test counts only its own deliveries.
+ */
+export async function resetSender(
+  db: { pool: pg.Pool; schema: string },
+  servers: TestServer[],
+): Promise<void> {
+  for (const server of servers.splice(0)) await server.close();
+  await db.pool.query(
+    `DELETE FROM "${db.schema}".webhook_messages; DELETE FROM "${db.schema}".webhook_endpoints`,
+  );
 }
