@@ -98,6 +98,9 @@ export function definePayments(
       const updated = rows[0]!;
       if (!charge.declined) {
         await outbox.add(tx, {
+          // The payment's tenant: the event's row, the ledger's inbox record and a trace's
+          // `--message <id> --tenant <tenant>` lookup all name it.
+          tenant,
           topic: 'payments',
           key: payment.id,
           type: 'payment.created',

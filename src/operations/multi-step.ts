@@ -1,7 +1,7 @@
 import { FencedError, isFenced, isIdemError, OperationFailedError, StepFailedError } from '../core/errors.js';
 import type { OperationScope } from '../core/errors.js';
 import { deriveKey } from '../core/keys.js';
-import { currentCausation } from '../core/causation.js';
+import { currentCausation, runAsIntent } from '../core/causation.js';
 import type { Clock } from '../core/clock.js';
 import type { Sql, Transaction } from '../core/sql.js';
 import { isRetryableStepFailure } from '../steps/retryable.js';
@@ -200,7 +200,9 @@ export class MultiStepRun<T, Client> implements MultiStepOperation<Client> {
       runLocalStep(this.runner, this.lease, {
         point: name,
         key,
-        run: (tx) => fn(tx, { key }),
+        // On behalf of this intent whatever context the caller runs in (a Fastify route handler
+        // runs outside the hook that started the operation): what it writes names the intent.
+        run: (tx) => runAsIntent(this.scope, () => fn(tx, { key })),
         record: (tx, text, types) =>
           statements.recordStep(tx, {
             scope: this.scope,
@@ -237,7 +239,7 @@ export class MultiStepRun<T, Client> implements MultiStepOperation<Client> {
             step: name,
             now: clock.now(),
           }),
-        call: fn,
+        call: (call) => runAsIntent(this.scope, () => fn(call)),
         record: async (sql, _value, text, types) => {
           const call = { ...this.held(), ...trace, step: name, json: text, meta: types, now: clock.now() };
           if (!(await statements.recordCall(sql, call))) throw this.lease.lost();

@@ -167,12 +167,15 @@ export function renderStepStatements(s: string) {
 
     /**
      * Records a local step's result ($5 its plain JSON, $8 its type annotations), in the step's
-     * transaction; $9–$10 its derived key and trace context (`StepTrace`).
+     * transaction; $9–$10 its derived key and trace context (`StepTrace`). `started_at` is the
+     * transaction's start (PostgreSQL's `now()`, the time the rows the step wrote carry too), so a
+     * trace puts the step before the events and tasks it added (`idem trace`).
      */
     recordStep: prepared('', 'recordStep', {
       text: `INSERT INTO ${s}.steps
-        (tenant_id, operation, idempotency_key, step, result, fence, completed_at, result_meta, derived_key, traceparent)
-      VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`,
+        (tenant_id, operation, idempotency_key, step, result, fence, completed_at, result_meta, derived_key, traceparent,
+         started_at)
+      VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, now())`,
       params: (
         step: FencedInput & StepTrace & { step: string; json: string; meta: string | null; now: number },
       ) => [

@@ -31,7 +31,8 @@ export function requestItem(r: TraceRow): TimelineItem {
 export function stepItem(r: TraceRow): TimelineItem {
   return {
     kind: 'step',
-    // A local step has no start time: its row is written when it completes.
+    // A local step starts with its transaction (`started_at`: what it wrote carries the same time);
+    // rows written before that was recorded have only the completion time.
     at: iso(r.started_at ?? r.completed_at),
     name: String(r.step),
     stepKind: r.kind === 'call' ? 'call' : 'local',

@@ -160,7 +160,7 @@ describe.runIf(amqpUrl)('payments demo metrics over RabbitMQ', () => {
     expect(await duplicates()).toBe(0);
 
     // The broker delivers the same message again (as after a consumer's lost ack): same
-    // message_id, onto the ledger's queue.
+    // message_id and tenant header (the payment's, which the event names), onto the ledger's queue.
     const amqp = await import('amqplib');
     const connection = await amqp.connect(amqpUrl!);
     try {
@@ -170,6 +170,7 @@ describe.runIf(amqpUrl)('payments demo metrics over RabbitMQ', () => {
         type: 'payment.created',
         contentType: 'application/json',
         persistent: true,
+        headers: { 'idem-tenant': 'acme' },
       });
       await channel.waitForConfirms();
     } finally {

@@ -2,7 +2,8 @@
  * The README's program runs when pasted: its first code block is that program (library code, not a
  * command), the getting-started guide shows the same program, and run twice with tsx against a
  * database of its own (as a user runs it: `DATABASE_URL` set, nothing else), the first run executes
- * and the second replays, with one order in the table after both. The README stays a front door:
+ * and the second replays, with one order in the table after both; then the README's `idem trace`
+ * command, run against that database, prints the order's timeline. The README stays a front door:
  * at most 200 lines.
  */
 import { spawn } from 'node:child_process';
@@ -17,6 +18,10 @@ import { codeBlocks, read } from '../support/docs/markdown.js';
 const rootDir = fileURLToPath(new URL('../../', import.meta.url));
 const readme = read('README.md');
 const program = codeBlocks(readme, 'README.md')[0]!;
+const traceCommand = codeBlocks(readme, 'README.md')
+  .flatMap((block) => block.lines)
+  .find((line) => line.startsWith('npx idem trace '));
+const cliMain = fileURLToPath(new URL('../../src/cli/main.ts', import.meta.url));
 
 describe('the README', () => {
   it('is at most 200 lines', () => {
@@ -83,12 +88,32 @@ describe("the README's program, run twice", () => {
       await check.end();
     }
   });
+
+  it("then the README's trace command prints that order's timeline", async () => {
+    expect(traceCommand).toBeDefined();
+    // `npx idem` of an installed package is the CLI's source here; arguments as the README has them.
+    const args = traceCommand!.replace(/#.*$/, '').trim().split(/\s+/).slice(2);
+    expect(args).toEqual(['trace', 'acme', 'place-order', 'order-1001']);
+    const human = await tsx(cliMain, url, args);
+    expect(human.code, human.output).toBe(0);
+    expect(human.stdout).toMatch(/^intent acme\/place-order\/order-1001 /);
+    expect(human.stdout).toMatch(/request +completed/);
+    const json = await tsx(cliMain, url, [...args, '--json']);
+    expect(json.code, json.output).toBe(0);
+    const timeline = JSON.parse(json.stdout) as { intent: { ref: string }; items: { kind: string }[] };
+    expect(timeline.intent.ref).toBe('acme/place-order/order-1001');
+    expect(timeline.items.map((item) => item.kind)).toEqual(['request']);
+  });
 });
 
-function tsx(path: string, url: string): Promise<{ code: number | null; stdout: string; output: string }> {
+function tsx(
+  path: string,
+  url: string,
+  args: string[] = [],
+): Promise<{ code: number | null; stdout: string; output: string }> {
   return new Promise((resolve, reject) => {
     const env: NodeJS.ProcessEnv = { ...process.env, DATABASE_URL: url, NO_COLOR: '1' };
-    const child = spawn(process.execPath, ['--import', 'tsx', path], {
+    const child = spawn(process.execPath, ['--import', 'tsx', path, ...args], {
       cwd: rootDir,
       env,
       stdio: ['ignore', 'pipe', 'pipe'],
