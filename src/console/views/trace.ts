@@ -4,6 +4,7 @@
  * with the trace's own statements in the console's read-only transaction.
  */
 import { createTrace, type Timeline } from '../../trace/index.js';
+import type { Queryable, QueryOptions, Row } from '../../core/sql.js';
 import type { ConsoleDatabase } from '../database.js';
 import { InvalidParameterError, optionalName, requiredName, type Query } from '../params.js';
 
@@ -37,9 +38,25 @@ export async function readTrace(db: ConsoleDatabase, query: Query): Promise<Time
         }
       : undefined;
   return db.read((tx) => {
-    const trace = createTrace({ sql: tx, schema: db.schema });
+    const trace = createTrace({ sql: oneAtATime(tx), schema: db.schema });
     if (intent) return trace.intent(intent);
     if (message !== undefined) return trace.message(message, { tenant });
     return trace.derivedKey(derivedKey!);
   });
+}
+
+/**
+ * `tx`, sending one statement at a time: the trace reads its tables concurrently, which on a pool
+ * spreads over connections, but the console's transaction is one connection (node-postgres
+ * deprecates queuing on a busy client).
+ */
+function oneAtATime(tx: Queryable): Queryable {
+  let last: Promise<unknown> = Promise.resolve();
+  return {
+    query: <R extends Row>(text: string, params?: readonly unknown[], options?: QueryOptions) => {
+      const run = last.then(() => tx.query<R>(text, params, options));
+      last = run.catch(() => undefined);
+      return run;
+    },
+  };
 }
