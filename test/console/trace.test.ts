@@ -10,15 +10,18 @@ import { chromium, type Browser, type Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { fromPg } from 'idem/pg';
 import { createIdem, type Timeline } from 'idem';
+import { createClaims } from 'idem/claims';
 import { createInbox } from 'idem/inbox';
 import { createManualClock } from 'idem/testing';
 import { createInDatabasePublisher, createOutbox, createOutboxDispatcher } from 'idem/outbox';
-import type { OutboxView } from '../../src/console/views/outbox.js';
+import type { TasksView } from '../../src/console/views/tasks.js';
 import { createTestSchema, type TestSchema } from '../support/database.js';
 import { startConsole, type ConsoleServer } from './support.js';
 
 const intent = { tenant: 'acme', operation: 'create-payment', key: 'order-1001' };
 const ref = 'acme/create-payment/order-1001';
+/** The timeline's kinds, in causal order. */
+const kindsInOrder = ['request', 'step', 'outbox', 'task', 'step', 'consumption'];
 const executablePath = '/usr/bin/chromium';
 const hasChromium = existsSync(executablePath);
 if (!hasChromium && process.env.CI === 'true') {
@@ -40,6 +43,7 @@ describe('the console traces an intent', () => {
     const idem = createIdem({ sql, schema, clock });
     const outbox = createOutbox({ sql, schema, clock });
     const inbox = createInbox({ sql, schema, clock });
+    const claims = createClaims({ sql, schema, clock });
     const payment = await idem.steps({ ...intent, request: { amount: 1250 } }, async (op) => {
       await op.step('order', async (tx) => {
         await outbox.add(tx, {
@@ -48,6 +52,13 @@ describe('the console traces an intent', () => {
           key: 'order-1001',
           type: 'payment.created',
           payload: {},
+        });
+        await claims.enqueueIn(tx, {
+          tenant: 'acme',
+          queue: 'receipts',
+          key: 'order-1001',
+          payload: {},
+          maxAttempts: 1,
         });
       });
       clock.advance(1000);
@@ -62,6 +73,10 @@ describe('the console traces an intent', () => {
     expect((await createOutboxDispatcher({ sql, schema, publisher, clock }).drain()).published).toBe(1);
     const { rows } = await db.pool.query<{ id: string }>(`SELECT id::text AS id FROM "${schema}".outbox`);
     eventId = rows[0]!.id;
+    // The intent's task fails for good: a dead task, listed by the claims view with its intent.
+    clock.advance(1000);
+    const [task] = await claims.claim('receipts');
+    await claims.fail(task!, new Error('printer on fire'));
     server = await startConsole({ pool: db.pool, schema });
   });
 
@@ -80,7 +95,7 @@ describe('the console traces an intent', () => {
     expect(status).toBe(200);
     expect(body.intent).toEqual({ ...intent, ref });
     expect(body.lookup).toEqual({ by: 'intent' });
-    expect(body.items.map((item) => item.kind)).toEqual(['request', 'step', 'outbox', 'step', 'consumption']);
+    expect(body.items.map((item) => item.kind)).toEqual(kindsInOrder);
     expect(body.items[0]).toMatchObject({ kind: 'request', state: 'completed', fence: 1 });
     expect(body.items[1]).toMatchObject({ kind: 'step', name: 'order', stepKind: 'local', recorded: true });
     expect(body.items[2]).toMatchObject({
@@ -93,13 +108,14 @@ describe('the console traces an intent', () => {
       deadAt: null,
     });
     expect((body.items[2] as { publishedAt: string | null }).publishedAt).not.toBeNull();
-    expect(body.items[3]).toMatchObject({
+    expect(body.items[3]).toMatchObject({ kind: 'task', queue: 'receipts', state: 'dead' });
+    expect(body.items[4]).toMatchObject({
       kind: 'step',
       name: 'charge',
       stepKind: 'call',
       derivedKey: chargeKey,
     });
-    expect(body.items[4]).toMatchObject({
+    expect(body.items[5]).toMatchObject({
       kind: 'consumption',
       consumer: 'ledger',
       messageId: eventId,
@@ -133,10 +149,9 @@ describe('the console traces an intent', () => {
   });
 
   it('names the intent on the rows of the other views', async () => {
-    const res = await fetch(`${server.url}/api/outbox`);
-    const outbox = (await res.json()) as OutboxView;
-    // The event was published: no row lists it, but the type carries the field.
-    expect(outbox.dead).toEqual([]);
+    const res = await fetch(`${server.url}/api/tasks`);
+    const tasks = (await res.json()) as TasksView;
+    expect(tasks.dead.map((t) => t.intent)).toEqual([intent]);
   });
 
   describe.skipIf(!hasChromium)('in Chromium', () => {
@@ -174,12 +189,13 @@ describe('the console traces an intent', () => {
       expect(await page.locator('#timeline').innerText()).toBe('acme / create-payment / order-1001');
       expect(page.url()).toContain('#/trace?tenant=acme&operation=create-payment&key=order-1001');
       expect(await page.locator('#tabs a.active').innerText()).toBe('Trace');
-      expect(await kinds()).toEqual(['request', 'step', 'outbox', 'step', 'consumption']);
+      expect(await kinds()).toEqual(kindsInOrder);
       const text = await items().allInnerTexts();
       expect(text[2]).toContain('payment.created');
       expect(text[2]).toContain(eventId);
-      expect(text[3]).toContain(chargeKey);
-      expect(text[4]).toContain('ledger');
+      expect(text[3]).toContain('printer on fire');
+      expect(text[4]).toContain(chargeKey);
+      expect(text[5]).toContain('ledger');
     });
 
     it('searches by message id and finds the same intent', async () => {
@@ -191,10 +207,22 @@ describe('the console traces an intent', () => {
       await page.locator('#timeline').waitFor();
       expect(await page.locator('#timeline').innerText()).toBe('acme / create-payment / order-1001');
       expect(await page.locator('.panel-note', { hasText: 'Found by message id' }).count()).toBe(1);
-      expect(await kinds()).toEqual(['request', 'step', 'outbox', 'step', 'consumption']);
+      expect(await kinds()).toEqual(kindsInOrder);
+    });
+
+    it('follows a dead task of the claims view to the same timeline', async () => {
+      await page.click('#tabs a[data-tab=tasks]');
+      const dead = page.locator('tr.row-dead');
+      await dead.waitFor();
+      await dead.locator('a.intent-link').click();
+      await page.locator('#timeline').waitFor();
+      expect(await page.locator('#timeline').innerText()).toBe('acme / create-payment / order-1001');
+      expect(await kinds()).toEqual(kindsInOrder);
     });
 
     it('says when nothing names what was searched', async () => {
+      await page.click('#tabs a[data-tab=trace]');
+      await expect.poll(() => page.locator('#timeline').count()).toBe(0);
       await page.fill('#filter-message', 'no-such-message');
       await page.click('form.filters button[type=submit]');
       await page.locator('#trace-missing').waitFor();
