@@ -8,7 +8,6 @@ import type { Clock } from '../core/clock.js';
 import { InvalidArgumentError } from '../core/errors.js';
 import type { Queryable, Sql } from '../core/sql.js';
 import { parseIntentRef } from '../core/causation.js';
-import type { OperationScope } from '../core/errors.js';
 import { quoteSchema } from '../core/schema-name.js';
 import type { ConsoleOptions } from './options.js';
 import { limit, type Query } from './params.js';
@@ -201,10 +200,17 @@ export function readPage<T>(
   return db.read((tx) => fn(tx, { max, now }));
 }
 
+/** An intent by its names: what `api/trace?tenant=…&operation=…&key=…` takes. */
+export interface ConsoleIntent {
+  tenant: string;
+  operation: string;
+  key: string;
+}
+
 /**
  * The intent a record was written on behalf of (its `intent` column, migration 0011), by its
  * names: what the page links to `#/trace`. Null when the record names none.
  */
-export function intentOf(value: unknown): OperationScope | null {
+export function intentOf(value: unknown): ConsoleIntent | null {
   return typeof value === 'string' ? parseIntentRef(value) : null;
 }

@@ -1,6 +1,15 @@
 /** The consumers' inbox: per-consumer counts and the dead messages with their errors. */
-import type { OperationScope } from '../../core/errors.js';
-import { ageMs, intentOf, iso, num, str, text, readPage, type ConsoleDatabase } from '../database.js';
+import {
+  ageMs,
+  intentOf,
+  type ConsoleIntent,
+  iso,
+  num,
+  str,
+  text,
+  readPage,
+  type ConsoleDatabase,
+} from '../database.js';
 import { optionalName, type Query } from '../params.js';
 import { previewBytes, type BodyPreview } from '../preview.js';
 import { redactHeaders } from '../redact.js';
@@ -19,7 +28,7 @@ export interface InboxView {
     ageMs: number | null;
     expiresAt: string | null;
     /** The intent it was written on behalf of (`#/trace` shows its timeline), or null. */
-    intent: OperationScope | null;
+    intent: ConsoleIntent | null;
   }[];
 }
 

@@ -6,8 +6,17 @@ import {
   type RedriveFilter,
   type RedriveResult,
 } from '../../outbox/outbox.js';
-import type { OperationScope } from '../../core/errors.js';
-import { ageMs, intentOf, iso, num, str, text, readPage, type ConsoleDatabase } from '../database.js';
+import {
+  ageMs,
+  intentOf,
+  type ConsoleIntent,
+  iso,
+  num,
+  str,
+  text,
+  readPage,
+  type ConsoleDatabase,
+} from '../database.js';
 import { InvalidParameterError, optionalName, type Query } from '../params.js';
 import { previewText, type BodyPreview } from '../preview.js';
 import { redactHeaders } from '../redact.js';
@@ -28,7 +37,7 @@ export interface OutboxEventView {
   headers: [string, string][];
   payload: BodyPreview | null;
   /** The intent it was written on behalf of (`#/trace` shows its timeline), or null. */
-  intent: OperationScope | null;
+  intent: ConsoleIntent | null;
 }
 
 export interface OutboxView {

@@ -4,8 +4,17 @@
  * them), each with its steps.
  */
 import type { Queryable } from '../../core/sql.js';
-import type { OperationScope } from '../../core/errors.js';
-import { ageMs, intentOf, iso, num, str, text, readPage, type ConsoleDatabase } from '../database.js';
+import {
+  ageMs,
+  intentOf,
+  type ConsoleIntent,
+  iso,
+  num,
+  str,
+  text,
+  readPage,
+  type ConsoleDatabase,
+} from '../database.js';
 import { optionalName, type Query } from '../params.js';
 import { previewText, type BodyPreview } from '../preview.js';
 import type { SagaRow, SagaStatements } from '../statements/sagas.js';
@@ -29,7 +38,7 @@ export interface SagaView {
    * The intent it was started on behalf of, or else the saga itself (a saga is an intent of its
    * own: tenant, saga, key): `#/trace` shows its timeline.
    */
-  intent: OperationScope;
+  intent: ConsoleIntent;
   steps: {
     position: number;
     name: string;

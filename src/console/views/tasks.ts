@@ -1,6 +1,15 @@
 /** Claims (tasks): counts per queue, dead tasks, and claimed tasks whose lease lapsed. */
-import type { OperationScope } from '../../core/errors.js';
-import { ageMs, intentOf, iso, num, str, text, readPage, type ConsoleDatabase } from '../database.js';
+import {
+  ageMs,
+  intentOf,
+  type ConsoleIntent,
+  iso,
+  num,
+  str,
+  text,
+  readPage,
+  type ConsoleDatabase,
+} from '../database.js';
 import { optionalName, type Query } from '../params.js';
 import { previewText, type BodyPreview } from '../preview.js';
 import type { TaskRow } from '../statements/tasks.js';
@@ -23,7 +32,7 @@ export interface TaskView {
   finishedAt: string | null;
   payload: BodyPreview | null;
   /** The intent it was written on behalf of (`#/trace` shows its timeline), or null. */
-  intent: OperationScope | null;
+  intent: ConsoleIntent | null;
 }
 
 export interface TasksView {
