@@ -14,7 +14,7 @@ import { createClaims } from 'idem/claims';
 import { createInbox } from 'idem/inbox';
 import { createManualClock } from 'idem/testing';
 import { createInDatabasePublisher, createOutbox, createOutboxDispatcher } from 'idem/outbox';
-import type { TasksView } from '../../src/console/views/tasks.js';
+import type { TasksView } from 'idem/console';
 import { createTestSchema, type TestSchema } from '../support/database.js';
 import { startConsole, type ConsoleServer } from './support.js';
 
