@@ -7,6 +7,7 @@ import { fromPg } from '../adapters/pg.js';
 import type { Clock } from '../core/clock.js';
 import { InvalidArgumentError } from '../core/errors.js';
 import type { Queryable, Sql } from '../core/sql.js';
+import { parseIntentRef } from '../core/causation.js';
 import { quoteSchema } from '../core/schema-name.js';
 import type { ConsoleOptions } from './options.js';
 import { limit, type Query } from './params.js';
@@ -197,4 +198,19 @@ export function readPage<T>(
   const max = limit(query);
   const now = db.clock.now();
   return db.read((tx) => fn(tx, { max, now }));
+}
+
+/** An intent by its names: what `api/trace?tenant=…&operation=…&key=…` takes. */
+export interface ConsoleIntent {
+  tenant: string;
+  operation: string;
+  key: string;
+}
+
+/**
+ * The intent a record was written on behalf of (its `intent` column, migration 0011), by its
+ * names: what the page links to `#/trace`. Null when the record names none.
+ */
+export function intentOf(value: unknown): ConsoleIntent | null {
+  return typeof value === 'string' ? parseIntentRef(value) : null;
 }

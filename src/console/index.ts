@@ -1,6 +1,6 @@
 /**
  * The operator console: keyed requests, the outbox (with redrive), the inbox, webhook receipts and
- * deliveries, claims and sagas, with live counters. A Fastify plugin, served by `idem console`
+ * deliveries, claims and sagas, with live counters, and each intent's timeline (`api/trace`). A Fastify plugin, served by `idem console`
  * (and by the repository's demo at `/console`) against any database that holds idem's tables.
  *
  * @example
@@ -18,3 +18,4 @@ export type { InboxView } from './views/inbox.js';
 export type { WebhooksView } from './views/webhooks.js';
 export type { TasksView } from './views/tasks.js';
 export type { SagasView } from './views/sagas.js';
+export type { ConsoleIntent } from './database.js';

@@ -31,6 +31,7 @@ import { readOutbox, redriveOutbox } from './views/outbox.js';
 import { readSagas } from './views/sagas.js';
 import { readSummary } from './views/summary.js';
 import { readTasks } from './views/tasks.js';
+import { readTrace, traceParameters } from './views/trace.js';
 import { readWebhooks } from './views/webhooks.js';
 
 /** Headers on every console answer: no framing, no sniffing, no referrer (a `?token=` never leaks). */
@@ -236,6 +237,11 @@ export async function consolePlugin(app: FastifyInstance, options: ConsoleOption
   read('requests/detail', ['tenant', 'operation', 'key'], async (query, db, reply) => {
     const detail = await readRequest(db, query);
     return detail ?? problem(reply, 404, 'no such request');
+  });
+  // An intent's timeline, by its names or by a message id or derived key (views/trace.ts).
+  read('trace', traceParameters, async (query, db, reply) => {
+    const timeline = await readTrace(db, query);
+    return timeline ?? problem(reply, 404, 'no record names this intent');
   });
   read('outbox', ['topic', 'limit'], (query, db) => readOutbox(db, query));
   app.post(`${api}/outbox/redrive`, async (request) => {

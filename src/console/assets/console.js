@@ -12,6 +12,7 @@ import { renderRequest } from './views/request.js';
 import { renderRequests } from './views/requests.js';
 import { renderSagas } from './views/sagas.js';
 import { renderTasks } from './views/tasks.js';
+import { renderTrace } from './views/trace.js';
 import { renderWebhooks } from './views/webhooks.js';
 
 defineRoutes(
@@ -23,6 +24,7 @@ defineRoutes(
     webhooks: renderWebhooks,
     tasks: renderTasks,
     sagas: renderSagas,
+    trace: renderTrace,
   },
   { request: 'requests' },
 );

@@ -30,7 +30,7 @@ export function renderInboxStatements(schema: string) {
     /** Dead messages, the latest first ($2 limit). */
     dead: defineStatement({
       text: `SELECT consumer, message_id, attempts, last_error, origin, payload, headers::text AS headers,
-          processed_at, expires_at
+          processed_at, expires_at, intent
         FROM ${s}.inbox WHERE state = 'dead' AND ($1::text IS NULL OR consumer = $1)
         ORDER BY processed_at DESC LIMIT $2`,
       params: (p: ConsumerFilter & { limit: number }) => [p.consumer ?? null, p.limit],

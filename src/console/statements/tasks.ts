@@ -18,7 +18,7 @@ export interface TaskPage extends TaskFilter {
 }
 
 const columns = `id, tenant_id, queue, dedupe_key, state, attempts, max_attempts, fence, locked_by, last_error,
-  visible_at, created_at, finished_at, payload`;
+  visible_at, created_at, finished_at, payload, intent`;
 
 /** $1 tenant and $2 queue, each matching every value when null: every statement's filter. */
 const filter = `($1::text IS NULL OR tenant_id = $1) AND ($2::text IS NULL OR queue = $2)`;

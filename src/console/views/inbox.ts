@@ -1,5 +1,15 @@
 /** The consumers' inbox: per-consumer counts and the dead messages with their errors. */
-import { ageMs, iso, num, str, text, readPage, type ConsoleDatabase } from '../database.js';
+import {
+  ageMs,
+  intentOf,
+  type ConsoleIntent,
+  iso,
+  num,
+  str,
+  text,
+  readPage,
+  type ConsoleDatabase,
+} from '../database.js';
 import { optionalName, type Query } from '../params.js';
 import { previewBytes, type BodyPreview } from '../preview.js';
 import { redactHeaders } from '../redact.js';
@@ -17,6 +27,8 @@ export interface InboxView {
     processedAt: string | null;
     ageMs: number | null;
     expiresAt: string | null;
+    /** The intent it was written on behalf of (`#/trace` shows its timeline), or null. */
+    intent: ConsoleIntent | null;
   }[];
 }
 
@@ -44,6 +56,7 @@ export async function readInbox(db: ConsoleDatabase, query: Query): Promise<Inbo
         processedAt: iso(r.processed_at),
         ageMs: ageMs(r.processed_at, now),
         expiresAt: iso(r.expires_at),
+        intent: intentOf(r.intent),
       })),
     };
   });

@@ -6,7 +6,17 @@ import {
   type RedriveFilter,
   type RedriveResult,
 } from '../../outbox/outbox.js';
-import { ageMs, iso, num, str, text, readPage, type ConsoleDatabase } from '../database.js';
+import {
+  ageMs,
+  intentOf,
+  type ConsoleIntent,
+  iso,
+  num,
+  str,
+  text,
+  readPage,
+  type ConsoleDatabase,
+} from '../database.js';
 import { InvalidParameterError, optionalName, type Query } from '../params.js';
 import { previewText, type BodyPreview } from '../preview.js';
 import { redactHeaders } from '../redact.js';
@@ -26,6 +36,8 @@ export interface OutboxEventView {
   deadAt: string | null;
   headers: [string, string][];
   payload: BodyPreview | null;
+  /** The intent it was written on behalf of (`#/trace` shows its timeline), or null. */
+  intent: ConsoleIntent | null;
 }
 
 export interface OutboxView {
@@ -57,6 +69,7 @@ export async function readOutbox(db: ConsoleDatabase, query: Query): Promise<Out
       ageMs: ageMs(r.created_at, now),
       availableAt: iso(r.available_at),
       deadAt: iso(r.dead_at),
+      intent: intentOf(r.intent),
       headers: redactHeaders(parseObject(r.headers)),
       payload: previewText(r.payload as string | null),
     });

@@ -4,7 +4,17 @@
  * them), each with its steps.
  */
 import type { Queryable } from '../../core/sql.js';
-import { ageMs, iso, num, str, text, readPage, type ConsoleDatabase } from '../database.js';
+import {
+  ageMs,
+  intentOf,
+  type ConsoleIntent,
+  iso,
+  num,
+  str,
+  text,
+  readPage,
+  type ConsoleDatabase,
+} from '../database.js';
 import { optionalName, type Query } from '../params.js';
 import { previewText, type BodyPreview } from '../preview.js';
 import type { SagaRow, SagaStatements } from '../statements/sagas.js';
@@ -24,6 +34,11 @@ export interface SagaView {
   /** Time since the last change. */
   idleMs: number | null;
   input: BodyPreview | null;
+  /**
+   * The intent it was started on behalf of, or else the saga itself (a saga is an intent of its
+   * own: tenant, saga, key): `#/trace` shows its timeline.
+   */
+  intent: ConsoleIntent;
   steps: {
     position: number;
     name: string;
@@ -94,6 +109,11 @@ async function withSteps(
     updatedAt: iso(r.updated_at),
     idleMs: ageMs(r.updated_at, now),
     input: previewText(r.input as string | null),
+    intent: intentOf(r.intent) ?? {
+      tenant: text(r.tenant_id),
+      operation: text(r.saga),
+      key: text(r.saga_key),
+    },
     steps: byRef.get(JSON.stringify([r.tenant_id, r.saga, r.saga_key])) ?? [],
   }));
 }

@@ -1,5 +1,15 @@
 /** Claims (tasks): counts per queue, dead tasks, and claimed tasks whose lease lapsed. */
-import { ageMs, iso, num, str, text, readPage, type ConsoleDatabase } from '../database.js';
+import {
+  ageMs,
+  intentOf,
+  type ConsoleIntent,
+  iso,
+  num,
+  str,
+  text,
+  readPage,
+  type ConsoleDatabase,
+} from '../database.js';
 import { optionalName, type Query } from '../params.js';
 import { previewText, type BodyPreview } from '../preview.js';
 import type { TaskRow } from '../statements/tasks.js';
@@ -21,6 +31,8 @@ export interface TaskView {
   ageMs: number | null;
   finishedAt: string | null;
   payload: BodyPreview | null;
+  /** The intent it was written on behalf of (`#/trace` shows its timeline), or null. */
+  intent: ConsoleIntent | null;
 }
 
 export interface TasksView {
@@ -66,6 +78,7 @@ export async function readTasks(db: ConsoleDatabase, query: Query): Promise<Task
       ageMs: ageMs(r.created_at, now),
       finishedAt: iso(r.finished_at),
       payload: previewText(r.payload as string | null),
+      intent: intentOf(r.intent),
     });
     return {
       queues: [...queues].map(([name, e]) => ({ queue: name, counts: e.counts, oldestDueAgeMs: e.oldest })),

@@ -2,6 +2,7 @@
 import { apiView } from '../api.js';
 import { errorText, mono, monoOr, when } from '../format.js';
 import { countColumn, counted, filterColumn, listSection, messageDetails } from '../widgets.js';
+import { intentLink } from './trace.js';
 
 const consumers = {
   title: 'Inbox consumers',
@@ -25,6 +26,7 @@ const deadMessages = {
     { title: 'Origin', cell: (m) => monoOr(m.origin) },
     { title: 'Dead since', cell: (m) => when(m.processedAt) },
     { title: 'Message', cell: (m) => messageDetails(m.payload, 'payload', m.headers) },
+    { title: 'Intent', cell: (m) => intentLink(m.intent) },
   ],
   table: { rowClass: () => 'row-dead', empty: 'No dead messages.' },
   note: 'Messages a consumer gave up on. A redelivery of the same id (from the broker’s dead-letter queue) runs the handler again.',

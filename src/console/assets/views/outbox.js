@@ -4,6 +4,7 @@ import { apiView, post } from '../api.js';
 import { h } from '../dom.js';
 import { badge, count, duration, errorText, mono, when } from '../format.js';
 import { reload } from '../router.js';
+import { intentLink } from './trace.js';
 import { countColumn, counted, filterColumn, flash, listSection, messageDetails, stat } from '../widgets.js';
 
 async function redrive(filter, describe) {
@@ -30,6 +31,7 @@ function eventColumns(extra, trailing) {
     { title: 'Last error', cell: (e) => errorText(e.lastError) },
     ...extra,
     { title: 'Payload', cell: (e) => messageDetails(e.payload, 'payload', e.headers) },
+    { title: 'Intent', cell: (e) => intentLink(e.intent) },
     ...(trailing || []),
   ];
 }

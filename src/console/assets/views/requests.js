@@ -4,6 +4,7 @@ import { h, link } from '../dom.js';
 import { agePresets, filterForm, tenantFilter } from '../filters.js';
 import { badge, duration, mono, monoOr, muted, when } from '../format.js';
 import { flash, section, table } from '../widgets.js';
+import { intentLink } from './trace.js';
 
 /** A request's state; a pending one whose lease lapsed is `stuck`, a failed one was refused. */
 export function stateBadge(row) {
@@ -43,6 +44,8 @@ const requestColumns = [
   },
   { title: 'Created', cell: (r) => when(r.createdAt) },
   { title: 'Completed', cell: (r) => when(r.completedAt) },
+  // Every request is an intent: its timeline across the modules.
+  { title: 'Trace', cell: (r) => intentLink(r) },
 ];
 const requestRowClass = (r) => (r.stuck ? 'row-stuck' : '');
 

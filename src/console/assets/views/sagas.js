@@ -4,6 +4,7 @@ import { h } from '../dom.js';
 import { filterForm, tenantFilter } from '../filters.js';
 import { badge, duration, errorText, mono, muted } from '../format.js';
 import { countedTitle, details, preview, section, stateStats, table } from '../widgets.js';
+import { intentLink } from './trace.js';
 
 const statuses = ['running', 'compensating', 'completed', 'compensated', 'stuck'];
 
@@ -47,6 +48,7 @@ function sagaCards(rows, kind, empty) {
             { class: 'item-meta' },
             `cursor ${s.cursor} · fence ${s.fence} · idle ${duration(s.idleMs)}`,
           ),
+          intentLink(s.intent),
         ),
         s.stuckError || s.error ? h('p', { class: 'item-error' }, errorText(s.stuckError || s.error)) : null,
         s.stuckError && s.error

@@ -4,6 +4,7 @@ import { h } from '../dom.js';
 import { filterForm, tenantFilter } from '../filters.js';
 import { badge, duration, errorText, mono, when } from '../format.js';
 import { counted, details, filterColumn, listSection, preview, stateCountColumns } from '../widgets.js';
+import { intentLink } from './trace.js';
 
 const taskStates = ['ready', 'claimed', 'completed', 'dead'];
 
@@ -17,6 +18,7 @@ function taskColumns(extra) {
     { title: 'Attempts', class: 'num', cell: (t) => `${t.attempts} / ${t.maxAttempts}` },
     ...extra,
     { title: 'Payload', cell: (t) => details('show', preview(t.payload, 'payload')) },
+    { title: 'Intent', cell: (t) => intentLink(t.intent) },
   ];
 }
 

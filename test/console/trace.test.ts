@@ -1,0 +1,236 @@
+/**
+ * The console's intent page over a real PostgreSQL: an intent (a multi-step payment) runs a step
+ * that adds an outbox event, the in-database transport hands the event to a consumer; then
+ * `api/trace` answers its timeline by its names and by the event's id, and in Chromium an
+ * operator opens the requests view, follows the row's trace link, and finds the same intent by
+ * searching for the message id.
+ */
+import { existsSync } from 'node:fs';
+import { chromium, type Browser, type Page } from 'playwright-core';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { fromPg } from 'idem/pg';
+import { createIdem, type Timeline } from 'idem';
+import { createClaims } from 'idem/claims';
+import { createInbox } from 'idem/inbox';
+import { createManualClock } from 'idem/testing';
+import { createInDatabasePublisher, createOutbox, createOutboxDispatcher } from 'idem/outbox';
+import type { TasksView } from 'idem/console';
+import { createTestSchema, type TestSchema } from '../support/database.js';
+import { startConsole, type ConsoleServer } from './support.js';
+
+const intent = { tenant: 'acme', operation: 'create-payment', key: 'order-1001' };
+const ref = 'acme/create-payment/order-1001';
+/** The timeline's kinds, in causal order. */
+const kindsInOrder = ['request', 'step', 'outbox', 'task', 'step', 'consumption'];
+const executablePath = '/usr/bin/chromium';
+const hasChromium = existsSync(executablePath);
+if (!hasChromium && process.env.CI === 'true') {
+  throw new Error(`${executablePath} is missing: CI must install chromium`);
+}
+
+describe('the console traces an intent', () => {
+  let db: TestSchema;
+  let server: ConsoleServer;
+  let eventId: string;
+  let chargeKey: string;
+
+  beforeAll(async () => {
+    db = await createTestSchema({ poolSize: 4 });
+    const sql = fromPg(db.pool);
+    const { schema } = db;
+    // Each phase at its own instant of a clock moved by hand: the causal order is the time order.
+    const clock = createManualClock({ startMs: Date.parse('2030-01-01T00:00:00Z') });
+    const idem = createIdem({ sql, schema, clock });
+    const outbox = createOutbox({ sql, schema, clock });
+    const inbox = createInbox({ sql, schema, clock });
+    const claims = createClaims({ sql, schema, clock });
+    const payment = await idem.steps({ ...intent, request: { amount: 1250 } }, async (op) => {
+      await op.step('order', async (tx) => {
+        await outbox.add(tx, {
+          tenant: 'acme',
+          topic: 'payments',
+          key: 'order-1001',
+          type: 'payment.created',
+          payload: {},
+        });
+        await claims.enqueueIn(tx, {
+          tenant: 'acme',
+          queue: 'receipts',
+          key: 'order-1001',
+          payload: {},
+          maxAttempts: 1,
+        });
+      });
+      clock.advance(1000);
+      return op.call('charge', ({ key }) => Promise.resolve({ key }));
+    });
+    chargeKey = payment.value.key;
+    const publisher = createInDatabasePublisher({
+      inbox,
+      subscribers: [{ consumer: 'ledger', handler: () => Promise.resolve() }],
+    });
+    clock.advance(1000);
+    expect((await createOutboxDispatcher({ sql, schema, publisher, clock }).drain()).published).toBe(1);
+    const { rows } = await db.pool.query<{ id: string }>(`SELECT id::text AS id FROM "${schema}".outbox`);
+    eventId = rows[0]!.id;
+    // The intent's task fails for good: a dead task, listed by the claims view with its intent.
+    clock.advance(1000);
+    const [task] = await claims.claim('receipts');
+    await claims.fail(task!, new Error('printer on fire'));
+    server = await startConsole({ pool: db.pool, schema });
+  });
+
+  afterAll(async () => {
+    await server?.close();
+    await db?.close();
+  });
+
+  async function get<T>(params: Record<string, string>): Promise<{ status: number; body: T }> {
+    const res = await fetch(`${server.url}/api/trace?${new URLSearchParams(params).toString()}`);
+    return { status: res.status, body: (await res.json()) as T };
+  }
+
+  it('answers the timeline of an intent that ran a step, a call and an outbox event, consumed', async () => {
+    const { status, body } = await get<Timeline>(intent);
+    expect(status).toBe(200);
+    expect(body.intent).toEqual({ ...intent, ref });
+    expect(body.lookup).toEqual({ by: 'intent' });
+    expect(body.items.map((item) => item.kind)).toEqual(kindsInOrder);
+    expect(body.items[0]).toMatchObject({ kind: 'request', state: 'completed', fence: 1 });
+    expect(body.items[1]).toMatchObject({ kind: 'step', name: 'order', stepKind: 'local', recorded: true });
+    expect(body.items[2]).toMatchObject({
+      kind: 'outbox',
+      id: eventId,
+      tenant: 'acme',
+      topic: 'payments',
+      type: 'payment.created',
+      attempts: 0,
+      deadAt: null,
+    });
+    expect((body.items[2] as { publishedAt: string | null }).publishedAt).not.toBeNull();
+    expect(body.items[3]).toMatchObject({ kind: 'task', queue: 'receipts', state: 'dead' });
+    expect(body.items[4]).toMatchObject({
+      kind: 'step',
+      name: 'charge',
+      stepKind: 'call',
+      derivedKey: chargeKey,
+    });
+    expect(body.items[5]).toMatchObject({
+      kind: 'consumption',
+      consumer: 'ledger',
+      messageId: eventId,
+      state: 'processed',
+    });
+  });
+
+  it('finds the same intent by a message id (with or without its tenant) and by a derived key', async () => {
+    const byMessage = await get<Timeline>({ tenant: 'acme', message: eventId });
+    expect(byMessage.status).toBe(200);
+    expect(byMessage.body.intent.ref).toBe(ref);
+    expect(byMessage.body.lookup).toEqual({ by: 'message', value: eventId });
+    expect(byMessage.body.items).toEqual((await get<Timeline>(intent)).body.items);
+    expect((await get<Timeline>({ message: eventId })).body.intent.ref).toBe(ref);
+    const byKey = await get<Timeline>({ derivedKey: chargeKey });
+    expect(byKey.body).toMatchObject({ intent: { ref }, lookup: { by: 'derived-key', value: chargeKey } });
+  });
+
+  it('answers 404 for what no record names, and 400 for a lookup that names nothing or two things', async () => {
+    expect((await get({ ...intent, key: 'order-9' })).status).toBe(404);
+    // The tenant is an exact match: another tenant's message is not found.
+    expect((await get({ tenant: 'globex', message: eventId })).status).toBe(404);
+    const none = await get<{ 'invalid-params': { name: string }[] }>({});
+    expect(none.status).toBe(400);
+    expect((await get({ message: eventId, derivedKey: chargeKey })).status).toBe(400);
+    expect((await get({ tenant: 'acme', operation: 'create-payment' })).body).toMatchObject({
+      status: 400,
+      'invalid-params': [{ name: 'key' }],
+    });
+    expect((await get({ ...intent, limit: '5' })).status).toBe(400);
+  });
+
+  it('names the intent on the rows of the other views', async () => {
+    const res = await fetch(`${server.url}/api/tasks`);
+    const tasks = (await res.json()) as TasksView;
+    expect(tasks.dead.map((t) => t.intent)).toEqual([intent]);
+  });
+
+  describe.skipIf(!hasChromium)('in Chromium', () => {
+    let browser: Browser;
+    let page: Page;
+    const pageErrors: string[] = [];
+
+    beforeAll(async () => {
+      browser = await chromium.launch({
+        executablePath,
+        args: [
+          '--headless',
+          '--no-sandbox',
+          '--disable-gpu',
+          '--no-first-run',
+          '--disable-background-networking',
+        ],
+      });
+      page = await browser.newPage({ viewport: { width: 1440, height: 900 } });
+      page.on('pageerror', (error) => pageErrors.push(error.message));
+    });
+    afterAll(async () => {
+      await browser?.close();
+    });
+
+    const items = () => page.locator('table.grid > tbody > tr');
+    const kinds = () => page.locator('table.grid > tbody > tr > td:nth-child(1)').allInnerTexts();
+
+    it('opens the requests view and follows the row to its timeline', async () => {
+      await page.goto(server.url);
+      const row = page.locator('table.grid > tbody > tr', { hasText: 'order-1001' });
+      await row.waitFor();
+      await row.locator('a.intent-link').click();
+      await page.locator('#timeline').waitFor();
+      expect(await page.locator('#timeline').innerText()).toBe('acme / create-payment / order-1001');
+      expect(page.url()).toContain('#/trace?tenant=acme&operation=create-payment&key=order-1001');
+      expect(await page.locator('#tabs a.active').innerText()).toBe('Trace');
+      expect(await kinds()).toEqual(kindsInOrder);
+      const text = await items().allInnerTexts();
+      expect(text[2]).toContain('payment.created');
+      expect(text[2]).toContain(eventId);
+      expect(text[3]).toContain('printer on fire');
+      expect(text[4]).toContain(chargeKey);
+      expect(text[5]).toContain('ledger');
+    });
+
+    it('searches by message id and finds the same intent', async () => {
+      await page.click('#tabs a[data-tab=trace]');
+      await page.locator('#filter-message').waitFor();
+      await expect.poll(() => page.locator('#timeline').count()).toBe(0);
+      await page.fill('#filter-message', eventId);
+      await page.click('form.filters button[type=submit]');
+      await page.locator('#timeline').waitFor();
+      expect(await page.locator('#timeline').innerText()).toBe('acme / create-payment / order-1001');
+      expect(await page.locator('.panel-note', { hasText: 'Found by message id' }).count()).toBe(1);
+      expect(await kinds()).toEqual(kindsInOrder);
+    });
+
+    it('follows a dead task of the claims view to the same timeline', async () => {
+      await page.click('#tabs a[data-tab=tasks]');
+      const dead = page.locator('tr.row-dead');
+      await dead.waitFor();
+      await dead.locator('a.intent-link').click();
+      await page.locator('#timeline').waitFor();
+      expect(await page.locator('#timeline').innerText()).toBe('acme / create-payment / order-1001');
+      expect(await kinds()).toEqual(kindsInOrder);
+    });
+
+    it('says when nothing names what was searched', async () => {
+      await page.click('#tabs a[data-tab=trace]');
+      await expect.poll(() => page.locator('#timeline').count()).toBe(0);
+      await page.fill('#filter-message', 'no-such-message');
+      await page.click('form.filters button[type=submit]');
+      await page.locator('#trace-missing').waitFor();
+      expect(await page.locator('#trace-missing').innerText()).toContain('no record names this intent');
+    });
+
+    it('raised no script errors', () => {
+      expect(pageErrors).toEqual([]);
+    });
+  });
+});
