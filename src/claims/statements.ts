@@ -85,40 +85,39 @@ export function renderClaimStatements(schema: string) {
     leaseUntil,
     task.tenant,
   ];
+  // The tasks of the keys `where` picks, with their fingerprints (the task's tenant is `tenant`).
+  const withFingerprints = (tenant: string, where: string): string =>
+    `SELECT ${prefixed('t', taskColumns)}, k.fingerprint
+      FROM ${s}.task_keys k JOIN ${s}.tasks t ON t.tenant_id = ${tenant} AND t.id = k.task_id
+      WHERE ${where}`;
+  // The queues and the dedupe keys of `keys`, as two arrays.
+  const queuesAndKeys = (keys: readonly TaskKey[]) => [keys.map((k) => k.queue), keys.map((k) => k.key)];
   return {
     ...renderEnqueueStatements(s),
 
     /** The tasks of `keys` with their fingerprints, of any tenants ($1 tenants, $2 queues, $3 keys). */
     existingMany: defineStatement({
-      text: `SELECT ${prefixed('t', taskColumns)}, k.fingerprint
-      FROM ${s}.task_keys k JOIN ${s}.tasks t ON t.tenant_id = k.tenant_id AND t.id = k.task_id
-      WHERE (k.tenant_id, k.queue, k.dedupe_key) IN (SELECT * FROM unnest($1::text[], $2::text[], $3::text[]))`,
-      params: ({ keys }: { keys: readonly TaskKey[] }) => [
-        keys.map((k) => k.tenant),
-        keys.map((k) => k.queue),
-        keys.map((k) => k.key),
-      ],
+      text: withFingerprints(
+        'k.tenant_id',
+        '(k.tenant_id, k.queue, k.dedupe_key) IN (SELECT * FROM unnest($1::text[], $2::text[], $3::text[]))',
+      ),
+      params: ({ keys }: { keys: readonly TaskKey[] }) => [keys.map((k) => k.tenant), ...queuesAndKeys(keys)],
       result: allRows<KeyedTaskRow>,
     }),
 
     /** `existingMany` when every task is of one tenant ($1 tenant, $2 queues, $3 keys). */
     existingManyTenant: defineStatement({
-      text: `SELECT ${prefixed('t', taskColumns)}, k.fingerprint
-      FROM ${s}.task_keys k JOIN ${s}.tasks t ON t.tenant_id = $1 AND t.id = k.task_id
-      WHERE k.tenant_id = $1 AND (k.queue, k.dedupe_key) IN (SELECT * FROM unnest($2::text[], $3::text[]))`,
-      params: ({ tenant, keys }: Pinned & { keys: readonly TaskKey[] }) => [
-        tenant,
-        keys.map((k) => k.queue),
-        keys.map((k) => k.key),
-      ],
+      text: withFingerprints(
+        '$1',
+        'k.tenant_id = $1 AND (k.queue, k.dedupe_key) IN (SELECT * FROM unnest($2::text[], $3::text[]))',
+      ),
+      params: ({ tenant, keys }: Pinned & { keys: readonly TaskKey[] }) => [tenant, ...queuesAndKeys(keys)],
       result: allRows<KeyedTaskRow>,
     }),
 
     /** The task of one key with its fingerprint. */
     existing: defineStatement({
-      text: `SELECT ${prefixed('t', taskColumns)}, k.fingerprint
-      FROM ${s}.task_keys k JOIN ${s}.tasks t ON t.tenant_id = $1 AND t.id = k.task_id
-      WHERE k.tenant_id = $1 AND k.queue = $2 AND k.dedupe_key = $3`,
+      text: withFingerprints('$1', 'k.tenant_id = $1 AND k.queue = $2 AND k.dedupe_key = $3'),
       params: (k: TaskKey) => [k.tenant, k.queue, k.key],
       result: firstRow<KeyedTaskRow>,
     }),

@@ -58,6 +58,24 @@ export interface PendingIntentRow {
 export function renderIntentStatements(schema: string) {
   const s = quoteSchema(schema);
   const joined = `i.tenant_id = c.tenant_id AND i.operation = c.operation AND i.idempotency_key = c.idempotency_key`;
+  /**
+   * A holder's end of the operation (`SET` the columns `set`, fenced by $4) that also forgets its
+   * intent, in one statement. False (`done` 0): fenced, nothing written.
+   */
+  const endAndForget = <Input extends FencedInput>(set: string, params: (input: Input) => unknown[]) =>
+    defineStatement({
+      text: `WITH done AS (
+        UPDATE ${s}.requests SET
+          ${set}
+        WHERE ${pk} AND state = 'pending' AND fence = $4
+        RETURNING 1
+      ), gone AS (
+        DELETE FROM ${s}.intents WHERE ${pk} AND EXISTS (SELECT 1 FROM done)
+      )
+      SELECT count(*)::int AS done FROM done`,
+      params,
+      result: doneOnce,
+    });
   return {
     /**
      * `claimCommitted` and the intent in one statement: $1..$8 as `claimParams` (with the lease
@@ -106,36 +124,18 @@ export function renderIntentStatements(schema: string) {
     }),
 
     /** `completeLate` that also forgets the intent. False (`done` 0): fenced. */
-    complete: defineStatement({
-      text: `WITH done AS (
-        UPDATE ${s}.requests SET
-          state = $5, result = $6, body = $7, resource_type = $8, resource_id = $9,
-          completed_at = $10, expires_at = $11, tombstone_until = $12, locked_until = NULL
-        WHERE ${pk} AND state = 'pending' AND fence = $4
-        RETURNING 1
-      ), gone AS (
-        DELETE FROM ${s}.intents WHERE ${pk} AND EXISTS (SELECT 1 FROM done)
-      )
-      SELECT count(*)::int AS done FROM done`,
-      params: completionParams,
-      result: doneOnce,
-    }),
+    complete: endAndForget(
+      `state = $5, result = $6, body = $7, resource_type = $8, resource_id = $9,
+          completed_at = $10, expires_at = $11, tombstone_until = $12, locked_until = NULL`,
+      completionParams,
+    ),
 
     /** `failLate` that also forgets the intent. False (`done` 0): fenced. */
-    fail: defineStatement({
-      text: `WITH done AS (
-        UPDATE ${s}.requests SET
-          state = 'failed', error = $5, error_step = $6, completed_at = $7, expires_at = $8,
-          tombstone_until = $9, locked_until = NULL
-        WHERE ${pk} AND state = 'pending' AND fence = $4
-        RETURNING 1
-      ), gone AS (
-        DELETE FROM ${s}.intents WHERE ${pk} AND EXISTS (SELECT 1 FROM done)
-      )
-      SELECT count(*)::int AS done FROM done`,
-      params: failureParams,
-      result: doneOnce,
-    }),
+    fail: endAndForget(
+      `state = 'failed', error = $5, error_step = $6, completed_at = $7, expires_at = $8,
+          tombstone_until = $9, locked_until = NULL`,
+      failureParams,
+    ),
 
     /**
      * The completer's round, in one statement: takes up to $3 due intents of the operations it

@@ -16,44 +16,36 @@ import {
   type FencedInput,
 } from './statement-parts.js';
 
-/** The end of a multi-step operation: its outcome, with retention counted from now. */
-export interface CompletionInput extends FencedInput {
-  outcome: Outcome<unknown>;
+/** An end of a multi-step operation, with retention counted from now. */
+interface EndInput extends FencedInput {
   retention: RetentionPolicy;
   now: number;
+}
+
+/** An end's last three parameters: completed_at (now), expires_at and tombstone_until. */
+function retainedFromNow({ now, retention }: EndInput): Date[] {
+  return [new Date(now), new Date(now + retention.resultMs), new Date(now + retention.tombstoneMs)];
+}
+
+/** The end of a multi-step operation: its outcome. */
+export interface CompletionInput extends EndInput {
+  outcome: Outcome<unknown>;
 }
 
 /** $1..$12 of `completeLate` (and of the intents' `complete`). */
 export function completionParams(done: CompletionInput): unknown[] {
-  const { now, retention } = done;
-  return [
-    ...fencedParams(done),
-    ...outcomeParams(done.outcome),
-    new Date(now),
-    new Date(now + retention.resultMs),
-    new Date(now + retention.tombstoneMs),
-  ];
+  return [...fencedParams(done), ...outcomeParams(done.outcome), ...retainedFromNow(done)];
 }
 
 /** The failed end of a multi-step operation: the error's text, the step it failed at. */
-export interface FailureInput extends FencedInput {
+export interface FailureInput extends EndInput {
   error: string;
   step: string | null;
-  retention: RetentionPolicy;
-  now: number;
 }
 
 /** $1..$9 of `failLate` (and of the intents' `fail`). */
 export function failureParams(failed: FailureInput): unknown[] {
-  const { now, retention } = failed;
-  return [
-    ...fencedParams(failed),
-    failed.error,
-    failed.step,
-    new Date(now),
-    new Date(now + retention.resultMs),
-    new Date(now + retention.tombstoneMs),
-  ];
+  return [...fencedParams(failed), failed.error, failed.step, ...retainedFromNow(failed)];
 }
 
 /** A holder's write that renews its lease to `lockedUntil`. */
@@ -87,7 +79,30 @@ export interface StepTrace {
 /** $N, $N+1 of a step's INSERT: its derived key and trace context. */
 const traceParams = (step: StepTrace) => [step.derivedKey, step.traceparent];
 
+/** A step's result, recorded at `now`: its plain JSON and that JSON's type annotations. */
+export interface StepResult extends StepTrace {
+  step: string;
+  json: string;
+  meta: string | null;
+  now: number;
+}
+
+/** The last four parameters of a recorded result: its time, its type annotations, `traceParams`. */
+const recordedParams = (result: StepResult) => [new Date(result.now), result.meta, ...traceParams(result)];
+
 export function renderStepStatements(s: string) {
+  /**
+   * A call's statement: checks the fence ($4), renews the lease ($5) and moves the recovery point
+   * ($6), and only then runs `write` (the CTE `name`, on `held`); `held` is 1 when the fence held.
+   */
+  const whileHeld = (name: string, write: string) => `WITH held AS (
+        UPDATE ${s}.requests SET locked_until = $5, recovery_point = $6
+        WHERE ${pk} AND state = 'pending' AND fence = $4
+        RETURNING 1
+      ), ${name} AS (
+        ${write}
+      )
+      SELECT count(*)::int AS held FROM held`;
   return {
     /**
      * Claims a key outside any transaction: used by multi-step operations (commits at once).
@@ -176,16 +191,12 @@ export function renderStepStatements(s: string) {
         (tenant_id, operation, idempotency_key, step, result, fence, completed_at, result_meta, derived_key, traceparent,
          started_at)
       VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, now())`,
-      params: (
-        step: FencedInput & StepTrace & { step: string; json: string; meta: string | null; now: number },
-      ) => [
+      params: (step: FencedInput & StepResult) => [
         ...keyParams(step),
         step.step,
         step.json,
         step.fence,
-        new Date(step.now),
-        step.meta,
-        ...traceParams(step),
+        ...recordedParams(step),
       ],
       result: nothing,
     }),
@@ -199,16 +210,12 @@ export function renderStepStatements(s: string) {
      * calls starts at once (40 calls on a pool of 8: see test/operations/calls-hold-nothing.test.ts).
      */
     startCall: prepared('', 'startCall', {
-      text: `WITH held AS (
-        UPDATE ${s}.requests SET locked_until = $5, recovery_point = $6
-        WHERE ${pk} AND state = 'pending' AND fence = $4
-        RETURNING 1
-      ), started AS (
-        INSERT INTO ${s}.steps (tenant_id, operation, idempotency_key, step, kind, fence, started_at, derived_key, traceparent)
+      text: whileHeld(
+        'started',
+        `INSERT INTO ${s}.steps (tenant_id, operation, idempotency_key, step, kind, fence, started_at, derived_key, traceparent)
         SELECT $1, $2, $3, $7, 'call', $4, $8, $9, $10 FROM held
-        ON CONFLICT DO NOTHING
-      )
-      SELECT count(*)::int AS held FROM held`,
+        ON CONFLICT DO NOTHING`,
+      ),
       params: (start: RenewInput & StepTrace & { point: string; step: string; now: number }) => [
         ...fencedParams(start),
         new Date(start.lockedUntil),
@@ -226,30 +233,22 @@ export function renderStepStatements(s: string) {
      * False (`held` 0): fenced, nothing written.
      */
     recordCall: prepared('', 'recordCall', {
-      text: `WITH held AS (
-        UPDATE ${s}.requests SET locked_until = $5, recovery_point = $6
-        WHERE ${pk} AND state = 'pending' AND fence = $4
-        RETURNING 1
-      ), recorded AS (
-        INSERT INTO ${s}.steps
+      text: whileHeld(
+        'recorded',
+        `INSERT INTO ${s}.steps
           (tenant_id, operation, idempotency_key, step, kind, result, result_meta, fence, started_at, completed_at,
            derived_key, traceparent)
         SELECT $1, $2, $3, $6, 'call', $7, $9, $4, $8, $8, $10, $11 FROM held
         ON CONFLICT (tenant_id, operation, idempotency_key, step)
         DO UPDATE SET result = EXCLUDED.result, result_meta = EXCLUDED.result_meta, fence = EXCLUDED.fence,
-          completed_at = EXCLUDED.completed_at
-      )
-      SELECT count(*)::int AS held FROM held`,
-      params: (
-        call: RenewInput & StepTrace & { step: string; json: string; meta: string | null; now: number },
-      ) => [
+          completed_at = EXCLUDED.completed_at`,
+      ),
+      params: (call: RenewInput & StepResult) => [
         ...fencedParams(call),
         new Date(call.lockedUntil),
         call.step,
         call.json,
-        new Date(call.now),
-        call.meta,
-        ...traceParams(call),
+        ...recordedParams(call),
       ],
       result: held,
     }),

@@ -23,6 +23,14 @@ const byRef = ({ ref }: IntentInput) => [ref];
 export function renderTraceStatements(schema: string) {
   const s = quoteSchema(schema);
   const key = 'tenant_id = $1 AND operation = $2 AND idempotency_key = $3';
+  /** The `columns` of the rows of `table` whose `column` names the intent (its reference). */
+  const naming = (table: string, column: string, columns: string) =>
+    defineStatement({
+      text: `SELECT ${columns}
+      FROM ${s}.${table} WHERE ${column} = $1`,
+      params: byRef,
+      result: allRows<TraceRow>,
+    });
   return {
     /** The intent's own row. */
     request: defineStatement({
@@ -39,32 +47,28 @@ export function renderTraceStatements(schema: string) {
       result: allRows<TraceRow>,
     }),
     /** Intents started on its behalf (a consumer's or a task's handler, a step's body). */
-    caused: defineStatement({
-      text: `SELECT tenant_id, operation, idempotency_key, state, created_at, completed_at, traceparent
-      FROM ${s}.requests WHERE caused_by = $1`,
-      params: byRef,
-      result: allRows<TraceRow>,
-    }),
-    outbox: defineStatement({
-      text: `SELECT tenant_id, id::text AS id, aggregatetype, aggregateid, type, created_at, attempts, last_error,
-        published_at, dead_at, traceparent
-      FROM ${s}.outbox WHERE intent = $1`,
-      params: byRef,
-      result: allRows<TraceRow>,
-    }),
-    inbox: defineStatement({
-      text: `SELECT tenant_id, consumer, message_id, state, attempts, duplicates, last_error, processed_at, traceparent
-      FROM ${s}.inbox WHERE intent = $1`,
-      params: byRef,
-      result: allRows<TraceRow>,
-    }),
-    tasks: defineStatement({
-      text: `SELECT tenant_id, id::text AS id, queue, dedupe_key, state, attempts, max_attempts, last_error,
-        created_at, finished_at, traceparent
-      FROM ${s}.tasks WHERE intent = $1`,
-      params: byRef,
-      result: allRows<TraceRow>,
-    }),
+    caused: naming(
+      'requests',
+      'caused_by',
+      'tenant_id, operation, idempotency_key, state, created_at, completed_at, traceparent',
+    ),
+    outbox: naming(
+      'outbox',
+      'intent',
+      `tenant_id, id::text AS id, aggregatetype, aggregateid, type, created_at, attempts, last_error,
+        published_at, dead_at, traceparent`,
+    ),
+    inbox: naming(
+      'inbox',
+      'intent',
+      'tenant_id, consumer, message_id, state, attempts, duplicates, last_error, processed_at, traceparent',
+    ),
+    tasks: naming(
+      'tasks',
+      'intent',
+      `tenant_id, id::text AS id, queue, dedupe_key, state, attempts, max_attempts, last_error,
+        created_at, finished_at, traceparent`,
+    ),
     /** Sagas started on its behalf, or the saga that is the intent itself (tenant, saga, key). */
     sagas: defineStatement({
       text: `SELECT tenant_id, saga, saga_key, status, created_at, finished_at, traceparent

@@ -47,11 +47,14 @@ export interface SagaRecord extends SagaRef {
   steps?: SagaStepRecord[];
 }
 
+/** A saga instance's reference from the columns that name it (tenant_id, saga, saga_key). */
+export function sagaRefOf(row: Record<string, unknown>): SagaRef {
+  return { tenant: row.tenant_id as string, saga: row.saga as string, key: row.saga_key as string };
+}
+
 export function decodeSaga(row: Record<string, unknown>): SagaRecord {
   return {
-    tenant: row.tenant_id as string,
-    saga: row.saga as string,
-    key: row.saga_key as string,
+    ...sagaRefOf(row),
     fingerprint: row.fingerprint as string,
     status: row.status as SagaStatus,
     input: parseJsonColumn(row.input),

@@ -18,7 +18,7 @@ import {
   type SagaResult,
   type SagaStart,
 } from './execution.js';
-import { decodeSaga, decodeStep, type SagaRecord, type SagaStatus } from './saga-record.js';
+import { decodeSaga, decodeStep, sagaRefOf, type SagaRecord, type SagaStatus } from './saga-record.js';
 import { renderSagaStatements, type SagaStatements } from './statements.js';
 import { sweepSagas } from './sweep.js';
 import { leaseTimings } from '../steps/lease.js';
@@ -300,7 +300,7 @@ export class Sagas<Client = unknown> {
     });
     const outcomes: RecoveredSaga[] = [];
     for (const row of rows) {
-      const ref: SagaRef = { tenant: row.tenant_id, saga: row.saga, key: row.saga_key };
+      const ref = sagaRefOf(row);
       if (!this.definitions.has(ref.saga)) {
         outcomes.push({ saga: ref, outcome: 'unknown-definition' });
         continue;
