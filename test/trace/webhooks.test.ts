@@ -18,7 +18,6 @@ import {
   createWebhookSender,
   generateWebhookSecret,
 } from 'idem/webhooks';
-import { receiptRef } from '../../src/core/causation.js';
 import { createTestSchema, databaseUrl, type TestSchema } from '../support/database.js';
 import { startServer, type TestServer } from '../webhooks/support.js';
 import { installMemoryTracer, type RecordedSpan } from './memory-tracer.js';
@@ -78,10 +77,11 @@ describe('a webhook traced from the sending intent to the receiving one', () => 
       clock,
       handlers: {
         billing: {
-          'invoice.paid': (tx, event) =>
-            idem.runIn(tx, { tenant: 'acme', operation: 'apply-invoice', key: event.deliveryId }, () =>
+          'invoice.paid': async (tx, event) => {
+            await idem.runIn(tx, { tenant: 'acme', operation: 'apply-invoice', key: event.deliveryId }, () =>
               Promise.resolve('applied'),
-            ),
+            );
+          },
         },
       },
     });
@@ -112,9 +112,8 @@ describe('a webhook traced from the sending intent to the receiving one', () => 
     const { rows: requests } = await db.pool.query(
       `SELECT caused_by FROM "${db.schema}".requests WHERE operation = 'apply-invoice'`,
     );
-    expect(requests).toEqual([
-      { caused_by: receiptRef({ tenant: '', source: 'billing', deliveryId: messageId }) },
-    ]);
+    // The receipt's reference: webhook:<tenant>:<source>:<delivery id> (the default tenant is '').
+    expect(requests).toEqual([{ caused_by: `webhook::billing:${messageId}` }]);
   });
 
   it('finds the intents a received delivery touched, and the sending intent lists the delivery', async () => {
