@@ -59,6 +59,39 @@ export function parseIntentRef(ref: string): OperationScope | null {
   }
 }
 
+/** A webhook receipt, by its primary key. */
+export interface ReceiptScope {
+  tenant: string;
+  source: string;
+  deliveryId: string;
+}
+
+const receiptPrefix = 'webhook:';
+
+/**
+ * The reference of a webhook receipt, `webhook:<tenant>:<source>:<delivery id>` (each part
+ * percent-encoded): what a receipt's handler runs on behalf of, so the keyed operations it starts
+ * name the receipt in `requests.caused_by`. It has no `/`, so it is never read as an intent
+ * reference (`parseIntentRef` refuses it, and a consumer drops it from a message's headers).
+ */
+export function receiptRef(receipt: ReceiptScope): string {
+  const part = encodeURIComponent;
+  return `${receiptPrefix}${part(receipt.tenant)}:${part(receipt.source)}:${part(receipt.deliveryId)}`;
+}
+
+/** The receipt a `receiptRef` names, or null when `ref` is not one. */
+export function parseReceiptRef(ref: string): ReceiptScope | null {
+  if (!ref.startsWith(receiptPrefix)) return null;
+  const parts = ref.slice(receiptPrefix.length).split(':');
+  if (parts.length !== 3) return null;
+  try {
+    const [tenant, source, deliveryId] = parts.map(decodeURIComponent) as [string, string, string];
+    return { tenant, source, deliveryId };
+  } catch {
+    return null;
+  }
+}
+
 /** Runs `fn` on behalf of the intent `scope` (the trace context stays what it is). */
 export function runAsIntent<T>(scope: OperationScope, fn: () => T): T {
   return storage.run({ intent: intentRef(scope), traceparent: storage.getStore()?.traceparent ?? null }, fn);

@@ -149,6 +149,9 @@ const rank: Record<TimelineItem['kind'], number> = {
   'saga-step': 5,
   consumption: 6,
   'caused-intent': 7,
+  'webhook-sent': 8,
+  'webhook-attempt': 9,
+  'webhook-received': 10,
 };
 
 /**

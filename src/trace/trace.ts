@@ -22,6 +22,12 @@ import {
   taskItem,
 } from './items.js';
 import { renderTraceStatements, type TraceStatements } from './statements.js';
+import {
+  deliveryIntents,
+  renderWebhookTraceStatements,
+  webhookItems,
+  type WebhookTraceStatements,
+} from './webhooks.js';
 import type { Timeline, TimelineItem, TraceLookup } from './types.js';
 
 /** Options of `createTrace`. */
@@ -34,8 +40,7 @@ export interface TraceOptions {
 
 /**
  * A reverse lookup: from an id some record keeps to the intent that caused it. Each is one
- * statement; the webhooks add `delivery` (a webhook delivery's id → the intent of the event it
- * carries) here, beside `message` and `derived-key`.
+ * statement; `delivery` (webhooks.ts) is beside them, as it may name several intents.
  */
 type ReverseLookup = (
   statements: TraceStatements,
@@ -74,6 +79,14 @@ export interface Trace {
   message(id: string, options?: { tenant?: string }): Promise<Timeline | null>;
   /** The timeline of the intent whose step, call or saga step sent the derived key `key`. */
   derivedKey(key: string): Promise<Timeline | null>;
+  /**
+   * The timeline of the intent a webhook delivery names. With `source`, a received delivery (its
+   * receipt's delivery id): the first intent its handler started, else the intent of the idem
+   * sender that sent it (`idem-intent`). Without, a sent delivery (its `webhook-id`, the message
+   * id): the intent that enqueued it. `tenant` narrows the lookup to one tenant's rows.
+   * `lookup.intents` lists every intent the delivery named. Null when it names none.
+   */
+  delivery(deliveryId: string, options?: { source?: string; tenant?: string }): Promise<Timeline | null>;
 }
 
 /**
@@ -86,9 +99,10 @@ export interface Trace {
  */
 export function createTrace(options: TraceOptions): Trace {
   const statements = renderTraceStatements(options.schema ?? defaultSchema);
+  const webhooks = renderWebhookTraceStatements(options.schema ?? defaultSchema);
   const db = options.sql;
   const timelineOf = (scope: OperationScope, lookup: TraceLookup) =>
-    readTimeline(statements, db, scope, lookup);
+    readTimeline(statements, webhooks, db, scope, lookup);
   const reverse = async (by: keyof typeof reverseLookups, value: string, tenant: string | null) => {
     const scope = await reverseLookups[by](statements, db, value, tenant);
     return scope ? timelineOf(scope, { by, value }) : null;
@@ -111,25 +125,45 @@ export function createTrace(options: TraceOptions): Trace {
       validateKey(key);
       return reverse('derived-key', key, null);
     },
+    delivery: async (deliveryId, { source, tenant } = {}) => {
+      if (tenant !== undefined) validateTenant(tenant);
+      if (source !== undefined) validateName('source', source);
+      if (typeof deliveryId !== 'string' || deliveryId.length === 0 || deliveryId.length > 512) {
+        throw new InvalidArgumentError('a delivery id must be 1–512 characters');
+      }
+      const query = { deliveryId, source: source ?? null, tenant: tenant ?? null };
+      const intents = await deliveryIntents(webhooks, db, query);
+      const first = intents[0];
+      if (!first) return null;
+      return timelineOf(first, {
+        by: 'delivery',
+        value: deliveryId,
+        ...(source === undefined ? {} : { source }),
+        intents: [...new Set(intents.map(intentRef))],
+      });
+    },
   };
 }
 
 async function readTimeline(
   statements: TraceStatements,
+  webhooks: WebhookTraceStatements,
   db: Queryable,
   scope: OperationScope,
   lookup: TraceLookup,
 ): Promise<Timeline | null> {
   const ref = intentRef(scope);
   const input = { scope, ref };
-  const [request, steps, outbox, inbox, tasks, sagas, caused] = await Promise.all([
-    statements.request(db, input),
+  const request = await statements.request(db, input);
+  const causedBy = typeof request?.caused_by === 'string' ? request.caused_by : null;
+  const [steps, outbox, inbox, tasks, sagas, caused, sentAndReceived] = await Promise.all([
     statements.steps(db, input),
     statements.outbox(db, input),
     statements.inbox(db, input),
     statements.tasks(db, input),
     statements.sagas(db, input),
     statements.caused(db, input),
+    webhookItems(webhooks, db, input, causedBy),
   ]);
   const items: TimelineItem[] = [
     ...(request ? [requestItem(request)] : []),
@@ -138,6 +172,7 @@ async function readTimeline(
     ...inbox.map(consumptionItem),
     ...tasks.map(taskItem),
     ...caused.map(causedIntentItem),
+    ...sentAndReceived,
   ];
   for (const row of sagas) {
     items.push(sagaItem(row));

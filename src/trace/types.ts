@@ -134,6 +134,62 @@ export interface CausedIntentItem {
   traceparent: string | null;
 }
 
+/** One delivery (to one endpoint) of a webhook message the intent enqueued (migration 0012). */
+export interface WebhookSentItem {
+  kind: 'webhook-sent';
+  /** When the message was enqueued. */
+  at: string | null;
+  tenant: string;
+  /** The `webhook-id` of every attempt: a receiver's delivery id. */
+  messageId: string;
+  type: string;
+  endpointId: string;
+  state: string;
+  attempts: number;
+  /** The HTTP status of the last answer, or null. */
+  lastStatus: number | null;
+  lastError: string | null;
+  deliveredAt: string | null;
+  traceparent: string | null;
+}
+
+/** One HTTP attempt of such a delivery, and its answer. */
+export interface WebhookAttemptItem {
+  kind: 'webhook-attempt';
+  at: string | null;
+  tenant: string;
+  messageId: string;
+  endpointId: string;
+  /** 1 for the first. */
+  attempt: number;
+  /** The HTTP status, or null when no answer came. */
+  status: number | null;
+  /** `delivered`, `retry`, `failed` or `gone`. */
+  outcome: string;
+  latencyMs: number;
+  error: string | null;
+}
+
+/** A webhook receipt: one whose handler started the intent, or one of a delivery it sent. */
+export interface WebhookReceivedItem {
+  kind: 'webhook-received';
+  at: string | null;
+  tenant: string;
+  source: string;
+  deliveryId: string;
+  type: string | null;
+  /** `caused`: its handler started the intent; `sent`: the intent sent it (`idem-intent`). */
+  relation: 'caused' | 'sent';
+  state: string;
+  attempts: number;
+  lastError: string | null;
+  processedAt: string | null;
+  /** The intent its `idem-intent` header named (an idem sender's), or null. */
+  senderIntent: string | null;
+  /** The `traceparent` it arrived with, or null. */
+  traceparent: string | null;
+}
+
 export type TimelineItem =
   | RequestItem
   | StepItem
@@ -142,14 +198,20 @@ export type TimelineItem =
   | TaskItem
   | SagaItem
   | SagaStepItem
-  | CausedIntentItem;
+  | CausedIntentItem
+  | WebhookSentItem
+  | WebhookAttemptItem
+  | WebhookReceivedItem;
 
-/** How the intent was found. `delivery` (a webhook delivery id) is reserved for the webhooks. */
+/**
+ * How the intent was found. `delivery`: a webhook delivery id, received from `source` or (without
+ * one) sent; `intents` lists every intent the delivery named, the traced one first.
+ */
 export type TraceLookup =
   | { by: 'intent' }
   | { by: 'message'; value: string }
   | { by: 'derived-key'; value: string }
-  | { by: 'delivery'; value: string };
+  | { by: 'delivery'; value: string; source?: string; intents?: string[] };
 
 /** One intent's timeline, in causal order. */
 export interface Timeline {

@@ -5,8 +5,10 @@
  * version and its state. A failure retries with backoff until a dead letter; an invalid event is a
  * dead letter at once.
  */
+import { receiptRef } from '../core/causation.js';
 import { toMillis } from '../core/clock.js';
 import { parseJsonColumn } from '../core/json-column.js';
+import { runInCause } from '../observability/caused-span.js';
 import { errorMessage } from './error-message.js';
 import { isInvalidWebhookEvent } from './errors.js';
 import { createEvent } from './event.js';
@@ -100,19 +102,25 @@ export async function processReceipt<Client>(
         ordering: entity.ordering,
       });
     }
-    const done = await processor.sql.transaction(async (tx): Promise<OrderedOutcome> => {
-      if ((await statements.lock(tx, row)) === 0) return { outcome: 'lost' };
-      if (!handler) {
-        await finishReceipt(processor, tx, row, 'unhandled', null);
-        return { outcome: 'unhandled' };
-      }
-      if (!entity) {
-        await handler.handle(tx, event);
-        await finishReceipt(processor, tx, row, 'applied', null);
-        return { outcome: 'applied' };
-      }
-      return handleInOrder(processor, tx, row, event, handler, entity);
-    });
+    // The handler runs on behalf of the receipt (the operations it starts name it as their cause),
+    // in a child span of the trace the request arrived with (docs/trace.md).
+    const cause = { intent: receiptRef(fields), traceparent: row.traceparent ?? null };
+    const attributes = { 'idem.webhook.source': row.source, 'idem.webhook.delivery_id': row.delivery_id };
+    const work = () =>
+      processor.sql.transaction(async (tx): Promise<OrderedOutcome> => {
+        if ((await statements.lock(tx, row)) === 0) return { outcome: 'lost' };
+        if (!handler) {
+          await finishReceipt(processor, tx, row, 'unhandled', null);
+          return { outcome: 'unhandled' };
+        }
+        if (!entity) {
+          await handler.handle(tx, event);
+          await finishReceipt(processor, tx, row, 'applied', null);
+          return { outcome: 'applied' };
+        }
+        return handleInOrder(processor, tx, row, event, handler, entity);
+      });
+    const done = await runInCause('idem.webhooks.handle', cause, attributes, work);
     if ((done.woken ?? 0) > 0) processor.notify();
     settled(processor, fields, entity, done.outcome, done.parked);
     return done.outcome;

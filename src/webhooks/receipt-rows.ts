@@ -15,6 +15,9 @@ export type ClaimedRow = {
   attempts: number;
   deferrals: number;
   waiting_since: unknown;
+  /** The sender's intent and trace context, as the request's headers named them (or null). */
+  intent: string | null;
+  traceparent: string | null;
 };
 
 /** One receipt, by its primary key (tenant_id, source, delivery_id). */

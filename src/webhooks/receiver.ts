@@ -3,6 +3,7 @@
  * (source, delivery id), then answer 2xx. A duplicate also gets 2xx and does no new work. Nothing
  * of the business runs here: workers (processor.ts) claim receipts after the answer.
  */
+import { causationFromHeaders, causationHeaders, type Causation } from '../core/causation.js';
 import { systemClock, type Clock } from '../core/clock.js';
 import { createEvents, type IdemEvents } from '../core/event-channel.js';
 import { InvalidArgumentError } from '../core/errors.js';
@@ -211,6 +212,7 @@ export class WebhookReceiver {
         body: Buffer.from(request.body.buffer, request.body.byteOffset, request.body.byteLength),
         receivedAt: new Date(now),
         expiresAt: new Date(now + source.retentionMs),
+        cause: requestCause(request.headers),
       });
       inserted = stored === 1;
     } catch (error) {
@@ -298,4 +300,12 @@ export interface WebhookRouteOptions {
   receiver: WebhookReceiver;
   /** The source (a key of the receiver's `sources`) this route receives. */
   source: string;
+}
+
+/** The `traceparent` and `idem-intent` a request arrived with (invalid values are dropped). */
+function requestCause(headers: WebhookHeaders): Causation {
+  return causationFromHeaders({
+    [causationHeaders.traceparent]: headers.get(causationHeaders.traceparent),
+    [causationHeaders.intent]: headers.get(causationHeaders.intent),
+  });
 }

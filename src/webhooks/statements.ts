@@ -2,6 +2,7 @@
  * Every statement of the receiver and its workers, rendered once per schema. Times come from the
  * injected clock as parameters, never from `now()`, so tests move time instead of sleeping.
  */
+import type { Causation } from '../core/causation.js';
 import { quoteSchema } from '../core/schema-name.js';
 import type { QueryResult } from '../core/sql.js';
 import {
@@ -85,8 +86,9 @@ export function renderReceiptStatements(schema: string) {
      */
     insert: preparedStatement('wh', 'insert', {
       text: `INSERT INTO ${s}.webhook_receipts
-        (tenant_id, source, delivery_id, event_type, headers, body, received_at, next_attempt_at, expires_at)
-      VALUES ($8, $1, $2, $3, $4::jsonb, $5, $6, $6, $7)
+        (tenant_id, source, delivery_id, event_type, headers, body, received_at, next_attempt_at, expires_at,
+         intent, traceparent)
+      VALUES ($8, $1, $2, $3, $4::jsonb, $5, $6, $6, $7, $9, $10)
       ON CONFLICT (tenant_id, source, delivery_id) DO NOTHING`,
       params: (
         r: ReceiptKey & {
@@ -96,8 +98,21 @@ export function renderReceiptStatements(schema: string) {
           body: Buffer;
           receivedAt: Date;
           expiresAt: Date;
+          /** What the request's `traceparent` and `idem-intent` headers named (core/causation.ts). */
+          cause: Causation;
         },
-      ) => [r.source, r.deliveryId, r.eventType, r.headers, r.body, r.receivedAt, r.expiresAt, r.tenant],
+      ) => [
+        r.source,
+        r.deliveryId,
+        r.eventType,
+        r.headers,
+        r.body,
+        r.receivedAt,
+        r.expiresAt,
+        r.tenant,
+        r.cause.intent,
+        r.cause.traceparent,
+      ],
       result: affectedRows,
     }),
 
@@ -122,7 +137,7 @@ export function renderReceiptStatements(schema: string) {
       FROM due WHERE ${pin === null ? 'r.tenant_id = due.tenant_id' : `r.tenant_id = ${pin}`}
         AND r.source = due.source AND r.delivery_id = due.delivery_id
       RETURNING r.tenant_id, r.source, r.delivery_id, r.event_type, r.headers, r.body, r.received_at,
-        r.attempts, r.deferrals, r.waiting_since`,
+        r.attempts, r.deferrals, r.waiting_since, r.intent, r.traceparent`,
       pin: '$4',
       params: (c: ReceiptClaim) => [c.now, c.limit, c.leaseUntil],
       result: allRows<ClaimedRow>,

@@ -6,19 +6,25 @@ import { checkMigrated, openDatabase } from '../database.js';
 const usage = `usage: idem trace <tenant> <operation> <key> [--json] [--schema idem]
        idem trace --message <id> [--tenant T] [--json]
        idem trace --derived-key <key> [--json]
+       idem trace --delivery <id> [--source S] [--tenant T] [--json]
 
 Prints one intent's timeline in causal order: the request (claimed, recorded), each step and call
 (derived key, start, end), each outbox event (written, published when and where, attempts,
 dead-lettered), each consumer's inbox record (in any process), tasks (claims, completion), sagas
-and their steps, and the intents it caused. Exit code 1 when no record names the intent.
+and their steps, the intents it caused, and its webhooks (sent, each attempt's answer, received).
+Exit code 1 when no record names the intent.
 
   --message ID       the intent that caused a message (an outbox event id, an inbox message id)
-  --tenant T         with --message: the message's tenant (a primary-key lookup; without it
-                     every tenant's rows are searched)
+  --tenant T         with --message or --delivery: the tenant of its rows (a primary-key lookup;
+                     without it every tenant's rows are searched)
   --derived-key K    the intent whose step, call or saga step sent the key K downstream
+  --delivery ID      with --source: the first intent a received webhook's handler started (else
+                     its idem sender's intent); without: the intent that sent the webhook ID
+  --source S         with --delivery: the receiver's source the delivery came from
   --json             the timeline as JSON (docs/trace.md): {"version":1,"intent":{tenant,
                      operation,key,ref},"lookup":{by,value?},"items":[{kind,at,...}]}, kinds
-                     request, step, outbox, consumption, task, saga, saga-step, caused-intent
+                     request, step, outbox, consumption, task, saga, saga-step, caused-intent,
+                     webhook-sent, webhook-attempt, webhook-received
   --schema NAME      schema of idem's tables (default idem)`;
 
 /** `idem trace`: an intent's timeline, by its names or by a reverse lookup. */
@@ -33,25 +39,29 @@ export async function run(argv: string[]): Promise<number> {
       message: { type: 'string' },
       tenant: { type: 'string' },
       'derived-key': { type: 'string' },
-      // Reserved for webhook deliveries (a delivery id → the intent of the event it carries).
       delivery: { type: 'string' },
+      source: { type: 'string' },
     },
     3,
   );
   if (args.exitCode !== undefined) return args.exitCode;
-  const { schema, json, message, tenant, delivery } = args.values;
+  const { schema, json, message, tenant, delivery, source } = args.values;
   const derivedKey = args.values['derived-key'];
   const lookups = [message, derivedKey, delivery].filter((v) => v !== undefined).length;
   if (lookups > 1 || (lookups === 1 && args.positionals.length > 0)) {
-    return usageError('trace', 'give one of <tenant> <operation> <key>, --message, --derived-key');
+    return usageError(
+      'trace',
+      'give one of <tenant> <operation> <key>, --message, --derived-key, --delivery',
+    );
   }
-  if (delivery !== undefined) return usageError('trace', '--delivery is not available yet');
+  if (source !== undefined && delivery === undefined)
+    return usageError('trace', '--source goes with --delivery');
   if (lookups === 0 && args.positionals.length < 3) {
     const missing = ['<tenant>', '<operation>', '<key>'].slice(args.positionals.length).join(' ');
     return usageError('trace', `missing ${missing}`);
   }
-  if (tenant !== undefined && message === undefined)
-    return usageError('trace', '--tenant goes with --message');
+  if (tenant !== undefined && message === undefined && delivery === undefined)
+    return usageError('trace', '--tenant goes with --message or --delivery');
   const db = await openDatabase();
   try {
     await checkMigrated(db, schema);
@@ -62,7 +72,12 @@ export async function run(argv: string[]): Promise<number> {
         ? await trace.message(message, tenant === undefined ? {} : { tenant })
         : derivedKey !== undefined
           ? await trace.derivedKey(derivedKey)
-          : await trace.intent({ tenant: t, operation, key });
+          : delivery !== undefined
+            ? await trace.delivery(delivery, {
+                ...(source === undefined ? {} : { source }),
+                ...(tenant === undefined ? {} : { tenant }),
+              })
+            : await trace.intent({ tenant: t, operation, key });
     if (!timeline) {
       console.log(json ? 'null' : 'no record names this intent');
       return 1;
@@ -80,6 +95,9 @@ export function renderTimeline(timeline: Timeline): string {
   const header = [
     `intent ${intent.ref}  (tenant '${intent.tenant}', operation '${intent.operation}', key '${intent.key}')`,
     ...(lookup.by === 'intent' ? [] : [`found by ${lookup.by} ${lookup.value}`]),
+    ...(lookup.by === 'delivery' && (lookup.intents?.length ?? 0) > 1
+      ? [`the delivery also names ${lookup.intents!.slice(1).join(', ')}`]
+      : []),
   ];
   const lines = timeline.items.map((item) => `${(item.at ?? '-').padEnd(24)}  ${describe(item)}`);
   return [...header, '', ...lines].join('\n');
@@ -121,5 +139,17 @@ function describe(item: TimelineItem): string {
       )}${when('compensated', item.compensatedAt)}`;
     case 'caused-intent':
       return `caused       ${item.intent.ref}  ${item.state}${trace(item.traceparent)}`;
+    case 'webhook-sent':
+      return `webhook      ${item.type} → ${item.endpointId} id ${item.messageId}  ${item.state}  attempts ${item.attempts}${
+        item.lastStatus === null ? '' : `  last ${item.lastStatus}`
+      }${when('delivered', item.deliveredAt)}${trace(item.traceparent)}`;
+    case 'webhook-attempt':
+      return `  attempt #${item.attempt} → ${item.endpointId} id ${item.messageId}  ${item.outcome}${
+        item.status === null ? '' : `  ${item.status}`
+      }  ${item.latencyMs} ms${item.error ? `  ${item.error}` : ''}`;
+    case 'webhook-received':
+      return `received     ${item.source} ${item.deliveryId}${item.type ? ` (${item.type})` : ''}  ${item.state}${
+        item.relation === 'caused' ? '  started this intent' : '  sent by this intent'
+      }${trace(item.traceparent)}`;
   }
 }

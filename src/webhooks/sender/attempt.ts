@@ -6,6 +6,7 @@
  */
 import { performance } from 'node:perf_hooks';
 import { ConsecutiveBreaker } from 'cockatiel';
+import { headersOf } from '../../core/causation.js';
 import type { Clock } from '../../core/clock.js';
 import type { IdemEvents } from '../../core/event-channel.js';
 import type { Backoff } from '../../core/resilience/backoff.js';
@@ -108,6 +109,8 @@ export class DeliveryAttempts<Client> {
         timestamp,
         body,
       ),
+      // The receiver joins the trace of the intent that enqueued the message (docs/trace.md).
+      ...headersOf({ intent: row.intent ?? null, traceparent: row.traceparent ?? null }),
     };
 
     const breaker = this.breakerFor(row.tenant_id, row.endpoint_id);

@@ -78,6 +78,10 @@ export interface ClaimedDelivery {
   url: string;
   secrets: string[];
   enabled: boolean;
+  /** The intent the message was enqueued in (core/causation.ts), or null. */
+  intent: string | null;
+  /** The trace context it was enqueued in, or null. */
+  traceparent: string | null;
 }
 
 /** A delivery's row as `deliveries` reads it, decoded by `decodeDelivery`. */

@@ -9,6 +9,7 @@
  * The cost: once fanned out, a retried delivery can overtake a later event to the same endpoint;
  * receivers must be order-aware anyway (idem's processor orders each entity's events by version).
  */
+import { causationFromHeaders, runCausedBy } from '../../core/causation.js';
 import type { OutboxEvent, Publisher, PublishResult } from '../../outbox/types.js';
 import type { WebhookMessage, WebhookSender } from './sender.js';
 
@@ -51,13 +52,16 @@ export function createWebhookPublisher(options: WebhookPublisherOptions): Publis
           continue;
         }
         try {
-          await sender.enqueue(sender.sql, {
-            id: event.id,
-            type: event.type,
-            payload: payload(event),
-            // The event's tenant: delivered to that tenant's endpoints.
-            ...(event.tenant === undefined ? {} : { tenant: event.tenant }),
-          });
+          // The event's cause (its headers name the intent that added it) is the message's.
+          await runCausedBy(causationFromHeaders(event.headers), () =>
+            sender.enqueue(sender.sql, {
+              id: event.id,
+              type: event.type,
+              payload: payload(event),
+              // The event's tenant: delivered to that tenant's endpoints.
+              ...(event.tenant === undefined ? {} : { tenant: event.tenant }),
+            }),
+          );
           results.push({ id: event.id, ok: true });
         } catch (error) {
           results.push({ id: event.id, ok: false, error });

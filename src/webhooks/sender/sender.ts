@@ -7,6 +7,7 @@
  * other special-purpose destinations are refused unless allowed (see destination.ts): such a
  * delivery fails at once with the reason, without a request.
  */
+import { currentCausation } from '../../core/causation.js';
 import { InvalidArgumentError } from '../../core/errors.js';
 import { createBackoff } from '../../core/resilience/backoff.js';
 import { TableModule } from '../../core/store.js';
@@ -131,6 +132,7 @@ export class WebhookSender<Client = unknown> extends TableModule<Client, SenderS
       payload: encodePayload(message.payload),
       contentType: message.contentType ?? 'application/json',
       now: new Date(this.clock.now()),
+      cause: currentCausation(),
     });
   }
 

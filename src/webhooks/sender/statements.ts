@@ -4,6 +4,7 @@
  * with tenant_id): a tenant's messages fan out to that tenant's endpoints only. The workers' claim,
  * redrive and sweep come in two forms: across every tenant, and pinned to one (`…Tenant`).
  */
+import type { Causation } from '../../core/causation.js';
 import { quoteSchema } from '../../core/schema-name.js';
 import {
   affectedRows,
@@ -88,8 +89,9 @@ export function renderSenderStatements(schema: string) {
      */
     enqueue: preparedStatement('whs', 'enqueue', {
       text: `WITH m AS (
-        INSERT INTO ${s}.webhook_messages (tenant_id, id, event_type, payload, content_type, created_at)
-        VALUES ($6, $1, $2, $3, $4, $5)
+        INSERT INTO ${s}.webhook_messages
+          (tenant_id, id, event_type, payload, content_type, created_at, intent, traceparent)
+        VALUES ($6, $1, $2, $3, $4, $5, $7, $8)
         ON CONFLICT (tenant_id, id) DO NOTHING
         RETURNING tenant_id, id
       )
@@ -104,7 +106,9 @@ export function renderSenderStatements(schema: string) {
         payload: Buffer;
         contentType: string;
         now: Date;
-      }) => [m.id, m.type, m.payload, m.contentType, m.now, m.tenant],
+        /** The intent it was enqueued in, and its trace context (core/causation.ts). */
+        cause: Causation;
+      }) => [m.id, m.type, m.payload, m.contentType, m.now, m.tenant, m.cause.intent, m.cause.traceparent],
       result: affectedRows,
     }),
 
@@ -130,7 +134,7 @@ export function renderSenderStatements(schema: string) {
         AND m.tenant_id = d.tenant_id AND m.id = d.message_id
         AND e.tenant_id = d.tenant_id AND e.id = d.endpoint_id
       RETURNING d.tenant_id, d.message_id, d.endpoint_id, d.attempts, m.event_type, m.payload,
-        m.content_type, e.url, e.secrets, e.enabled`,
+        m.content_type, e.url, e.secrets, e.enabled, m.intent, m.traceparent`,
       pin: '$5',
       params: (c: DeliveryClaim) => [c.now, c.limit, c.leaseUntil, c.messageId],
       result: allRows<ClaimedDelivery>,
