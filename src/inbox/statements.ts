@@ -1,13 +1,7 @@
 import { quoteSchema } from '../core/schema-name.js';
 import type { Row } from '../core/sql.js';
-import {
-  affectedRows,
-  defineStatement,
-  firstRow,
-  nothing,
-  preparedStatement,
-  type StatementSpec,
-} from '../core/statement.js';
+import { affectedRows, defineStatement, firstRow, nothing, preparedStatement } from '../core/statement.js';
+import type { StatementSpec } from '../core/statement.js';
 import { sweepStatement, tenantSweepStatement } from '../core/sweeper.js';
 
 /** One message's record: the primary key (tenant_id, consumer, message_id). */

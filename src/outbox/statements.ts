@@ -1,14 +1,8 @@
 import { createHash } from 'node:crypto';
 import { quoteSchema } from '../core/schema-name.js';
 import type { Row } from '../core/sql.js';
-import {
-  allRows,
-  defineStatement,
-  firstRow,
-  nothing,
-  preparedStatement,
-  type StatementSpec,
-} from '../core/statement.js';
+import { allRows, defineStatement, firstRow, nothing, preparedStatement } from '../core/statement.js';
+import type { StatementSpec } from '../core/statement.js';
 import { sweepStatement, tenantSweepStatement } from '../core/sweeper.js';
 import { snapshotStatement } from '../observability/snapshot.js';
 import { claimStatement, markMovedStatement, markStatement, sameTenant, type Pin } from './claim-and-mark.js';

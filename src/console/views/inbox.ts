@@ -1,15 +1,6 @@
 /** The consumers' inbox: per-consumer counts and the dead messages with their errors. */
-import {
-  ageMs,
-  intentOf,
-  type ConsoleIntent,
-  iso,
-  num,
-  str,
-  text,
-  readPage,
-  type ConsoleDatabase,
-} from '../database.js';
+import { ageMs, intentOf, iso, num, readPage, str, text } from '../database.js';
+import type { ConsoleDatabase, ConsoleIntent } from '../database.js';
 import { optionalName, type Query } from '../params.js';
 import { previewBytes, type BodyPreview } from '../preview.js';
 import { redactHeaders } from '../redact.js';

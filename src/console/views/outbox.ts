@@ -6,17 +6,8 @@ import {
   type RedriveFilter,
   type RedriveResult,
 } from '../../outbox/outbox.js';
-import {
-  ageMs,
-  intentOf,
-  type ConsoleIntent,
-  iso,
-  num,
-  str,
-  text,
-  readPage,
-  type ConsoleDatabase,
-} from '../database.js';
+import { ageMs, intentOf, iso, num, readPage, str, text } from '../database.js';
+import type { ConsoleDatabase, ConsoleIntent } from '../database.js';
 import { InvalidParameterError, optionalName, type Query } from '../params.js';
 import { previewText, type BodyPreview } from '../preview.js';
 import { redactHeaders } from '../redact.js';

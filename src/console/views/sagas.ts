@@ -4,17 +4,8 @@
  * them), each with its steps.
  */
 import type { Queryable } from '../../core/sql.js';
-import {
-  ageMs,
-  intentOf,
-  type ConsoleIntent,
-  iso,
-  num,
-  str,
-  text,
-  readPage,
-  type ConsoleDatabase,
-} from '../database.js';
+import { ageMs, intentOf, iso, num, readPage, str, text } from '../database.js';
+import type { ConsoleDatabase, ConsoleIntent } from '../database.js';
 import { optionalName, type Query } from '../params.js';
 import { previewText, type BodyPreview } from '../preview.js';
 import type { SagaRow, SagaStatements } from '../statements/sagas.js';

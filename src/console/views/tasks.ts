@@ -1,15 +1,6 @@
 /** Claims (tasks): counts per queue, dead tasks, and claimed tasks whose lease lapsed. */
-import {
-  ageMs,
-  intentOf,
-  type ConsoleIntent,
-  iso,
-  num,
-  str,
-  text,
-  readPage,
-  type ConsoleDatabase,
-} from '../database.js';
+import { ageMs, intentOf, iso, num, readPage, str, text } from '../database.js';
+import type { ConsoleDatabase, ConsoleIntent } from '../database.js';
 import { optionalName, type Query } from '../params.js';
 import { previewText, type BodyPreview } from '../preview.js';
 import type { TaskRow } from '../statements/tasks.js';
