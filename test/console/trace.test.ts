@@ -8,14 +8,11 @@
 import { existsSync } from 'node:fs';
 import { chromium, type Browser, type Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { fromPg } from 'idem/pg';
-import { createIdem, type Timeline } from 'idem';
-import { createClaims } from 'idem/claims';
-import { createInbox } from 'idem/inbox';
-import { createManualClock } from 'idem/testing';
-import { createInDatabasePublisher, createOutbox, createOutboxDispatcher } from 'idem/outbox';
+import type { Timeline } from 'idem';
+import { createInDatabasePublisher, createOutboxDispatcher } from 'idem/outbox';
 import type { TasksView } from 'idem/console';
-import { createTestSchema, type TestSchema } from '../support/database.js';
+import type { TestSchema } from '../support/database.js';
+import { createTraceBed } from '../support/trace.js';
 import { startConsole, type ConsoleServer } from './support.js';
 
 const intent = { tenant: 'acme', operation: 'create-payment', key: 'order-1001' };
@@ -35,15 +32,10 @@ describe('the console traces an intent', () => {
   let chargeKey: string;
 
   beforeAll(async () => {
-    db = await createTestSchema({ poolSize: 4 });
-    const sql = fromPg(db.pool);
-    const { schema } = db;
     // Each phase at its own instant of a clock moved by hand: the causal order is the time order.
-    const clock = createManualClock({ startMs: Date.parse('2030-01-01T00:00:00Z') });
-    const idem = createIdem({ sql, schema, clock });
-    const outbox = createOutbox({ sql, schema, clock });
-    const inbox = createInbox({ sql, schema, clock });
-    const claims = createClaims({ sql, schema, clock });
+    const bed = await createTraceBed(4);
+    db = bed.db;
+    const { sql, schema, clock, idem, outbox, inbox, claims } = bed;
     const payment = await idem.steps({ ...intent, request: { amount: 1250 } }, async (op) => {
       await op.step('order', async (tx) => {
         await outbox.add(tx, {

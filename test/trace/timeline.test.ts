@@ -7,13 +7,10 @@
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { fromPg } from 'idem/pg';
-import { createIdem, createTrace, type Sql, type Timeline, type TimelineItem } from 'idem';
-import { createInbox } from 'idem/inbox';
-import { createManualClock } from 'idem/testing';
-import { createClaims } from 'idem/claims';
-import { createInDatabasePublisher, createOutbox, createOutboxDispatcher } from 'idem/outbox';
-import { createTestSchema, databaseUrl, type TestSchema } from '../support/database.js';
+import { createTrace, type Sql, type Timeline, type TimelineItem } from 'idem';
+import { createInDatabasePublisher, createOutboxDispatcher } from 'idem/outbox';
+import { databaseUrl, type TestSchema } from '../support/database.js';
+import { createTraceBed } from '../support/trace.js';
 import { installMemoryTracer, type RecordedSpan } from './memory-tracer.js';
 
 const intent = { tenant: 'acme', operation: 'create-payment', key: 'order-1001' };
@@ -30,15 +27,10 @@ describe('an intent traced across modules', () => {
 
   beforeAll(async () => {
     spans = installMemoryTracer();
-    db = await createTestSchema({ poolSize: 6 });
-    sql = fromPg(db.pool);
-    const { schema } = db;
     // A clock moved by hand: each phase has its own instant, so the order is the causal one.
-    const clock = createManualClock({ startMs: Date.parse('2030-01-01T00:00:00Z') });
-    const idem = createIdem({ sql, schema, clock });
-    const outbox = createOutbox({ sql, schema, clock });
-    const inbox = createInbox({ sql, schema, clock });
-    const claims = createClaims({ sql, schema, clock });
+    const bed = await createTraceBed();
+    ({ db, sql } = bed);
+    const { schema, clock, idem, outbox, inbox, claims } = bed;
 
     const payment = await idem.steps({ ...intent, request: { amount: 1250 } }, async (op) => {
       await op.step('order', async (tx) => {

@@ -8,9 +8,7 @@
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { fromPg } from 'idem/pg';
-import { createIdem, createTrace, type Sql, type Timeline } from 'idem';
-import { createManualClock } from 'idem/testing';
+import { createTrace, type Sql, type Timeline } from 'idem';
 import {
   createStandardWebhooksVerifier,
   createWebhookProcessor,
@@ -18,7 +16,8 @@ import {
   createWebhookSender,
   generateWebhookSecret,
 } from 'idem/webhooks';
-import { createTestSchema, databaseUrl, type TestSchema } from '../support/database.js';
+import { databaseUrl, type TestSchema } from '../support/database.js';
+import { createTraceBed } from '../support/trace.js';
 import { startServer, type TestServer } from '../webhooks/support.js';
 import { installMemoryTracer, type RecordedSpan } from './memory-tracer.js';
 
@@ -36,11 +35,9 @@ describe('a webhook traced from the sending intent to the receiving one', () => 
 
   beforeAll(async () => {
     spans = installMemoryTracer();
-    db = await createTestSchema({ poolSize: 6 });
-    sql = fromPg(db.pool);
-    const { schema } = db;
-    const clock = createManualClock({ startMs: Date.parse('2030-01-01T00:00:00Z') });
-    const idem = createIdem({ sql, schema, clock });
+    const bed = await createTraceBed();
+    ({ db, sql } = bed);
+    const { schema, clock, idem } = bed;
     const secret = generateWebhookSecret();
 
     const receiver = createWebhookReceiver({
