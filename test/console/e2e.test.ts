@@ -3,20 +3,13 @@
  * schema filled by idem's real APIs, opens a request, redrives a dead event, and reads the inbox,
  * webhook receipts, claims and sagas. With WRITE_SCREENSHOTS=1 it also writes docs/screenshots/.
  */
-import { existsSync, mkdirSync } from 'node:fs';
-import { chromium, type Browser, type Page } from 'playwright-core';
+import { mkdirSync } from 'node:fs';
+import type { Browser, Page } from 'playwright-core';
+import { hasChromium, launchChromium } from './browser.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createTestSchema, type TestSchema } from '../support/database.js';
 import { hostileBody, populate, startConsole, type ConsoleServer, type Populated } from './support.js';
 
-const executablePath = '/usr/bin/chromium';
-const hasChromium = existsSync(executablePath);
-if (!hasChromium) {
-  if (process.env.CI === 'true') throw new Error(`${executablePath} is missing: CI must install chromium`);
-  console.warn(
-    `\n!!! SKIPPING console end-to-end tests: ${executablePath} is not installed (apt-get install chromium)\n`,
-  );
-}
 const screenshots = process.env.WRITE_SCREENSHOTS === '1';
 const screenshotDir = new URL('../../docs/screenshots/', import.meta.url);
 
@@ -26,28 +19,13 @@ describe.skipIf(!hasChromium)('console in Chromium', () => {
   let server: ConsoleServer;
   let browser: Browser;
   let page: Page;
-  const pageErrors: string[] = [];
+  let pageErrors: string[] = [];
 
   beforeAll(async () => {
     db = await createTestSchema();
     data = await populate(db.pool, db.schema);
     server = await startConsole({ pool: db.pool, schema: db.schema, liveIntervalMs: 500 });
-    browser = await chromium.launch({
-      executablePath,
-      args: [
-        '--headless',
-        '--no-sandbox',
-        '--disable-gpu',
-        '--disable-quic',
-        '--no-first-run',
-        '--disable-background-networking',
-        '--disable-component-update',
-        '--disable-sync',
-      ],
-    });
-    page = await browser.newPage({ viewport: { width: 1440, height: 900 } });
-    page.on('pageerror', (error) => pageErrors.push(error.message));
-    page.on('dialog', (dialog) => void dialog.accept());
+    ({ browser, page, pageErrors } = await launchChromium());
     if (screenshots) mkdirSync(screenshotDir, { recursive: true });
   });
   afterAll(async () => {

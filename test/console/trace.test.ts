@@ -5,8 +5,8 @@
  * operator opens the requests view, follows the row's trace link, and finds the same intent by
  * searching for the message id.
  */
-import { existsSync } from 'node:fs';
-import { chromium, type Browser, type Page } from 'playwright-core';
+import type { Browser, Page } from 'playwright-core';
+import { hasChromium, launchChromium } from './browser.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Timeline } from 'idem';
 import { createInDatabasePublisher, createOutboxDispatcher } from 'idem/outbox';
@@ -19,11 +19,6 @@ const intent = { tenant: 'acme', operation: 'create-payment', key: 'order-1001' 
 const ref = 'acme/create-payment/order-1001';
 /** The timeline's kinds, in causal order. */
 const kindsInOrder = ['request', 'step', 'outbox', 'task', 'step', 'consumption'];
-const executablePath = '/usr/bin/chromium';
-const hasChromium = existsSync(executablePath);
-if (!hasChromium && process.env.CI === 'true') {
-  throw new Error(`${executablePath} is missing: CI must install chromium`);
-}
 
 describe('the console traces an intent', () => {
   let db: TestSchema;
@@ -149,21 +144,10 @@ describe('the console traces an intent', () => {
   describe.skipIf(!hasChromium)('in Chromium', () => {
     let browser: Browser;
     let page: Page;
-    const pageErrors: string[] = [];
+    let pageErrors: string[] = [];
 
     beforeAll(async () => {
-      browser = await chromium.launch({
-        executablePath,
-        args: [
-          '--headless',
-          '--no-sandbox',
-          '--disable-gpu',
-          '--no-first-run',
-          '--disable-background-networking',
-        ],
-      });
-      page = await browser.newPage({ viewport: { width: 1440, height: 900 } });
-      page.on('pageerror', (error) => pageErrors.push(error.message));
+      ({ browser, page, pageErrors } = await launchChromium());
     });
     afterAll(async () => {
       await browser?.close();
