@@ -71,5 +71,5 @@ export {
   type IdemEventListener,
   type IdemErrorEvent,
 } from './core/event-channel.js';
-export { causationHeaders, type Causation } from './core/causation.js';
+export { causationHeaders, onBehalfOf, type Causation } from './core/causation.js';
 export * from './trace/index.js';

@@ -21,6 +21,8 @@
 import { AsyncLocalStorage } from 'node:async_hooks';
 import { trace, TraceFlags, type SpanContext } from '@opentelemetry/api';
 import type { OperationScope } from './errors.js';
+import { validateKey, validateName } from './keys.js';
+import { validateTenant } from './tenant.js';
 
 /** What a record names as its cause. Both parts may be null: written outside any intent or trace. */
 export interface Causation {
@@ -38,7 +40,16 @@ export const causationHeaders = {
   intent: 'idem-intent',
 } as const;
 
-const storage = new AsyncLocalStorage<Causation>();
+/**
+ * What the AsyncLocalStorage holds. A webhook receipt's handler runs with `actedFor` set: the
+ * first intent the handler says it acts for (`onBehalfOf`) is written there, and the receipt
+ * records it when it finishes (migration 0013), so that intent's trace shows the receipt.
+ */
+interface CausationScope extends Causation {
+  readonly actedFor?: { ref: string | null };
+}
+
+const storage = new AsyncLocalStorage<CausationScope>();
 
 const none: Causation = { intent: null, traceparent: null };
 
@@ -97,9 +108,44 @@ export function runAsIntent<T>(scope: OperationScope, fn: () => T): T {
   return storage.run({ intent: intentRef(scope), traceparent: storage.getStore()?.traceparent ?? null }, fn);
 }
 
-/** Runs `fn` on behalf of `cause` (a message's or a task's), e.g. a consumer's handler. */
-export function runCausedBy<T>(cause: Causation, fn: () => T): T {
-  return storage.run(cause, fn);
+/**
+ * Runs `fn` on behalf of an intent that already happened, from code that is not inside it: what
+ * `fn` writes through idem (outbox events, tasks, webhooks sent, the keyed operations it starts)
+ * names `intent` as its cause, and the messages it publishes carry it, so `idem trace` shows them
+ * on that intent's timeline. Inside a webhook handler the receipt itself records the first intent
+ * its handler acted for, so a provider's refund webhook shows on the payment's trace although the
+ * provider names no intent of yours.
+ *
+ * The trace context is left as it is (the handler's span stays the parent of what `fn` does).
+ *
+ * @example
+ * // a `charge.refunded` webhook handler, once it found the payment the charge belongs to
+ * await onBehalfOf({ tenant: payment.tenant, operation: 'create-payment', key: payment.idempotency_key }, () =>
+ *   outbox.add(tx, { tenant: payment.tenant, topic: 'payments', type: 'payment.refunded', payload }),
+ * );
+ */
+export function onBehalfOf<T>(intent: OperationScope, fn: () => T): T {
+  validateTenant(intent.tenant);
+  validateName('operation', intent.operation);
+  validateKey(intent.key);
+  const ref = intentRef(intent);
+  const outer = storage.getStore();
+  if (outer?.actedFor && outer.actedFor.ref === null) outer.actedFor.ref = ref;
+  return storage.run({ intent: ref, traceparent: outer?.traceparent ?? null }, fn);
+}
+
+/**
+ * Runs `fn` on behalf of `cause` (a message's or a task's), e.g. a consumer's handler. With
+ * `actedFor`, `onBehalfOf` inside `fn` writes the first intent it names into it (a receipt's
+ * handler).
+ */
+export function runCausedBy<T>(cause: Causation, fn: () => T, actedFor?: { ref: string | null }): T {
+  return storage.run(actedFor ? { ...cause, actedFor } : cause, fn);
+}
+
+/** The intent a receipt's handler said it acted for (`onBehalfOf`), read when the receipt finishes. */
+export function actedForNow(): string | null {
+  return storage.getStore()?.actedFor?.ref ?? null;
 }
 
 /**

@@ -16,7 +16,7 @@ import { tracing } from './events.js';
 const tracer = trace.getTracer('idem');
 
 /**
- * Runs `fn` on behalf of `cause`, inside a consumer span named `name` that continues the trace of
+ * Runs `fn` on behalf of `cause` (`actedFor`: see `runCausedBy`), inside a consumer span named `name` that continues the trace of
  * `cause.traceparent` (a no-op span, and no span at all, unless a tracer provider is registered).
  */
 export function runInCause<T>(
@@ -24,8 +24,9 @@ export function runInCause<T>(
   cause: Causation,
   attributes: Attributes,
   fn: () => Promise<T>,
+  actedFor?: { ref: string | null },
 ): Promise<T> {
-  if (!tracing()) return runCausedBy(cause, fn);
+  if (!tracing()) return runCausedBy(cause, fn, actedFor);
   const remote = parseTraceparent(cause.traceparent);
   const parent = remote ? trace.setSpanContext(context.active(), remote) : context.active();
   const spanAttributes = cause.intent === null ? attributes : { ...attributes, 'idem.intent': cause.intent };
@@ -36,7 +37,7 @@ export function runInCause<T>(
     async (span) => {
       try {
         // The span is active now: what the handler writes names it as its trace context.
-        return await runCausedBy(cause, fn);
+        return await runCausedBy(cause, fn, actedFor);
       } catch (error) {
         span.setStatus({
           code: SpanStatusCode.ERROR,

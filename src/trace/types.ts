@@ -170,7 +170,7 @@ export interface WebhookAttemptItem {
   error: string | null;
 }
 
-/** A webhook receipt: one whose handler started the intent, or one of a delivery it sent. */
+/** A webhook receipt: one whose handler started or acted for the intent, or one of a delivery it sent. */
 export interface WebhookReceivedItem {
   kind: 'webhook-received';
   at: string | null;
@@ -178,8 +178,12 @@ export interface WebhookReceivedItem {
   source: string;
   deliveryId: string;
   type: string | null;
-  /** `caused`: its handler started the intent; `sent`: the intent sent it (`idem-intent`). */
-  relation: 'caused' | 'sent';
+  /**
+   * `caused`: its handler started the intent; `acted-for`: its handler acted on the intent's behalf
+   * (`onBehalfOf`, e.g. a provider's refund of the intent's charge); `sent`: the intent sent it
+   * (`idem-intent`).
+   */
+  relation: 'caused' | 'acted-for' | 'sent';
   state: string;
   attempts: number;
   lastError: string | null;

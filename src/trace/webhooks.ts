@@ -1,8 +1,9 @@
 /**
  * Webhooks in an intent's timeline (migration 0012): the messages the intent enqueued, each
  * delivery to an endpoint and every attempt's answer; the receipts that touched it (a receipt
- * whose handler started the intent, named by `requests.caused_by`, or the receipt of a delivery
- * the intent sent, named by its `idem-intent` header); and the reverse lookup `delivery`.
+ * whose handler started the intent, named by `requests.caused_by`; one whose handler acted for it,
+ * named by `acted_for`; or the receipt of a delivery the intent sent, named by its `idem-intent`
+ * header); and the reverse lookup `delivery`.
  */
 import { parseIntentRef, parseReceiptRef, receiptRef } from '../core/causation.js';
 import type { OperationScope } from '../core/errors.js';
@@ -40,12 +41,15 @@ export function renderWebhookTraceStatements(schema: string) {
       params: ({ ref }: IntentInput) => [ref],
       result: allRows<TraceRow>,
     }),
-    /** Receipts of deliveries the intent sent ($1), or the receipt that started it ($2–$4). */
+    /**
+     * Receipts of deliveries the intent sent ($1), receipts whose handler acted for it ($1,
+     * migration 0013), or the receipt that started it ($2–$4).
+     */
     received: defineStatement({
       text: `SELECT tenant_id, source, delivery_id, event_type, state, attempts, last_error, received_at,
-        processed_at, intent, traceparent
+        processed_at, intent, acted_for, traceparent
       FROM ${s}.webhook_receipts
-      WHERE intent = $1 OR (tenant_id = $2 AND source = $3 AND delivery_id = $4)`,
+      WHERE intent = $1 OR acted_for = $1 OR (tenant_id = $2 AND source = $3 AND delivery_id = $4)`,
       params: (r: {
         ref: string;
         causedBy: { tenant: string; source: string; deliveryId: string } | null;
@@ -54,14 +58,14 @@ export function renderWebhookTraceStatements(schema: string) {
     }),
     /** A received delivery's receipts (one per tenant that has the source). */
     receipts: defineStatement({
-      text: `SELECT tenant_id, intent FROM ${s}.webhook_receipts
+      text: `SELECT tenant_id, intent, acted_for FROM ${s}.webhook_receipts
       WHERE source = $1 AND delivery_id = $2 AND ($3::text IS NULL OR tenant_id = $3)`,
       params: (r: { source: string; deliveryId: string; tenant: string | null }) => [
         r.source,
         r.deliveryId,
         r.tenant,
       ],
-      result: allRows<{ tenant_id: string; intent: string | null }>,
+      result: allRows<{ tenant_id: string; intent: string | null; acted_for: string | null }>,
     }),
     /** The intents a receipt's handler started, oldest first. */
     causedByReceipt: defineStatement({
@@ -134,7 +138,7 @@ export async function webhookItems(
       source: String(r.source),
       deliveryId: String(r.delivery_id),
       type: text(r.event_type),
-      relation: isCause(r) ? 'caused' : 'sent',
+      relation: isCause(r) ? 'caused' : r.acted_for === input.ref ? 'acted-for' : 'sent',
       state: String(r.state),
       attempts: Number(r.attempts),
       lastError: text(r.last_error),
@@ -154,8 +158,9 @@ export interface DeliveryQuery {
 
 /**
  * The intents a delivery names, the first one to trace first. A received delivery (`source`
- * given): the intents its handler started, oldest first, then the sender's intent its
- * `idem-intent` header named. A sent one: the intent that enqueued the message.
+ * given): the intents its handler started, oldest first, then the intent it acted for
+ * (`onBehalfOf`), then the sender's intent its `idem-intent` header named. A sent one: the intent
+ * that enqueued the message.
  */
 export async function deliveryIntents(
   statements: WebhookTraceStatements,
@@ -169,6 +174,7 @@ export async function deliveryIntents(
   }
   const receipts = await statements.receipts(db, { ...query, source: query.source });
   const touched: OperationScope[] = [];
+  const actedFor: OperationScope[] = [];
   const senders: OperationScope[] = [];
   for (const receipt of receipts) {
     const ref = receiptRef({ tenant: receipt.tenant_id, source: query.source, deliveryId: query.deliveryId });
@@ -179,8 +185,10 @@ export async function deliveryIntents(
         key: String(r.idempotency_key),
       });
     }
+    const acted = receipt.acted_for === null ? null : parseIntentRef(receipt.acted_for);
+    if (acted) actedFor.push(acted);
     const sender = receipt.intent === null ? null : parseIntentRef(receipt.intent);
     if (sender) senders.push(sender);
   }
-  return [...touched, ...senders];
+  return [...touched, ...actedFor, ...senders];
 }

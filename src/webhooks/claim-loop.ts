@@ -120,7 +120,8 @@ export async function processReceipt<Client>(
         }
         return handleInOrder(processor, tx, row, event, handler, entity);
       });
-    const done = await runInCause('idem.webhooks.handle', cause, attributes, work);
+    // The first intent the handler acts for (`onBehalfOf`) is recorded on the receipt as it finishes.
+    const done = await runInCause('idem.webhooks.handle', cause, attributes, work, { ref: null });
     if ((done.woken ?? 0) > 0) processor.notify();
     settled(processor, fields, entity, done.outcome, done.parked);
     return done.outcome;

@@ -5,6 +5,7 @@
  * is a duplicate. `sequence`: the next version applies, an earlier one is a duplicate (or a dead
  * letter when an operator skipped it), a later one waits for the gap, then parks its entity.
  */
+import { actedForNow } from '../core/causation.js';
 import { toMillis } from '../core/clock.js';
 import type { Transaction } from '../core/sql.js';
 import { InvalidWebhookEventError } from './errors.js';
@@ -150,5 +151,6 @@ export async function finishReceipt<Client>(
     state,
     now: new Date(processor.clock.now()),
     entity,
+    actedFor: actedForNow(),
   });
 }

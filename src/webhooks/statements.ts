@@ -277,20 +277,23 @@ export function renderReceiptStatements(schema: string) {
     /** A handled receipt: its outcome, with the entity it named. Fenced. */
     finish: fenced('finish', {
       set: `state = $4, processed_at = $5, last_error = $6,
-          entity_scope = $7, entity_key = $8, entity_version = $9, waiting_since = NULL`,
-      tenant: '$10',
+          entity_scope = $7, entity_key = $8, entity_version = $9, waiting_since = NULL, acted_for = $10`,
+      tenant: '$11',
       processing: false,
       params: (f: {
         receipt: HeldReceipt;
         state: 'applied' | 'superseded' | 'duplicate' | 'unhandled';
         now: Date;
         entity: ReceiptEntity;
+        /** The intent reference the handler acted for (`onBehalfOf`), or null. */
+        actedFor: string | null;
       }) => [
         f.state,
         f.now,
         // $6 last_error: a handled receipt has none.
         null,
         ...entityParams(f.entity),
+        f.actedFor,
       ],
       result: nothing,
     }),

@@ -1,5 +1,5 @@
 import { createTrace } from '../../trace/trace.js';
-import type { Timeline, TimelineItem } from '../../trace/types.js';
+import type { Timeline, TimelineItem, WebhookReceivedItem } from '../../trace/types.js';
 import { parseCommand, usageError } from '../args.js';
 import { checkMigrated, openDatabase } from '../database.js';
 
@@ -105,6 +105,11 @@ export function renderTimeline(timeline: Timeline): string {
 
 const trace = (traceparent: string | null) => (traceparent ? `  trace ${traceparent.slice(3, 35)}` : '');
 const when = (label: string, at: string | null) => (at ? `  ${label} ${at}` : '');
+const receivedRelation: Record<WebhookReceivedItem['relation'], string> = {
+  caused: '  started this intent',
+  'acted-for': '  acted for this intent',
+  sent: '  sent by this intent',
+};
 
 function describe(item: TimelineItem): string {
   switch (item.kind) {
@@ -149,7 +154,7 @@ function describe(item: TimelineItem): string {
       }  ${item.latencyMs} ms${item.error ? `  ${item.error}` : ''}`;
     case 'webhook-received':
       return `received     ${item.source} ${item.deliveryId}${item.type ? ` (${item.type})` : ''}  ${item.state}${
-        item.relation === 'caused' ? '  started this intent' : '  sent by this intent'
+        receivedRelation[item.relation]
       }${trace(item.traceparent)}`;
   }
 }
