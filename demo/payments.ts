@@ -26,6 +26,8 @@ export type PaymentRow = {
   charge_id: string | null;
   refunded: string | number;
   created_at: Date;
+  /** The Idempotency-Key the payment was made under (null on rows of an older demo database). */
+  idempotency_key: string | null;
 };
 
 export interface PaymentsDeps {
@@ -67,8 +69,9 @@ export function definePayments(
     const payment = await op.step('record-payment', async (tx, { key }) => {
       const id = `pay_${key.slice(5, 29)}`;
       await tx.query(
-        `INSERT INTO ${demoSchema}.payments (id, tenant, customer, amount, currency, status) VALUES ($1, $2, $3, $4, $5, 'pending')`,
-        [id, tenant, body.customer, body.amount, body.currency],
+        `INSERT INTO ${demoSchema}.payments (id, tenant, customer, amount, currency, status, idempotency_key)
+          VALUES ($1, $2, $3, $4, $5, 'pending', $6)`,
+        [id, tenant, body.customer, body.amount, body.currency, op.scope.key],
       );
       return { id };
     });

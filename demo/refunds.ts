@@ -21,11 +21,12 @@
  * could then be checked against what is left or against the provider's total, and a lost refund
  * would leave nothing waiting to show it.
  */
+import { onBehalfOf } from '../src/core/causation.js';
 import type { Outbox } from '../src/outbox/outbox.js';
 import { InvalidWebhookEventError } from '../src/webhooks/errors.js';
 import type { WebhookEvent } from '../src/webhooks/event.js';
 import type { WebhookHandlers } from '../src/webhooks/processor.js';
-import { publicPayment, type PaymentRow } from './payments.js';
+import { createPaymentOperation, publicPayment, type PaymentRow } from './payments.js';
 import type { ChargeRefundedEvent } from './provider.js';
 
 /** The entity scope of charges, shared by every event type about a charge. */
@@ -96,18 +97,26 @@ export function refundHandlers(demoSchema: string, outbox: Outbox): WebhookHandl
             `UPDATE ${demoSchema}.payments SET status = 'refunded', refunded = refunded + $2 WHERE id = $1 RETURNING *`,
             [payment.id, data.amount],
           );
-          await outbox.add(tx, {
-            topic: 'payments',
-            key: payment.id,
-            type: 'payment.refunded',
-            payload: {
+          const reversal = () =>
+            outbox.add(tx, {
               tenant: payment.tenant,
-              ...publicPayment(updated.rows[0]!),
-              refund_id: data.refund_id,
-              refund_amount: data.amount,
-              sequence: data.sequence,
-            },
-          });
+              topic: 'payments',
+              key: payment.id,
+              type: 'payment.refunded',
+              payload: {
+                tenant: payment.tenant,
+                ...publicPayment(updated.rows[0]!),
+                refund_id: data.refund_id,
+                refund_amount: data.amount,
+                sequence: data.sequence,
+              },
+            });
+          // The provider's webhook names no intent of ours: the refund acts on behalf of the
+          // payment's, so the receipt, the `payment.refunded` event and the ledger's reversal show on
+          // the payment's `idem trace` (a payment of an older demo database has no key to name it).
+          const key = payment.idempotency_key;
+          if (key === null) await reversal();
+          else await onBehalfOf({ tenant: payment.tenant, operation: createPaymentOperation, key }, reversal);
         },
       },
     },

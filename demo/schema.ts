@@ -13,6 +13,10 @@ CREATE TABLE IF NOT EXISTS ${schema}.payments (
   refunded    bigint      NOT NULL DEFAULT 0,
   created_at  timestamptz NOT NULL DEFAULT now()
 );
+-- The Idempotency-Key the payment was made under: with the tenant and the operation it names the
+-- payment's intent, on whose behalf a later refund webhook acts (demo/refunds.ts), so the refund
+-- shows on the payment's idem trace. Added, not in CREATE TABLE, so an older demo database gets it.
+ALTER TABLE ${schema}.payments ADD COLUMN IF NOT EXISTS idempotency_key text;
 CREATE INDEX IF NOT EXISTS payments_tenant_customer ON ${schema}.payments (tenant, customer, created_at);
 CREATE UNIQUE INDEX IF NOT EXISTS payments_charge ON ${schema}.payments (charge_id);
 -- No unique constraint on ledger entries: the inbox is what prevents duplicates, and the soak

@@ -73,6 +73,7 @@ const helpers = new Set([
   'migrate',
   'migrations',
   'migrationScript',
+  'onBehalfOf',
   'quoteSchema',
   'sqlStateOf',
   'validateKey',
