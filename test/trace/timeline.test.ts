@@ -7,7 +7,7 @@
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createTrace, type Sql, type Timeline, type TimelineItem } from 'idem';
+import { createTrace, onBehalfOf, type Sql, type Timeline, type TimelineItem } from 'idem';
 import { createInDatabasePublisher, createOutboxDispatcher } from 'idem/outbox';
 import { databaseUrl, type TestSchema } from '../support/database.js';
 import { createTraceBed } from '../support/trace.js';
@@ -162,6 +162,46 @@ describe('an intent traced across modules', () => {
     expect(human.stdout).toContain(`intent ${ref}`);
     expect(human.stdout).toContain(`found by derived-key ${chargeKey}`);
     expect(human.stdout).toContain('payment.created → payments');
+  });
+});
+
+describe('onBehalfOf', () => {
+  it("names an intent that already happened on what it writes, and the intent's trace lists it", async () => {
+    const { db, sql, schema, idem, outbox } = await createTraceBed(2);
+    try {
+      await idem.run({ ...intent, request: {} }, () => Promise.resolve({ ok: true }));
+      // Later, outside any intent (an operator's script, a webhook handler): a reversal of the order.
+      const added = await sql.transaction((tx) =>
+        onBehalfOf(intent, () =>
+          outbox.add(tx, {
+            tenant: 'acme',
+            topic: 'payments',
+            key: 'order-1001',
+            type: 'payment.refunded',
+            payload: {},
+          }),
+        ),
+      );
+      const timeline = await createTrace({ sql, schema }).intent(intent);
+      expect(timeline!.items.map(label)).toEqual(['completed', 'payment.refunded']);
+      const row = await db.pool.query(`SELECT intent FROM "${schema}".outbox WHERE id = $1`, [added]);
+      expect(row.rows).toEqual([{ intent: ref }]);
+    } finally {
+      await db.close();
+    }
+  });
+
+  it('refuses names an intent cannot have, before running anything', () => {
+    let ran = false;
+    const run = (scope: typeof intent) => () =>
+      onBehalfOf(scope, () => {
+        ran = true;
+      });
+    expect(run({ ...intent, key: '' })).toThrow(expect.objectContaining({ code: 'IDEM_INVALID_KEY' }));
+    expect(run({ ...intent, operation: '' })).toThrow(
+      expect.objectContaining({ code: 'IDEM_INVALID_ARGUMENT' }),
+    );
+    expect(ran).toBe(false);
   });
 });
 
