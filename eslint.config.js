@@ -12,6 +12,7 @@ export default tseslint.config(
       '.idem',
       '.scratch',
       'bench/results',
+      'bench/.causation-before',
       'coverage',
       '**/prisma/generated',
       'test/package/nest-app',
