@@ -2,7 +2,7 @@ import { hostname } from 'node:os';
 import { runInCause } from '../observability/caused-span.js';
 import { randomBytes } from 'node:crypto';
 import { FencedError, isFenced } from '../core/errors.js';
-import type { Queryable, Transaction } from '../core/sql.js';
+import { canCommitWith, type PipelinedTransaction, type Queryable, type Transaction } from '../core/sql.js';
 import type { SweepOptions, SweepResult } from '../core/sweeper.js';
 import { TableModule } from '../core/store.js';
 import { createBackoff } from '../core/resilience/backoff.js';
@@ -17,6 +17,7 @@ import {
   completeTasks,
   failTask,
   guardTask,
+  lockTask,
   releaseTask,
   renewLease,
   type ClaimOptions,
@@ -228,14 +229,20 @@ export class Claims<Client = unknown> extends TableModule<Client, ClaimStatement
     let handlerError: { error: unknown } | undefined;
     try {
       const value = await this.sql.transaction((tx) =>
-        this.runIn(tx, task, async (tx, task) => {
-          try {
-            return await handler(tx, task);
-          } catch (error) {
-            handlerError = { error };
-            throw error;
-          }
-        }),
+        this.execute(
+          tx,
+          task,
+          async (tx, task) => {
+            try {
+              return await handler(tx, task);
+            } catch (error) {
+              handlerError = { error };
+              throw error;
+            }
+          },
+          // idem's own transaction: the completion may go out with COMMIT.
+          canCommitWith(tx) ? tx : undefined,
+        ),
       );
       return { state: 'completed', value };
     } catch (error) {
@@ -269,12 +276,28 @@ export class Claims<Client = unknown> extends TableModule<Client, ClaimStatement
     task: ClaimedTask<P>,
     handler: (tx: Transaction<TxClient>, task: ClaimedTask<P>) => Promise<R>,
   ): Promise<R> {
-    await this.guard(tx, task);
+    return this.execute(tx, task, handler, undefined);
+  }
+
+  /**
+   * Fence, handler, completion in `tx`. With `commit` (`run`'s own transaction on a pipelined
+   * connection) the completion goes out with COMMIT: a task costs the guard's round trip (with
+   * BEGIN) and one for completion and COMMIT, where it cost three.
+   */
+  private async execute<P, R, TxClient>(
+    tx: Transaction<TxClient>,
+    task: ClaimedTask<P>,
+    handler: (tx: Transaction<TxClient>, task: ClaimedTask<P>) => Promise<R>,
+    commit: PipelinedTransaction | undefined,
+  ): Promise<R> {
+    // In idem's own transaction (`commit`), which ends with the completion, the lock is enough.
+    if (commit) await lockTask(this.context, tx, task);
+    else await this.guard(tx, task);
     // On behalf of the intent that enqueued it, in a span of that intent's trace.
     const cause = { intent: task.intent, traceparent: task.traceparent };
     const attributes = { 'idem.queue': task.queue, 'idem.task': task.id };
     const value = await runInCause('idem.claims.task', cause, attributes, () => handler(tx, task));
-    await this.completeIn(tx, task, value);
+    await completeTask(this.context, tx, task, value, commit);
     return value;
   }
 

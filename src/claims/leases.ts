@@ -4,7 +4,7 @@
  * can change nothing.
  */
 import { FencedError, InvalidArgumentError } from '../core/errors.js';
-import type { Queryable } from '../core/sql.js';
+import type { PipelinedTransaction, Queryable } from '../core/sql.js';
 import { validateTenant } from '../core/tenant.js';
 import { positive, positiveInteger } from '../core/validate.js';
 import { isRetryableFailure } from '../core/resilience/classify.js';
@@ -90,20 +90,33 @@ export async function guardTask(claims: ClaimsContext, tx: Queryable, task: Clai
   }
 }
 
-/** `Claims.completeIn`: completes the task on `db`, fenced. */
+/** `guardTask` for `run`'s own transaction: the fence checked and the row locked, nothing written. */
+export async function lockTask(claims: ClaimsContext, tx: Queryable, task: ClaimedTask): Promise<void> {
+  if ((await claims.statements.lock(tx, { task })) !== 1) throw new FencedError(taskScope(task), task.fence);
+}
+
+/**
+ * `Claims.completeIn`: completes the task on `db`, fenced. With `commit` (a transaction that can,
+ * see `queryAndCommit`), the completion goes out with COMMIT in one round trip; the transaction is
+ * over afterwards. Only for a transaction whose `guardTask` holds the task's row lock: the fence
+ * cannot move under it, so the completion cannot be refused after the handler's writes committed.
+ */
 export async function completeTask(
   claims: ClaimsContext,
   db: Queryable,
   task: ClaimedTask,
   result: unknown,
+  commit?: PipelinedTransaction,
 ): Promise<void> {
   const now = claims.clock.now();
-  const completed = await claims.statements.complete(db, {
+  const completion = {
     task,
     result: JSON.stringify(result ?? null),
     now: new Date(now),
     expiresAt: new Date(now + claims.retentionMs),
-  });
+  };
+  const { complete } = claims.statements;
+  const completed = commit ? await complete.withCommit(commit, completion) : await complete(db, completion);
   if (completed !== 1) throw new FencedError(taskScope(task), task.fence);
 }
 

@@ -172,6 +172,22 @@ export function renderClaimStatements(schema: string) {
       result: affectedRows,
     }),
 
+    /**
+     * `guard` without the lease renewal, for `run`'s own transaction: checks the fence and
+     * row-locks the task until the transaction ends, writing nothing. The lock alone keeps every
+     * claim off the task (SKIP LOCKED), and the transaction ends with the completion, so a lease
+     * renewed here would never be read. Not writing spares each task a row version and an entry in
+     * the claimable index (the guard's UPDATE changes an indexed column, so it is never HOT).
+     * $3 tenant.
+     */
+    lock: prepared('lock', {
+      text: `SELECT 1 FROM ${s}.tasks
+      WHERE tenant_id = $3 AND id = $1 AND fence = $2 AND state = 'claimed'
+      FOR NO KEY UPDATE`,
+      params: ({ task }: { task: HeldTask }) => [task.id, task.fence, task.tenant],
+      result: (result) => result.rows.length,
+    }),
+
     /** Sets the lease end (a heartbeat). $4 tenant. */
     heartbeat: prepared('heartbeat', {
       text: `UPDATE ${s}.tasks SET visible_at = $3

@@ -2,8 +2,9 @@ import type { IdemEvents } from '../core/event-channel.js';
 import type { Transaction } from '../core/sql.js';
 import { validateTenants } from '../core/tenant.js';
 import { positive, positiveInteger } from '../core/validate.js';
-import { drainRounds, PollingWorker } from '../core/worker/polling-worker.js';
+import { drainRounds, PollingWorker, type NextRound } from '../core/worker/polling-worker.js';
 import type { Claims, RunOutcome } from './claims.js';
+import { LocalQueue } from './local-queue.js';
 import type { ClaimedTask } from './task.js';
 
 declare module '../core/event-channel.js' {
@@ -33,8 +34,20 @@ export interface ClaimsWorkerOptions<P, R, Client = unknown> {
    * writes, then the completion): its writes and the completion commit together.
    */
   handler: (tx: Transaction<Client>, task: ClaimedTask<P>) => Promise<R>;
-  /** Tasks claimed per round trip; they run concurrently, each on its own connection. Default 10. */
+  /**
+   * Batches (when `concurrency` is not set): tasks claimed per round trip; they run concurrently,
+   * each on its own connection, and the next batch is claimed when all of them have settled.
+   * Default 10.
+   */
   batchSize?: number;
+  /**
+   * Slots: up to this many tasks run at once, and a slot that frees up gets its next task at once,
+   * without waiting for the slowest task of a batch. Slots that are free at the same moment share
+   * one claim (a local queue: one statement and one commit for all of them), and a task is only
+   * claimed for a slot that is free, so no lease is spent waiting in a buffer. Each running task
+   * holds one connection. Default: not set (batches of `batchSize`).
+   */
+  concurrency?: number;
   /** Wait after an empty or partial batch, in ms. Default 1000. A full batch polls again at once. */
   pollIntervalMs?: number;
   /**
@@ -65,6 +78,8 @@ export class ClaimsWorker<P, R, Client> extends PollingWorker {
   private readonly batchSize: number;
   private readonly pollIntervalMs: number;
   private readonly tenants: readonly string[] | undefined;
+  /** With `concurrency`: the local queue the slots take their tasks from. */
+  private readonly slots: LocalQueue<ClaimedTask<P>> | undefined;
   /** Where the next claim of a worker scoped to tenants starts, so each gets its turn first. */
   private nextTenant = 0;
 
@@ -80,35 +95,52 @@ export class ClaimsWorker<P, R, Client> extends PollingWorker {
       clock: options.claims.clock,
       pollIntervalMs: () => this.pollIntervalMs,
       onError: (error) => this.events.emit('error', { source: 'claims-worker', where: 'batch', error }),
-      round: async () => {
-        const claimed = (await this.runOnce()).length;
-        return { idleMs: claimed < this.batchSize ? this.pollIntervalMs : 0 };
-      },
+      // With `concurrency`, one loop per slot; otherwise one loop of batches.
+      concurrency: options.concurrency ?? 1,
+      round: () => (this.slots ? this.slotRound(this.slots) : this.batchRound()),
     });
     ({ claims: this.claims, queue: this.queue, handler: this.handler } = options);
     this.events = options.events ?? options.claims.events;
     this.batchSize = positiveInteger('batchSize', options.batchSize ?? 10);
     this.pollIntervalMs = positive('pollIntervalMs', options.pollIntervalMs ?? 1000);
     this.tenants = validateTenants(options.tenants);
+    this.slots =
+      options.concurrency === undefined ? undefined : new LocalQueue((limit) => this.claimBatch(limit));
   }
 
-  /** Claims one batch and runs its tasks concurrently; returns their outcomes. */
+  /**
+   * Claims one batch of `batchSize` and runs its tasks concurrently; returns their outcomes. (With
+   * `concurrency` too: `runOnce` and `drain` are the batch path, for tests, scripts and cron.)
+   */
   async runOnce(): Promise<RunOutcome<R>[]> {
-    const tasks = await this.claimBatch();
-    return Promise.all(
-      tasks.map(async (task) => {
-        const outcome = await this.claims.run(task, this.handler);
-        if (this.events.has('task:settled')) {
-          const { id, tenant, queue, key, attempts } = task;
-          this.events.emit('task:settled', {
-            task: { id, tenant, queue, key, attempts },
-            state: outcome.state,
-            ...('error' in outcome ? { error: outcome.error } : {}),
-          });
-        }
-        return outcome;
-      }),
-    );
+    const tasks = await this.claimBatch(this.batchSize);
+    return Promise.all(tasks.map((task) => this.runTask(task)));
+  }
+
+  private async batchRound(): Promise<NextRound> {
+    const claimed = (await this.runOnce()).length;
+    return { idleMs: claimed < this.batchSize ? this.pollIntervalMs : 0 };
+  }
+
+  /** One slot: its next task from the local queue, run; or, when none was due, the poll interval. */
+  private async slotRound(slots: LocalQueue<ClaimedTask<P>>): Promise<NextRound> {
+    const task = await slots.take();
+    if (task === undefined) return { idleMs: this.pollIntervalMs };
+    await this.runTask(task);
+    return { idleMs: 0 };
+  }
+
+  private async runTask(task: ClaimedTask<P>): Promise<RunOutcome<R>> {
+    const outcome = await this.claims.run(task, this.handler);
+    if (this.events.has('task:settled')) {
+      const { id, tenant, queue, key, attempts } = task;
+      this.events.emit('task:settled', {
+        task: { id, tenant, queue, key, attempts },
+        state: outcome.state,
+        ...('error' in outcome ? { error: outcome.error } : {}),
+      });
+    }
+    return outcome;
   }
 
   /** Runs batches until none is claimed (bounded by `maxRounds`); returns every outcome. */
@@ -116,8 +148,8 @@ export class ClaimsWorker<P, R, Client> extends PollingWorker {
     return drainRounds(() => this.runOnce(), options.maxRounds);
   }
 
-  private async claimBatch(): Promise<ClaimedTask<P>[]> {
-    const { claims, queue, batchSize, tenants } = this;
+  private async claimBatch(batchSize: number): Promise<ClaimedTask<P>[]> {
+    const { claims, queue, tenants } = this;
     if (!tenants) return claims.claim<P>(queue, { limit: batchSize });
     // One tenant after another, starting one further each round so each gets its turn first.
     const tasks: ClaimedTask<P>[] = [];

@@ -1,0 +1,157 @@
+/**
+ * The claims worker with `concurrency` (slots and a local queue), on a real PostgreSQL: a slow
+ * task holds back only its own slot; slots that are free together share one claim; no more tasks
+ * are claimed than slots are free (none waits in a buffer with its lease running); every task runs
+ * once; a failed claim is reported once and the worker goes on. No wall-clock bound: what is
+ * asserted is what ran, what was claimed, and when, in order.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createClaims, createClaimsWorker, type Claims } from 'idem/claims';
+import { createEvents, type IdemErrorEvent } from 'idem';
+import { fromPg } from 'idem/pg';
+import { createTestSchema, type TestSchema } from '../support/database.js';
+import { waitFor } from '../support/poll.js';
+
+describe('a claims worker with concurrency', () => {
+  let db: TestSchema;
+  let queues = 0;
+  const newQueue = () => `slots${++queues}`;
+
+  beforeAll(async () => {
+    db = await createTestSchema({ poolSize: 12 });
+  });
+  afterAll(() => db.close());
+
+  /** Claims on the test schema whose `claim` calls are recorded (the limit each asked for). */
+  function spiedClaims(schema = db.schema): { claims: Claims; limits: number[] } {
+    const claims = createClaims({ sql: fromPg(db.pool), schema, leaseMs: 60_000 });
+    const limits: number[] = [];
+    const claim = claims.claim.bind(claims);
+    claims.claim = (queue, options) => {
+      limits.push(options?.limit ?? 1);
+      return claim(queue, options);
+    };
+    return { claims, limits };
+  }
+
+  const claimedNow = async (queue: string) =>
+    (
+      await db.pool.query<{ n: number }>(
+        `SELECT count(*)::int AS n FROM "${db.schema}".tasks WHERE queue = $1 AND state = 'claimed'`,
+        [queue],
+      )
+    ).rows[0]!.n;
+
+  it('runs the other tasks while a slow one holds its slot', async () => {
+    const queue = newQueue();
+    const { claims } = spiedClaims();
+    await claims.enqueue({ tenant: 'acme', queue, key: 'slow', payload: {} });
+    for (let i = 0; i < 12; i++)
+      await claims.enqueue({ tenant: 'acme', queue, key: `quick-${i}`, payload: {} });
+    let release!: () => void;
+    const released = new Promise<void>((resolve) => (release = resolve));
+    const done: string[] = [];
+    let slowStarted = false;
+    const worker = createClaimsWorker({
+      claims,
+      queue,
+      concurrency: 3,
+      pollIntervalMs: 20,
+      handler: async (_tx, task) => {
+        if (task.key === 'slow') {
+          slowStarted = true;
+          await released;
+        }
+        done.push(task.key);
+      },
+    });
+    await worker.start();
+    try {
+      // Every quick task completes while the slow one is still running in its slot.
+      await waitFor(() => done.length === 12, 'the quick tasks');
+      expect(slowStarted).toBe(true);
+      expect(done).not.toContain('slow');
+      expect(await claimedNow(queue)).toBe(1);
+    } finally {
+      release();
+      await waitFor(() => done.length === 13, 'the slow task');
+      await worker.stop();
+    }
+    expect(done.filter((key) => key === 'slow')).toHaveLength(1);
+  });
+
+  it('claims for the free slots in one statement, never more tasks than slots, each task once', async () => {
+    const queue = newQueue();
+    const { claims, limits } = spiedClaims();
+    const count = 40;
+    for (let i = 0; i < count; i++)
+      await claims.enqueue({ tenant: 'acme', queue, key: `t${i}`, payload: {} });
+    const ran = new Map<string, number>();
+    let running = 0;
+    let mostRunning = 0;
+    let mostClaimed = 0;
+    const worker = createClaimsWorker({
+      claims,
+      queue,
+      concurrency: 4,
+      pollIntervalMs: 20,
+      handler: async (tx, task) => {
+        mostRunning = Math.max(mostRunning, ++running);
+        // Inside a task: what the database holds claimed now is at most the slots.
+        const claimed = await tx.query<{ n: number }>(
+          `SELECT count(*)::int AS n FROM "${db.schema}".tasks WHERE queue = $1 AND state = 'claimed'`,
+          [queue],
+        );
+        mostClaimed = Math.max(mostClaimed, claimed.rows[0]!.n);
+        ran.set(task.key, (ran.get(task.key) ?? 0) + 1);
+        running--;
+      },
+    });
+    await worker.start();
+    await waitFor(() => ran.size === count, 'every task');
+    await worker.stop();
+    expect([...ran.values()].every((times) => times === 1)).toBe(true);
+    expect(mostRunning).toBeLessThanOrEqual(4);
+    expect(mostClaimed).toBeLessThanOrEqual(4);
+    expect(Math.max(...limits)).toBeLessThanOrEqual(4);
+    // The four slots start free together: the first claim is one statement for all of them, and
+    // slots freed in one turn share later claims, so there are fewer claims than tasks.
+    expect(limits[0]).toBe(4);
+    expect(limits.length).toBeLessThan(count);
+    const { rows } = await db.pool.query<{ state: string; n: number }>(
+      `SELECT state, count(*)::int AS n FROM "${db.schema}".tasks WHERE queue = $1 GROUP BY state`,
+      [queue],
+    );
+    expect(rows).toEqual([{ state: 'completed', n: count }]);
+  });
+
+  it('reports a failed claim once, and the slots go on polling', async () => {
+    const events = createEvents();
+    const errors: IdemErrorEvent[] = [];
+    events.on('error', (e) => errors.push(e));
+    const { claims, limits } = spiedClaims('idem_no_such_schema');
+    const worker = createClaimsWorker({
+      claims,
+      queue: newQueue(),
+      concurrency: 3,
+      pollIntervalMs: 20,
+      events,
+      handler: async () => undefined,
+    });
+    await worker.start();
+    await waitFor(() => limits.length >= 3, 'three claims');
+    await worker.stop();
+    // One error per failed claim, not one per slot that waited on it.
+    expect(errors.length).toBeLessThanOrEqual(limits.length);
+    expect(errors[0]).toMatchObject({ source: 'claims-worker', where: 'batch' });
+  });
+
+  it('refuses a concurrency that is not a positive integer', () => {
+    const { claims } = spiedClaims();
+    for (const concurrency of [0, -1, 1.5, Number.NaN]) {
+      expect(() =>
+        createClaimsWorker({ claims, queue: 'q', concurrency, handler: async () => undefined }),
+      ).toThrow(expect.objectContaining({ code: 'IDEM_INVALID_ARGUMENT' }));
+    }
+  });
+});
