@@ -12,6 +12,7 @@ import type { ClaimsContext } from './context.js';
 import { enqueueTask, enqueueTasks } from './enqueue.js';
 import {
   claimTasks,
+  completeAndClaimNext,
   completeAndClaimTasks,
   completeTask,
   completeTasks,
@@ -226,33 +227,65 @@ export class Claims<Client = unknown> extends TableModule<Client, ClaimStatement
     task: ClaimedTask<P>,
     handler: (tx: Transaction<Client>, task: ClaimedTask<P>) => Promise<R>,
   ): Promise<RunOutcome<R>> {
+    return (
+      await this.runThen(task, handler, (tx, value, commit) =>
+        completeTask(this.context, tx, task, value, commit),
+      )
+    ).outcome;
+  }
+
+  /**
+   * `run`, whose completion also claims the next task of `queue` in the same statement (sent with
+   * COMMIT where the connection can): a claims worker's slot runs task after task at one lock and
+   * one completion each, with no claim of its own. The next task is claimed only if this one
+   * completed. Internal to the claims worker.
+   *
+   * @internal
+   */
+  async runAndClaimNext<P, R>(
+    task: ClaimedTask<P>,
+    handler: (tx: Transaction<Client>, task: ClaimedTask<P>) => Promise<R>,
+    queue: string,
+  ): Promise<{ outcome: RunOutcome<R>; next?: ClaimedTask<P> | undefined }> {
+    return this.runThen(task, handler, (tx, value, commit) =>
+      completeAndClaimNext<P>(this.context, tx, task, value, queue, commit),
+    );
+  }
+
+  /**
+   * Fence, handler and `finish` (the completion) in one transaction of idem's own, so `finish`
+   * may go out with COMMIT (`commit`, on a pipelined connection); a handler's failure is recorded
+   * with `fail`, a lost lease returned as `fenced`.
+   */
+  private async runThen<P, R, Next>(
+    task: ClaimedTask<P>,
+    handler: (tx: Transaction<Client>, task: ClaimedTask<P>) => Promise<R>,
+    finish: (tx: Transaction<Client>, value: R, commit: PipelinedTransaction | undefined) => Promise<Next>,
+  ): Promise<{ outcome: RunOutcome<R>; next?: Next }> {
     let handlerError: { error: unknown } | undefined;
     try {
-      const value = await this.sql.transaction((tx) =>
-        this.execute(
-          tx,
-          task,
-          async (tx, task) => {
-            try {
-              return await handler(tx, task);
-            } catch (error) {
-              handlerError = { error };
-              throw error;
-            }
-          },
-          // idem's own transaction: the completion may go out with COMMIT.
-          canCommitWith(tx) ? tx : undefined,
-        ),
-      );
-      return { state: 'completed', value };
+      const [value, next] = await this.sql.transaction(async (tx): Promise<[R, Next]> => {
+        // In idem's own transaction, which ends with the completion, the lock is enough (no lease
+        // renewal: see the `lock` statement).
+        await lockTask(this.context, tx, task);
+        let value: R;
+        try {
+          value = await this.inCause(task, () => handler(tx, task));
+        } catch (error) {
+          handlerError = { error };
+          throw error;
+        }
+        return [value, await finish(tx, value, canCommitWith(tx) ? tx : undefined)];
+      });
+      return { outcome: { state: 'completed', value }, next };
     } catch (error) {
-      if (isFenced(error) && !handlerError) return { state: 'fenced', error };
+      if (isFenced(error) && !handlerError) return { outcome: { state: 'fenced', error } };
       if (!handlerError) throw error;
       try {
         const failed = await this.fail(task, handlerError.error);
-        return { state: failed.state, error: handlerError.error, retryAt: failed.retryAt };
+        return { outcome: { state: failed.state, error: handlerError.error, retryAt: failed.retryAt } };
       } catch (failError) {
-        if (isFenced(failError)) return { state: 'fenced', error: failError };
+        if (isFenced(failError)) return { outcome: { state: 'fenced', error: failError } };
         throw failError;
       }
     }
@@ -276,29 +309,16 @@ export class Claims<Client = unknown> extends TableModule<Client, ClaimStatement
     task: ClaimedTask<P>,
     handler: (tx: Transaction<TxClient>, task: ClaimedTask<P>) => Promise<R>,
   ): Promise<R> {
-    return this.execute(tx, task, handler, undefined);
+    await this.guard(tx, task);
+    const value = await this.inCause(task, () => handler(tx, task));
+    await this.completeIn(tx, task, value);
+    return value;
   }
 
-  /**
-   * Fence, handler, completion in `tx`. With `commit` (`run`'s own transaction on a pipelined
-   * connection) the completion goes out with COMMIT: a task costs the guard's round trip (with
-   * BEGIN) and one for completion and COMMIT, where it cost three.
-   */
-  private async execute<P, R, TxClient>(
-    tx: Transaction<TxClient>,
-    task: ClaimedTask<P>,
-    handler: (tx: Transaction<TxClient>, task: ClaimedTask<P>) => Promise<R>,
-    commit: PipelinedTransaction | undefined,
-  ): Promise<R> {
-    // In idem's own transaction (`commit`), which ends with the completion, the lock is enough.
-    if (commit) await lockTask(this.context, tx, task);
-    else await this.guard(tx, task);
-    // On behalf of the intent that enqueued it, in a span of that intent's trace.
+  /** Runs `fn` on behalf of the intent that enqueued `task`, in a span of that intent's trace. */
+  private inCause<R>(task: ClaimedTask, fn: () => Promise<R>): Promise<R> {
     const cause = { intent: task.intent, traceparent: task.traceparent };
-    const attributes = { 'idem.queue': task.queue, 'idem.task': task.id };
-    const value = await runInCause('idem.claims.task', cause, attributes, () => handler(tx, task));
-    await completeTask(this.context, tx, task, value, commit);
-    return value;
+    return runInCause('idem.claims.task', cause, { 'idem.queue': task.queue, 'idem.task': task.id }, fn);
   }
 
   /**

@@ -140,6 +140,35 @@ export async function completeTasks(
   );
 }
 
+/**
+ * The claims worker's slot path: completes `task` inside its own transaction `tx` (whose lock
+ * holds it) and claims the slot's next task of `queue` in the same statement; with `commit`, sent
+ * with COMMIT, so a task costs its lock (with BEGIN) and this one round trip. The next task is
+ * claimed when `tx` commits, or not at all.
+ */
+export async function completeAndClaimNext<P>(
+  claims: ClaimsContext,
+  tx: Queryable,
+  task: ClaimedTask,
+  result: unknown,
+  queue: string,
+  commit?: PipelinedTransaction,
+): Promise<ClaimedTask<P> | undefined> {
+  const completions = completionsOf(claims, [task], [result]);
+  const batch = {
+    ...completions,
+    queue,
+    limit: 1,
+    leaseUntil: new Date(completions.now.getTime() + claims.leaseMs),
+    workerId: claims.workerId,
+  };
+  const { completeAndClaim } = claims.statements;
+  const row = commit ? await completeAndClaim.withCommit(commit, batch) : await completeAndClaim(tx, batch);
+  if (!row.completed.includes(task.id)) throw new FencedError(taskScope(task), task.fence);
+  const [next] = JSON.parse(row.claimed) as Record<string, unknown>[];
+  return next && decodeClaimedTask<P>(next, claims.workerId);
+}
+
 /** `Claims.completeAndClaim`: completes `done` and claims the next batch in one statement. */
 export async function completeAndClaimTasks<P>(
   claims: ClaimsContext,

@@ -42,10 +42,12 @@ export interface ClaimsWorkerOptions<P, R, Client = unknown> {
   batchSize?: number;
   /**
    * Slots: up to this many tasks run at once, and a slot that frees up gets its next task at once,
-   * without waiting for the slowest task of a batch. Slots that are free at the same moment share
-   * one claim (a local queue: one statement and one commit for all of them), and a task is only
-   * claimed for a slot that is free, so no lease is spent waiting in a buffer. Each running task
-   * holds one connection. Default: not set (batches of `batchSize`).
+   * without waiting for the slowest task of a batch. A task's completion claims its slot's next
+   * task in the same statement (sent with COMMIT on a pipelined connection: a task costs two round
+   * trips and one commit); slots that found the queue empty share one claim when they poll (a
+   * local queue). A task is only claimed for a slot that is free, so no lease is spent waiting in
+   * a buffer, and `stop()` puts back a task claimed for a slot that did not get to run it. Each
+   * running task holds one connection. Default: not set (batches of `batchSize`).
    */
   concurrency?: number;
   /** Wait after an empty or partial batch, in ms. Default 1000. A full batch polls again at once. */
@@ -80,6 +82,8 @@ export class ClaimsWorker<P, R, Client> extends PollingWorker {
   private readonly tenants: readonly string[] | undefined;
   /** With `concurrency`: the local queue the slots take their tasks from. */
   private readonly slots: LocalQueue<ClaimedTask<P>> | undefined;
+  /** Per slot, the task its last completion claimed, run in its next round. */
+  private carried: (ClaimedTask<P> | undefined)[] = [];
   /** Where the next claim of a worker scoped to tenants starts, so each gets its turn first. */
   private nextTenant = 0;
 
@@ -97,7 +101,7 @@ export class ClaimsWorker<P, R, Client> extends PollingWorker {
       onError: (error) => this.events.emit('error', { source: 'claims-worker', where: 'batch', error }),
       // With `concurrency`, one loop per slot; otherwise one loop of batches.
       concurrency: options.concurrency ?? 1,
-      round: () => (this.slots ? this.slotRound(this.slots) : this.batchRound()),
+      round: (slot) => (this.slots ? this.slotRound(this.slots, slot) : this.batchRound()),
     });
     ({ claims: this.claims, queue: this.queue, handler: this.handler } = options);
     this.events = options.events ?? options.claims.events;
@@ -122,16 +126,44 @@ export class ClaimsWorker<P, R, Client> extends PollingWorker {
     return { idleMs: claimed < this.batchSize ? this.pollIntervalMs : 0 };
   }
 
-  /** One slot: its next task from the local queue, run; or, when none was due, the poll interval. */
-  private async slotRound(slots: LocalQueue<ClaimedTask<P>>): Promise<NextRound> {
-    const task = await slots.take();
+  /**
+   * One slot: the task its last completion claimed, else one from the local queue, run; or, when
+   * none was due, the poll interval. Without `tenants`, the completion claims the slot's next
+   * task in the same statement (`runAndClaimNext`); with them, every claim goes through the local
+   * queue, which takes the tenants in turn.
+   */
+  private async slotRound(slots: LocalQueue<ClaimedTask<P>>, slot: number): Promise<NextRound> {
+    const task = this.carried[slot] ?? (await slots.take());
+    this.carried[slot] = undefined;
     if (task === undefined) return { idleMs: this.pollIntervalMs };
-    await this.runTask(task);
+    if (this.tenants) {
+      await this.runTask(task);
+      return { idleMs: 0 };
+    }
+    const { outcome, next } = await this.claims.runAndClaimNext(task, this.handler, this.queue);
+    this.settled(task, outcome);
+    this.carried[slot] = next;
     return { idleMs: 0 };
+  }
+
+  /**
+   * Stops the loops (see `PollingWorker.stop`), then puts back the tasks the slots' last
+   * completions claimed but did not get to run, so they are due at once, not after their lease.
+   */
+  override async stop(): Promise<void> {
+    await super.stop();
+    const carried = this.carried.filter((task): task is ClaimedTask<P> => task !== undefined);
+    this.carried = [];
+    await Promise.all(carried.map((task) => this.claims.release(task)));
   }
 
   private async runTask(task: ClaimedTask<P>): Promise<RunOutcome<R>> {
     const outcome = await this.claims.run(task, this.handler);
+    this.settled(task, outcome);
+    return outcome;
+  }
+
+  private settled(task: ClaimedTask<P>, outcome: RunOutcome<R>): void {
     if (this.events.has('task:settled')) {
       const { id, tenant, queue, key, attempts } = task;
       this.events.emit('task:settled', {
@@ -140,7 +172,6 @@ export class ClaimsWorker<P, R, Client> extends PollingWorker {
         ...('error' in outcome ? { error: outcome.error } : {}),
       });
     }
-    return outcome;
   }
 
   /** Runs batches until none is claimed (bounded by `maxRounds`); returns every outcome. */

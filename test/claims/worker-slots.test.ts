@@ -114,8 +114,8 @@ describe('a claims worker with concurrency', () => {
     expect(mostRunning).toBeLessThanOrEqual(4);
     expect(mostClaimed).toBeLessThanOrEqual(4);
     expect(Math.max(...limits)).toBeLessThanOrEqual(4);
-    // The four slots start free together: the first claim is one statement for all of them, and
-    // slots freed in one turn share later claims, so there are fewer claims than tasks.
+    // The four slots start free together: the first claim is one statement for all of them; then
+    // each completion claims its slot's next task, so there are far fewer claims than tasks.
     expect(limits[0]).toBe(4);
     expect(limits.length).toBeLessThan(count);
     const { rows } = await db.pool.query<{ state: string; n: number }>(
@@ -123,6 +123,33 @@ describe('a claims worker with concurrency', () => {
       [queue],
     );
     expect(rows).toEqual([{ state: 'completed', n: count }]);
+  });
+
+  it('puts back, on stop, the tasks its completions claimed for slots that did not run them', async () => {
+    const queue = newQueue();
+    const { claims } = spiedClaims();
+    for (let i = 0; i < 30; i++) await claims.enqueue({ tenant: 'acme', queue, key: `t${i}`, payload: {} });
+    let ran = 0;
+    const worker = createClaimsWorker({
+      claims,
+      queue,
+      concurrency: 3,
+      pollIntervalMs: 20,
+      handler: async () => {
+        ran++;
+      },
+    });
+    await worker.start();
+    await waitFor(() => ran >= 6, 'a few tasks');
+    await worker.stop();
+    const { rows } = await db.pool.query<{ state: string; n: number }>(
+      `SELECT state, count(*)::int AS n FROM "${db.schema}".tasks WHERE queue = $1 GROUP BY state ORDER BY state`,
+      [queue],
+    );
+    // Completed or ready again: nothing left claimed by a stopped worker.
+    expect(rows.map((r) => r.state)).not.toContain('claimed');
+    expect(rows.reduce((sum, r) => sum + r.n, 0)).toBe(30);
+    expect(rows.find((r) => r.state === 'completed')?.n).toBe(ran);
   });
 
   it('reports a failed claim once, and the slots go on polling', async () => {
