@@ -196,6 +196,16 @@ export class MultiStepRun<T, Client> implements MultiStepOperation<Client> {
     if (stored !== undefined) return decodeResult(stored.json, stored.meta) as R;
     const key = this.deriveKey(name);
     const { statements, clock } = this.env;
+    const resultRow = (json: string, meta: string | null) => ({
+      scope: this.scope,
+      fence: this.fence,
+      step: name,
+      json,
+      meta,
+      now: clock.now(),
+      derivedKey: key,
+      traceparent: currentCausation().traceparent,
+    });
     const { value, json, meta } = await this.failingAt(name, () =>
       runLocalStep(this.runner, this.lease, {
         point: name,
@@ -203,17 +213,11 @@ export class MultiStepRun<T, Client> implements MultiStepOperation<Client> {
         // On behalf of this intent whatever context the caller runs in (a Fastify route handler
         // runs outside the hook that started the operation): what it writes names the intent.
         run: (tx) => runAsIntent(this.scope, () => fn(tx, { key })),
-        record: (tx, text, types) =>
-          statements.recordStep(tx, {
-            scope: this.scope,
-            fence: this.fence,
-            step: name,
-            json: text,
-            meta: types,
-            now: clock.now(),
-            derivedKey: key,
-            traceparent: currentCausation().traceparent,
-          }),
+        record: (tx, text, types) => statements.recordStep(tx, resultRow(text, types)),
+        // The fence was checked, and the row locked against a takeover, by the transaction's first
+        // statement (`lease.hold`); the record is a plain INSERT, which raises rather than skips on
+        // a clash, so COMMIT behind it either keeps the step's writes with it or rolls both back.
+        recordWithCommit: (tx, text, types) => statements.recordStep.withCommit(tx, resultRow(text, types)),
       }),
     );
     this.recorded.set(name, { json, meta });

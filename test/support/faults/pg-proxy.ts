@@ -8,7 +8,8 @@
  * message boundaries whatever the TCP chunking (a COMMIT that shares a chunk with the statement
  * before it, as node-postgres's pipeline mode writes them, is found inside the chunk). It counts
  * sync points — each simple query `Q`, each `Sync` and the startup packet is answered by exactly
- * one `ReadyForQuery` — so it knows which of the server's messages answer which client message.
+ * one `ReadyForQuery` — so it knows which of the server's messages answer which client message,
+ * and how many round trips a client made (`stats().roundTrips`).
  *
  * The faults:
  * - `cutNextCommit(mode)` (one COMMIT) and `loseCommitAcks(p)` (each COMMIT with probability p):
@@ -91,6 +92,13 @@ export interface ProxyStats {
   partitions: number;
   /** Chunks and closes held by partitions (delivered at heal, or dropped at close). */
   heldItems: number;
+  /**
+   * Round trips: client messages that start a batch (the first since a sync point) while every
+   * earlier sync point of their connection is answered, i.e. the times a client waited for the
+   * server before sending more. Statements pipelined behind unanswered ones do not count, however
+   * TCP chunks them; the connection's startup and its Terminate do not either.
+   */
+  roundTrips: number;
 }
 
 export interface Partition {
@@ -189,6 +197,7 @@ const newStats = (): ProxyStats => ({
   statementFaults: 0,
   partitions: 0,
   heldItems: 0,
+  roundTrips: 0,
 });
 
 /**
@@ -355,6 +364,8 @@ export async function startPgProxy(target: { host: string; port: number }): Prom
     private fromClient: Buffer = Buffer.alloc(0);
     private untyped = true;
     private syncsSent = 0;
+    /** A message came since the last sync point: the next one belongs to the same batch. */
+    private batchOpen = false;
     private commitAtNextSync: { lose: boolean; reset: boolean; armed?: Settings['armed'] } | undefined;
     /** Named prepared statements' SQL, and the statements parsed since the last Sync. */
     private readonly prepared = new Map<string, string>();
@@ -507,6 +518,10 @@ export async function startPgProxy(target: { host: string; port: number }): Prom
         this.fromClient = this.fromClient.subarray(total);
         messages++;
         const type = message[0];
+        if (!this.batchOpen && type !== 0x58 /* Terminate */ && this.syncsSent === this.readiesSeen) {
+          stats.roundTrips++;
+        }
+        this.batchOpen = true;
         // The SQL this message starts to run: a simple query; a Parse; or the Bind of a named
         // statement parsed in an earlier batch (a prepared statement's text crosses the wire once
         // per connection, so its later executions are known by name).
@@ -585,6 +600,7 @@ export async function startPgProxy(target: { host: string; port: number }): Prom
           }
           this.syncsSent++;
         } else continue;
+        this.batchOpen = false; // a sync point ends the batch
         if (this.afterSync) {
           out.push(this.afterSync);
           this.afterSync = undefined;
