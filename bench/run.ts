@@ -13,7 +13,18 @@ import type { BenchContext, BenchModule, BenchSection } from './lib/types.js';
 const modules: Record<string, () => Promise<{ default: BenchModule }>> = {
   operations: () => import('./operations.bench.js'),
 };
-for (const name of ['http', 'messaging', 'webhooks', 'claims', 'steps', 'scaling', 'peers', 'pooler', 'causation']) {
+for (const name of [
+  'http',
+  'messaging',
+  'webhooks',
+  'claims',
+  'steps',
+  'scaling',
+  'peers',
+  'pooler',
+  'causation',
+  'dbos',
+]) {
   const file = new URL(`./${name}.bench.ts`, import.meta.url);
   if (existsSync(file)) modules[name] = () => import(file.href) as Promise<{ default: BenchModule }>;
 }
