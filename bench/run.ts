@@ -23,6 +23,7 @@ for (const name of [
   'peers',
   'pooler',
   'causation',
+  'dbos',
 ]) {
   const file = new URL(`./${name}.bench.ts`, import.meta.url);
   if (existsSync(file)) modules[name] = () => import(file.href) as Promise<{ default: BenchModule }>;
