@@ -1,14 +1,21 @@
 /**
  * The console's intent page reached from webhooks, over a real PostgreSQL and real HTTP: one
  * signed delivery's handler acts for a payment (`onBehalfOf`), another's starts an intent and then
- * fails for good (a dead receipt). `api/trace?delivery=…&source=…` answers each intent's timeline
- * with the receipt on it; in Chromium an operator follows the dead receipt's row of the webhooks
- * view to its timeline, and finds the payment by searching for the refund's delivery id.
+ * fails for good (a dead receipt); an intent sends a webhook the endpoint refuses (a failed
+ * delivery). `api/trace?delivery=…&source=…` answers each intent's timeline with the receipt on
+ * it; in Chromium an operator follows the dead receipt's and the failed delivery's rows of the
+ * webhooks view to their timelines, and finds the payment by searching for the refund's delivery id.
  */
 import type { Browser, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { onBehalfOf, type Timeline } from 'idem';
-import { createStandardWebhooksVerifier, createWebhookProcessor, createWebhookReceiver } from 'idem/webhooks';
+import {
+  createStandardWebhooksVerifier,
+  createWebhookProcessor,
+  createWebhookReceiver,
+  createWebhookSender,
+  generateWebhookSecret,
+} from 'idem/webhooks';
 import type { WebhooksView } from 'idem/console';
 import type { TestSchema } from '../support/database.js';
 import { createTraceBed } from '../support/trace.js';
@@ -20,6 +27,8 @@ const payment = { tenant: 'acme', operation: 'create-payment', key: 'order-1001'
 const refund = 'evt_refund_1001';
 const failing = 'evt_invoice_7';
 const invoice = { tenant: 'acme', operation: 'apply-invoice', key: failing };
+const notify = { tenant: 'acme', operation: 'notify-shipped', key: 'order-1001' };
+const shipped = 'msg_shipped_1001';
 
 describe('the console traces an intent from a webhook delivery', () => {
   let db: TestSchema;
@@ -68,6 +77,27 @@ describe('the console traces an intent from a webhook delivery', () => {
       },
     });
     expect((await processor.drain()).sort()).toEqual(['applied', 'dead']);
+
+    // An endpoint whose secret the receiver does not know: it answers 401, one attempt, failed.
+    const sender = createWebhookSender({
+      sql,
+      schema,
+      clock,
+      tenant: 'acme',
+      maxAttempts: 1,
+      allowedDestinations: ['127.0.0.1'],
+    });
+    await sender.endpoints.create({
+      id: 'crm',
+      url: `${hooks.url}/hooks/billing`,
+      secrets: [generateWebhookSecret()],
+    });
+    await idem.run({ ...notify, request: {} }, async () => {
+      await sender.enqueue(sql, { id: shipped, type: 'order.shipped', payload: { type: 'order.shipped' } });
+      return 'sent';
+    });
+    clock.advance(1000);
+    expect((await sender.drain()).map((r) => r.outcome)).toEqual(['failed']);
     server = await startConsole({ pool: db.pool, schema });
   });
 
@@ -133,6 +163,9 @@ describe('the console traces an intent from a webhook delivery', () => {
   it('names each receipt’s tenant in the webhooks view', async () => {
     const { body } = await get<WebhooksView>('webhooks', {});
     expect(body.dead.map((r) => [r.tenant, r.source, r.deliveryId])).toEqual([['', 'billing', failing]]);
+    expect(body.failedDeliveries.map((d) => [d.tenant, d.messageId, d.eventType])).toEqual([
+      ['acme', shipped, 'order.shipped'],
+    ]);
   });
 
   describe.skipIf(!hasChromium)('in Chromium', () => {
@@ -162,6 +195,21 @@ describe('the console traces an intent from a webhook delivery', () => {
       const text = await rows();
       expect(text[1]).toContain('started this intent');
       expect(text[1]).toContain('ledger refused the invoice');
+    });
+
+    it('follows a failed delivery of the webhooks view to the timeline of the intent that sent it', async () => {
+      await page.click('#tabs a[data-tab=webhooks]');
+      const failed = page.locator('tr.row-dead', { hasText: shipped });
+      await failed.waitFor();
+      await failed.locator('a.delivery-link').click();
+      await page.locator('#timeline').waitFor();
+      expect(page.url()).toContain(`#/trace?delivery=${shipped}&tenant=acme`);
+      expect(await page.locator('#timeline').innerText()).toBe('acme / notify-shipped / order-1001');
+      expect(await kinds()).toEqual(['request', 'webhook-sent', 'webhook-attempt']);
+      const text = await rows();
+      expect(text[1]).toContain('order.shipped → crm');
+      expect(text[1]).toContain('HTTP 401');
+      expect(text[2]).toContain('failed');
     });
 
     it('searches by delivery id and source and finds the intent the delivery acted for', async () => {
