@@ -238,7 +238,7 @@ export async function consolePlugin(app: FastifyInstance, options: ConsoleOption
     const detail = await readRequest(db, query);
     return detail ?? problem(reply, 404, 'no such request');
   });
-  // An intent's timeline, by its names or by a message id or derived key (views/trace.ts).
+  // An intent's timeline, by its names or by a message id, derived key or delivery id (views/trace.ts).
   read('trace', traceParameters, async (query, db, reply) => {
     const timeline = await readTrace(db, query);
     return timeline ?? problem(reply, 404, 'no record names this intent');

@@ -18,8 +18,8 @@ export interface SourcePage extends SourceFilter {
   limit: number;
 }
 
-const receiptColumns = `r.source, r.delivery_id, r.event_type, r.state, r.attempts - r.deferrals AS attempts,
-  r.last_error, r.received_at,
+const receiptColumns = `r.tenant_id, r.source, r.delivery_id, r.event_type, r.state,
+  r.attempts - r.deferrals AS attempts, r.last_error, r.received_at,
   r.next_attempt_at, r.processed_at, r.entity_scope, r.entity_key, r.entity_version::text AS entity_version,
   r.headers::text AS headers, r.body`;
 
@@ -80,11 +80,11 @@ export function renderWebhookStatements(schema: string) {
 
     /** Failed and cancelled deliveries with their event type and endpoint URL, the latest first. */
     failedDeliveries: defineStatement({
-      text: `SELECT d.message_id, d.endpoint_id, m.event_type, e.url, d.state, d.attempts, d.last_status,
-          d.last_error, d.created_at
+      text: `SELECT d.tenant_id, d.message_id, d.endpoint_id, m.event_type, e.url, d.state, d.attempts,
+          d.last_status, d.last_error, d.created_at
         FROM ${s}.webhook_deliveries d
-        LEFT JOIN ${s}.webhook_messages m ON m.id = d.message_id
-        LEFT JOIN ${s}.webhook_endpoints e ON e.id = d.endpoint_id
+        LEFT JOIN ${s}.webhook_messages m ON m.tenant_id = d.tenant_id AND m.id = d.message_id
+        LEFT JOIN ${s}.webhook_endpoints e ON e.tenant_id = d.tenant_id AND e.id = d.endpoint_id
         WHERE d.state IN ('failed', 'cancelled')
         ORDER BY d.created_at DESC LIMIT $1`,
       params: (p: { limit: number }) => [p.limit],

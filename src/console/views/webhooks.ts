@@ -13,6 +13,8 @@ import { redactHeaders, safeUrl } from '../redact.js';
 import type { ReceiptRow } from '../statements/webhooks.js';
 
 export interface ReceiptView {
+  /** The tenant the receipt was recorded for ('' for the default one). */
+  tenant: string;
   source: string;
   deliveryId: string;
   eventType: string | null;
@@ -48,6 +50,8 @@ export interface WebhooksView {
   stuck: ReceiptView[];
   deliveries: { counts: Record<string, number> };
   failedDeliveries: {
+    tenant: string;
+    /** The `webhook-id` of every attempt: the receiver's delivery id. */
     messageId: string;
     endpointId: string;
     eventType: string | null;
@@ -97,6 +101,7 @@ export async function readWebhooks(db: ConsoleDatabase, query: Query): Promise<W
       stuck: receipts(await webhooks.stuck(tx, { ...page, now: new Date(now) })),
       deliveries: { counts: Object.fromEntries(deliveryCounts.map((r) => [text(r.state), num(r.n)])) },
       failedDeliveries: failed.map((r) => ({
+        tenant: text(r.tenant_id),
         messageId: text(r.message_id),
         endpointId: text(r.endpoint_id),
         eventType: str(r.event_type),
@@ -121,6 +126,7 @@ export async function readWebhooks(db: ConsoleDatabase, query: Query): Promise<W
 /** A receipt row as the view shows it, its age as of `now`. */
 function receipt(r: ReceiptRow, now: number): ReceiptView {
   return {
+    tenant: text(r.tenant_id),
     source: text(r.source),
     deliveryId: text(r.delivery_id),
     eventType: str(r.event_type),

@@ -1,6 +1,7 @@
 /* An intent's timeline (api/trace, docs/trace.md) in causal order, and the search that finds one:
- * by the intent's names (tenant, operation, key), a message id or a derived key. Every view's rows
- * that belong to an intent link here (`intentLink`). */
+ * by the intent's names (tenant, operation, key), a message id, a derived key or a webhook
+ * delivery id. Every view's rows that belong to an intent link here (`intentLink`); webhook rows,
+ * whose intent only the trace knows, link by their delivery (`deliveryLink`). */
 import { api } from '../api.js';
 import { h, link, routeHref } from '../dom.js';
 import { filterForm } from '../filters.js';
@@ -21,13 +22,38 @@ export function intentLink(intent, label) {
   );
 }
 
+/**
+ * A link to the timeline of the intent a webhook delivery names: a received one (`source` given,
+ * with its `tenant`) or a sent one (its message id). The trace answers which intent that is.
+ */
+export function deliveryLink({ deliveryId, source, tenant }) {
+  return h(
+    'a',
+    {
+      href: routeHref('trace', { delivery: deliveryId, source, tenant }),
+      class: 'delivery-link',
+      title: source ? `received from ${source}` : 'sent by this service',
+    },
+    'timeline',
+  );
+}
+
 const searchFields = [
   { name: 'tenant', label: 'Tenant', placeholder: 'exact tenant id' },
   { name: 'operation', label: 'Operation', placeholder: 'exact operation' },
   { name: 'key', label: 'Key', placeholder: 'idempotency key' },
   { name: 'message', label: 'Message id', placeholder: 'outbox event or inbox message id' },
   { name: 'derivedKey', label: 'Derived key', placeholder: 'key a step or call sent' },
+  { name: 'delivery', label: 'Delivery id', placeholder: 'webhook delivery or message id' },
+  { name: 'source', label: 'Source', placeholder: 'webhook source (for a received delivery)' },
 ];
+
+/** A receipt's relation to the traced intent, in words. */
+const relations = {
+  caused: 'started this intent',
+  'acted-for': 'acted for this intent',
+  sent: 'sent by this intent',
+};
 
 const pair = (a, b) => [mono(a), ' ', muted('·'), ' ', mono(b)];
 
@@ -81,6 +107,35 @@ const describe = {
     ' ',
     intentLink(i.intent, 'its timeline'),
   ],
+  'webhook-sent': (i) => [
+    mono(i.type),
+    ' → ',
+    mono(i.endpointId),
+    ' ',
+    mono(i.messageId, 'key'),
+    ' ',
+    badge(i.state),
+    ` ${i.attempts} attempt${i.attempts === 1 ? '' : 's'}`,
+    i.lastStatus === null ? null : [' HTTP ', String(i.lastStatus)],
+    i.lastError ? [' ', errorText(i.lastError)] : null,
+  ],
+  'webhook-attempt': (i) => [
+    mono(i.endpointId),
+    ` #${i.attempt} `,
+    badge(i.outcome, { retry: 'pending', gone: 'dead' }[i.outcome]),
+    i.status === null ? ' no answer' : [' HTTP ', String(i.status)],
+    ` ${i.latencyMs} ms`,
+    i.error ? [' ', errorText(i.error)] : null,
+  ],
+  'webhook-received': (i) => [
+    pair(i.source, i.deliveryId),
+    i.type ? [' ', mono(i.type)] : null,
+    ' ',
+    badge(i.state),
+    ' ',
+    h('span', { class: 'relation' }, relations[i.relation] || i.relation),
+    i.lastError ? [' ', errorText(i.lastError)] : null,
+  ],
 };
 
 const timelineColumns = [
@@ -95,13 +150,21 @@ const timelineColumns = [
 
 function lookupText(lookup) {
   if (lookup.by === 'intent') return 'by its names';
+  if (lookup.by === 'delivery') {
+    const how = lookup.source ? `received from ${lookup.source}` : 'sent';
+    // A delivery may name several intents (the ones its handler started, the sender's): the
+    // first is shown; the others are listed so the operator can trace them too.
+    const others =
+      lookup.intents && lookup.intents.length > 1 ? `; it names ${lookup.intents.join(', ')}` : '';
+    return `by delivery id ${lookup.value} (${how})${others}`;
+  }
   return `by ${lookup.by === 'message' ? 'message id' : lookup.by} ${lookup.value}`;
 }
 
 export async function renderTrace(params) {
   const search = section(
     'Trace an intent',
-    'Everything recorded on behalf of one intent, in causal order. Give the tenant, operation and key; or a message id (with its tenant, a primary-key read); or a derived key.',
+    'Everything recorded on behalf of one intent, in causal order. Give the tenant, operation and key; or a message id (with its tenant, a primary-key read); or a derived key; or a webhook delivery id (with its source when it was received here).',
     filterForm(searchFields, params, 'trace'),
   );
   if (!Object.values(params).some(Boolean)) return [search];

@@ -1,5 +1,6 @@
 /* Webhooks: incoming receipts by source and state, dead, stuck, superseded and unhandled ones,
- * sequence entities parked on a gap, and the deliveries this service sends. */
+ * sequence entities parked on a gap, and the deliveries this service sends. Each receipt and
+ * delivery links to the timeline of the intent it names, found by its delivery id. */
 import { apiView } from '../api.js';
 import { badge, duration, errorText, mono, monoOr, when } from '../format.js';
 import {
@@ -12,6 +13,7 @@ import {
   stateStats,
   table,
 } from '../widgets.js';
+import { deliveryLink } from './trace.js';
 
 const receiptStates = [
   'pending',
@@ -36,6 +38,7 @@ function receiptColumns(extra) {
     ...extra,
     { title: 'Received', cell: (r) => when(r.receivedAt) },
     { title: 'Body', cell: (r) => messageDetails(r.body, 'body', r.headers) },
+    { title: 'Trace', cell: (r) => deliveryLink(r) },
   ];
 }
 
@@ -107,6 +110,11 @@ const failedDeliveryColumns = [
   { title: 'Last status', class: 'num', cell: (d) => (d.lastStatus === null ? '—' : String(d.lastStatus)) },
   { title: 'Last error', cell: (d) => errorText(d.lastError) },
   { title: 'Created', cell: (d) => when(d.createdAt) },
+  // A sent delivery is traced by its message id (the receiver's delivery id), without a source.
+  {
+    title: 'Trace',
+    cell: (d) => deliveryLink({ deliveryId: d.messageId, tenant: d.tenant }),
+  },
 ];
 
 const disabledEndpointColumns = [
