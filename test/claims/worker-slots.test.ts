@@ -6,8 +6,8 @@
  * asserted is what ran, what was claimed, and when, in order.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createClaims, createClaimsWorker, type Claims } from 'idem/claims';
-import { createEvents, type IdemErrorEvent } from 'idem';
+import { createClaims, createClaimsWorker, type ClaimedTask, type Claims } from 'idem/claims';
+import { createEvents, type IdemErrorEvent, type IdemEvents, type Transaction } from 'idem';
 import { fromPg } from 'idem/pg';
 import { createTestSchema, type TestSchema } from '../support/database.js';
 import { waitFor } from '../support/poll.js';
@@ -34,6 +34,23 @@ describe('a claims worker with concurrency', () => {
     return { claims, limits };
   }
 
+  /** A worker of `concurrency` slots on `queue`, polling every 20 ms. */
+  const slotsWorker = (
+    claims: Claims,
+    queue: string,
+    concurrency: number,
+    handler: (tx: Transaction, task: ClaimedTask) => Promise<unknown>,
+    events?: IdemEvents,
+  ) =>
+    createClaimsWorker({
+      claims,
+      queue,
+      concurrency,
+      pollIntervalMs: 20,
+      handler,
+      ...(events ? { events } : {}),
+    });
+
   const claimedNow = async (queue: string) =>
     (
       await db.pool.query<{ n: number }>(
@@ -52,18 +69,12 @@ describe('a claims worker with concurrency', () => {
     const released = new Promise<void>((resolve) => (release = resolve));
     const done: string[] = [];
     let slowStarted = false;
-    const worker = createClaimsWorker({
-      claims,
-      queue,
-      concurrency: 3,
-      pollIntervalMs: 20,
-      handler: async (_tx, task) => {
-        if (task.key === 'slow') {
-          slowStarted = true;
-          await released;
-        }
-        done.push(task.key);
-      },
+    const worker = slotsWorker(claims, queue, 3, async (_tx, task) => {
+      if (task.key === 'slow') {
+        slowStarted = true;
+        await released;
+      }
+      done.push(task.key);
     });
     await worker.start();
     try {
@@ -90,22 +101,16 @@ describe('a claims worker with concurrency', () => {
     let running = 0;
     let mostRunning = 0;
     let mostClaimed = 0;
-    const worker = createClaimsWorker({
-      claims,
-      queue,
-      concurrency: 4,
-      pollIntervalMs: 20,
-      handler: async (tx, task) => {
-        mostRunning = Math.max(mostRunning, ++running);
-        // Inside a task: what the database holds claimed now is at most the slots.
-        const claimed = await tx.query<{ n: number }>(
-          `SELECT count(*)::int AS n FROM "${db.schema}".tasks WHERE queue = $1 AND state = 'claimed'`,
-          [queue],
-        );
-        mostClaimed = Math.max(mostClaimed, claimed.rows[0]!.n);
-        ran.set(task.key, (ran.get(task.key) ?? 0) + 1);
-        running--;
-      },
+    const worker = slotsWorker(claims, queue, 4, async (tx, task) => {
+      mostRunning = Math.max(mostRunning, ++running);
+      // Inside a task: what the database holds claimed now is at most the slots.
+      const claimed = await tx.query<{ n: number }>(
+        `SELECT count(*)::int AS n FROM "${db.schema}".tasks WHERE queue = $1 AND state = 'claimed'`,
+        [queue],
+      );
+      mostClaimed = Math.max(mostClaimed, claimed.rows[0]!.n);
+      ran.set(task.key, (ran.get(task.key) ?? 0) + 1);
+      running--;
     });
     await worker.start();
     await waitFor(() => ran.size === count, 'every task');
@@ -130,14 +135,8 @@ describe('a claims worker with concurrency', () => {
     const { claims } = spiedClaims();
     for (let i = 0; i < 30; i++) await claims.enqueue({ tenant: 'acme', queue, key: `t${i}`, payload: {} });
     let ran = 0;
-    const worker = createClaimsWorker({
-      claims,
-      queue,
-      concurrency: 3,
-      pollIntervalMs: 20,
-      handler: async () => {
-        ran++;
-      },
+    const worker = slotsWorker(claims, queue, 3, async () => {
+      ran++;
     });
     await worker.start();
     await waitFor(() => ran >= 6, 'a few tasks');
@@ -157,14 +156,7 @@ describe('a claims worker with concurrency', () => {
     const errors: IdemErrorEvent[] = [];
     events.on('error', (e) => errors.push(e));
     const { claims, limits } = spiedClaims('idem_no_such_schema');
-    const worker = createClaimsWorker({
-      claims,
-      queue: newQueue(),
-      concurrency: 3,
-      pollIntervalMs: 20,
-      events,
-      handler: async () => undefined,
-    });
+    const worker = slotsWorker(claims, newQueue(), 3, async () => undefined, events);
     await worker.start();
     await waitFor(() => limits.length >= 3, 'three claims');
     await worker.stop();

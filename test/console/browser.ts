@@ -4,6 +4,7 @@
  */
 import { existsSync } from 'node:fs';
 import { chromium, type Browser, type Page } from 'playwright-core';
+import { afterAll, beforeAll } from 'vitest';
 
 const executablePath = '/usr/bin/chromium';
 
@@ -36,4 +37,31 @@ export async function launchChromium(): Promise<{ browser: Browser; page: Page; 
   page.on('pageerror', (error) => pageErrors.push(error.message));
   page.on('dialog', (dialog) => void dialog.accept());
   return { browser, page, pageErrors };
+}
+
+/**
+ * For a suite: launches Chromium before its tests and closes it after them (`beforeAll`,
+ * `afterAll`); the page and its script errors are read through the returned object once the
+ * suite runs.
+ */
+export function useChromium(): { readonly page: Page; readonly pageErrors: string[] } {
+  let launched: Awaited<ReturnType<typeof launchChromium>> | undefined;
+  beforeAll(async () => {
+    launched = await launchChromium();
+  });
+  afterAll(async () => {
+    await launched?.browser.close();
+  });
+  const current = () => {
+    if (!launched) throw new Error('Chromium is launched in beforeAll: read the page inside a test');
+    return launched;
+  };
+  return {
+    get page() {
+      return current().page;
+    },
+    get pageErrors() {
+      return current().pageErrors;
+    },
+  };
 }

@@ -6,21 +6,14 @@
  * it; in Chromium an operator follows the dead receipt's and the failed delivery's rows of the
  * webhooks view to their timelines, and finds the payment by searching for the refund's delivery id.
  */
-import type { Browser, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { onBehalfOf, type Timeline } from 'idem';
-import {
-  createStandardWebhooksVerifier,
-  createWebhookProcessor,
-  createWebhookReceiver,
-  createWebhookSender,
-  generateWebhookSecret,
-} from 'idem/webhooks';
+import { generateWebhookSecret } from 'idem/webhooks';
 import type { WebhooksView } from 'idem/console';
 import type { TestSchema } from '../support/database.js';
-import { createTraceBed } from '../support/trace.js';
-import { post, signStandard, standardSecret, startServer, type TestServer } from '../webhooks/support.js';
-import { hasChromium, launchChromium } from './browser.js';
+import { createTraceBed, startBedWebhooks } from '../support/trace.js';
+import { post, signStandard, standardSecret, type TestServer } from '../webhooks/support.js';
+import { hasChromium, useChromium } from './browser.js';
 import { startConsole, type ConsoleServer } from './support.js';
 
 const payment = { tenant: 'acme', operation: 'create-payment', key: 'order-1001' };
@@ -40,58 +33,32 @@ describe('the console traces an intent from a webhook delivery', () => {
     db = bed.db;
     const { sql, schema, clock, idem } = bed;
     await idem.run({ ...payment, request: { amount: 1250 } }, () => Promise.resolve('charged'));
-    const receiver = createWebhookReceiver({
-      sql,
-      schema,
-      clock,
-      sources: { billing: createStandardWebhooksVerifier({ secrets: [standardSecret] }) },
-    });
-    hooks = await startServer('node', receiver);
+    const webhooks = await startBedWebhooks(bed, [standardSecret]);
+    hooks = webhooks.server;
     clock.advance(1000);
     for (const [id, type] of [
       [refund, 'charge.refunded'],
       [failing, 'invoice.paid'],
     ] as const) {
       const body = JSON.stringify({ type, data: {} });
-      const sent = await post(
-        `${hooks.url}/hooks/billing`,
-        signStandard({ id, body, timestampMs: clock.now() }),
-      );
+      const sent = await post(webhooks.url, signStandard({ id, body, timestampMs: clock.now() }));
       expect(sent.status).toBe(202);
     }
     clock.advance(1000);
-    const processor = createWebhookProcessor({
-      sql,
-      schema,
-      clock,
-      handlers: {
-        billing: {
-          // The provider refunded the payment's charge: recorded as acting for that intent.
-          'charge.refunded': () => onBehalfOf(payment, () => Promise.resolve()),
-          // Starts an intent (committed on its own), then fails for good: a dead receipt.
-          'invoice.paid': async (_tx, event) => {
-            await idem.run({ ...invoice, key: event.deliveryId, request: {} }, () => Promise.resolve('seen'));
-            throw Object.assign(new Error('ledger refused the invoice'), { retryable: false });
-          },
-        },
+    const processor = webhooks.processor({
+      // The provider refunded the payment's charge: recorded as acting for that intent.
+      'charge.refunded': () => onBehalfOf(payment, () => Promise.resolve()),
+      // Starts an intent (committed on its own), then fails for good: a dead receipt.
+      'invoice.paid': async (_tx, event) => {
+        await idem.run({ ...invoice, key: event.deliveryId, request: {} }, () => Promise.resolve('seen'));
+        throw Object.assign(new Error('ledger refused the invoice'), { retryable: false });
       },
     });
     expect((await processor.drain()).sort()).toEqual(['applied', 'dead']);
 
     // An endpoint whose secret the receiver does not know: it answers 401, one attempt, failed.
-    const sender = createWebhookSender({
-      sql,
-      schema,
-      clock,
-      tenant: 'acme',
-      maxAttempts: 1,
-      allowedDestinations: ['127.0.0.1'],
-    });
-    await sender.endpoints.create({
-      id: 'crm',
-      url: `${hooks.url}/hooks/billing`,
-      secrets: [generateWebhookSecret()],
-    });
+    const sender = webhooks.sender({ maxAttempts: 1 });
+    await sender.endpoints.create({ id: 'crm', url: webhooks.url, secrets: [generateWebhookSecret()] });
     await idem.run({ ...notify, request: {} }, async () => {
       await sender.enqueue(sql, { id: shipped, type: 'order.shipped', payload: { type: 'order.shipped' } });
       return 'sent';
@@ -169,28 +136,19 @@ describe('the console traces an intent from a webhook delivery', () => {
   });
 
   describe.skipIf(!hasChromium)('in Chromium', () => {
-    let browser: Browser;
-    let page: Page;
-    let pageErrors: string[] = [];
+    const browser = useChromium();
 
-    beforeAll(async () => {
-      ({ browser, page, pageErrors } = await launchChromium());
-    });
-    afterAll(async () => {
-      await browser?.close();
-    });
-
-    const rows = () => page.locator('table.grid > tbody > tr').allInnerTexts();
-    const kinds = () => page.locator('table.grid > tbody > tr > td:nth-child(1)').allInnerTexts();
+    const rows = () => browser.page.locator('table.grid > tbody > tr').allInnerTexts();
+    const kinds = () => browser.page.locator('table.grid > tbody > tr > td:nth-child(1)').allInnerTexts();
 
     it('follows a dead receipt of the webhooks view to the timeline of the intent it started', async () => {
-      await page.goto(`${server.url}/#/webhooks`);
-      const dead = page.locator('tr.row-dead', { hasText: failing });
+      await browser.page.goto(`${server.url}/#/webhooks`);
+      const dead = browser.page.locator('tr.row-dead', { hasText: failing });
       await dead.waitFor();
       await dead.locator('a.delivery-link').click();
-      await page.locator('#timeline').waitFor();
-      expect(page.url()).toContain(`#/trace?delivery=${failing}&source=billing`);
-      expect(await page.locator('#timeline').innerText()).toBe(`acme / apply-invoice / ${failing}`);
+      await browser.page.locator('#timeline').waitFor();
+      expect(browser.page.url()).toContain(`#/trace?delivery=${failing}&source=billing`);
+      expect(await browser.page.locator('#timeline').innerText()).toBe(`acme / apply-invoice / ${failing}`);
       expect(await kinds()).toEqual(['request', 'webhook-received']);
       const text = await rows();
       expect(text[1]).toContain('started this intent');
@@ -198,13 +156,13 @@ describe('the console traces an intent from a webhook delivery', () => {
     });
 
     it('follows a failed delivery of the webhooks view to the timeline of the intent that sent it', async () => {
-      await page.click('#tabs a[data-tab=webhooks]');
-      const failed = page.locator('tr.row-dead', { hasText: shipped });
+      await browser.page.click('#tabs a[data-tab=webhooks]');
+      const failed = browser.page.locator('tr.row-dead', { hasText: shipped });
       await failed.waitFor();
       await failed.locator('a.delivery-link').click();
-      await page.locator('#timeline').waitFor();
-      expect(page.url()).toContain(`#/trace?delivery=${shipped}&tenant=acme`);
-      expect(await page.locator('#timeline').innerText()).toBe('acme / notify-shipped / order-1001');
+      await browser.page.locator('#timeline').waitFor();
+      expect(browser.page.url()).toContain(`#/trace?delivery=${shipped}&tenant=acme`);
+      expect(await browser.page.locator('#timeline').innerText()).toBe('acme / notify-shipped / order-1001');
       expect(await kinds()).toEqual(['request', 'webhook-sent', 'webhook-attempt']);
       const text = await rows();
       expect(text[1]).toContain('order.shipped → crm');
@@ -213,22 +171,22 @@ describe('the console traces an intent from a webhook delivery', () => {
     });
 
     it('searches by delivery id and source and finds the intent the delivery acted for', async () => {
-      await page.click('#tabs a[data-tab=trace]');
-      await page.locator('#filter-delivery').waitFor();
-      await expect.poll(() => page.locator('#timeline').count()).toBe(0);
-      await page.fill('#filter-delivery', refund);
-      await page.fill('#filter-source', 'billing');
-      await page.click('form.filters button[type=submit]');
-      await page.locator('#timeline').waitFor();
-      expect(await page.locator('#timeline').innerText()).toBe('acme / create-payment / order-1001');
-      const note = page.locator('.panel-note', { hasText: `Found by delivery id ${refund}` });
+      await browser.page.click('#tabs a[data-tab=trace]');
+      await browser.page.locator('#filter-delivery').waitFor();
+      await expect.poll(() => browser.page.locator('#timeline').count()).toBe(0);
+      await browser.page.fill('#filter-delivery', refund);
+      await browser.page.fill('#filter-source', 'billing');
+      await browser.page.click('form.filters button[type=submit]');
+      await browser.page.locator('#timeline').waitFor();
+      expect(await browser.page.locator('#timeline').innerText()).toBe('acme / create-payment / order-1001');
+      const note = browser.page.locator('.panel-note', { hasText: `Found by delivery id ${refund}` });
       expect(await note.count()).toBe(1);
       expect(await kinds()).toEqual(['request', 'webhook-received']);
       expect((await rows())[1]).toContain('acted for this intent');
     });
 
     it('raised no script errors', () => {
-      expect(pageErrors).toEqual([]);
+      expect(browser.pageErrors).toEqual([]);
     });
   });
 });

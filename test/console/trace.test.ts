@@ -5,8 +5,7 @@
  * operator opens the requests view, follows the row's trace link, and finds the same intent by
  * searching for the message id.
  */
-import type { Browser, Page } from 'playwright-core';
-import { hasChromium, launchChromium } from './browser.js';
+import { hasChromium, useChromium } from './browser.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Timeline } from 'idem';
 import { createInDatabasePublisher, createOutboxDispatcher } from 'idem/outbox';
@@ -142,29 +141,20 @@ describe('the console traces an intent', () => {
   });
 
   describe.skipIf(!hasChromium)('in Chromium', () => {
-    let browser: Browser;
-    let page: Page;
-    let pageErrors: string[] = [];
+    const browser = useChromium();
 
-    beforeAll(async () => {
-      ({ browser, page, pageErrors } = await launchChromium());
-    });
-    afterAll(async () => {
-      await browser?.close();
-    });
-
-    const items = () => page.locator('table.grid > tbody > tr');
-    const kinds = () => page.locator('table.grid > tbody > tr > td:nth-child(1)').allInnerTexts();
+    const items = () => browser.page.locator('table.grid > tbody > tr');
+    const kinds = () => browser.page.locator('table.grid > tbody > tr > td:nth-child(1)').allInnerTexts();
 
     it('opens the requests view and follows the row to its timeline', async () => {
-      await page.goto(server.url);
-      const row = page.locator('table.grid > tbody > tr', { hasText: 'order-1001' });
+      await browser.page.goto(server.url);
+      const row = browser.page.locator('table.grid > tbody > tr', { hasText: 'order-1001' });
       await row.waitFor();
       await row.locator('a.intent-link').click();
-      await page.locator('#timeline').waitFor();
-      expect(await page.locator('#timeline').innerText()).toBe('acme / create-payment / order-1001');
-      expect(page.url()).toContain('#/trace?tenant=acme&operation=create-payment&key=order-1001');
-      expect(await page.locator('#tabs a.active').innerText()).toBe('Trace');
+      await browser.page.locator('#timeline').waitFor();
+      expect(await browser.page.locator('#timeline').innerText()).toBe('acme / create-payment / order-1001');
+      expect(browser.page.url()).toContain('#/trace?tenant=acme&operation=create-payment&key=order-1001');
+      expect(await browser.page.locator('#tabs a.active').innerText()).toBe('Trace');
       expect(await kinds()).toEqual(kindsInOrder);
       const text = await items().allInnerTexts();
       expect(text[2]).toContain('payment.created');
@@ -175,38 +165,40 @@ describe('the console traces an intent', () => {
     });
 
     it('searches by message id and finds the same intent', async () => {
-      await page.click('#tabs a[data-tab=trace]');
-      await page.locator('#filter-message').waitFor();
-      await expect.poll(() => page.locator('#timeline').count()).toBe(0);
-      await page.fill('#filter-message', eventId);
-      await page.click('form.filters button[type=submit]');
-      await page.locator('#timeline').waitFor();
-      expect(await page.locator('#timeline').innerText()).toBe('acme / create-payment / order-1001');
-      expect(await page.locator('.panel-note', { hasText: 'Found by message id' }).count()).toBe(1);
+      await browser.page.click('#tabs a[data-tab=trace]');
+      await browser.page.locator('#filter-message').waitFor();
+      await expect.poll(() => browser.page.locator('#timeline').count()).toBe(0);
+      await browser.page.fill('#filter-message', eventId);
+      await browser.page.click('form.filters button[type=submit]');
+      await browser.page.locator('#timeline').waitFor();
+      expect(await browser.page.locator('#timeline').innerText()).toBe('acme / create-payment / order-1001');
+      expect(await browser.page.locator('.panel-note', { hasText: 'Found by message id' }).count()).toBe(1);
       expect(await kinds()).toEqual(kindsInOrder);
     });
 
     it('follows a dead task of the claims view to the same timeline', async () => {
-      await page.click('#tabs a[data-tab=tasks]');
-      const dead = page.locator('tr.row-dead');
+      await browser.page.click('#tabs a[data-tab=tasks]');
+      const dead = browser.page.locator('tr.row-dead');
       await dead.waitFor();
       await dead.locator('a.intent-link').click();
-      await page.locator('#timeline').waitFor();
-      expect(await page.locator('#timeline').innerText()).toBe('acme / create-payment / order-1001');
+      await browser.page.locator('#timeline').waitFor();
+      expect(await browser.page.locator('#timeline').innerText()).toBe('acme / create-payment / order-1001');
       expect(await kinds()).toEqual(kindsInOrder);
     });
 
     it('says when nothing names what was searched', async () => {
-      await page.click('#tabs a[data-tab=trace]');
-      await expect.poll(() => page.locator('#timeline').count()).toBe(0);
-      await page.fill('#filter-message', 'no-such-message');
-      await page.click('form.filters button[type=submit]');
-      await page.locator('#trace-missing').waitFor();
-      expect(await page.locator('#trace-missing').innerText()).toContain('no record names this intent');
+      await browser.page.click('#tabs a[data-tab=trace]');
+      await expect.poll(() => browser.page.locator('#timeline').count()).toBe(0);
+      await browser.page.fill('#filter-message', 'no-such-message');
+      await browser.page.click('form.filters button[type=submit]');
+      await browser.page.locator('#trace-missing').waitFor();
+      expect(await browser.page.locator('#trace-missing').innerText()).toContain(
+        'no record names this intent',
+      );
     });
 
     it('raised no script errors', () => {
-      expect(pageErrors).toEqual([]);
+      expect(browser.pageErrors).toEqual([]);
     });
   });
 });

@@ -9,6 +9,15 @@ import { createInbox } from 'idem/inbox';
 import { createOutbox } from 'idem/outbox';
 import { fromPg } from 'idem/pg';
 import { createManualClock } from 'idem/testing';
+import {
+  createStandardWebhooksVerifier,
+  createWebhookProcessor,
+  createWebhookReceiver,
+  createWebhookSender,
+  type WebhookHandlers,
+  type WebhookSenderOptions,
+} from 'idem/webhooks';
+import { startServer } from '../webhooks/support.js';
 import { createTestSchema } from './database.js';
 
 /** The schema (`db`), its `sql`, the hand-moved `clock`, and idem, the outbox, inbox and claims on them. */
@@ -27,4 +36,32 @@ export async function createTraceBed(poolSize = 6) {
     inbox: createInbox({ sql, schema, clock }),
     claims: createClaims({ sql, schema, clock }),
   };
+}
+
+/**
+ * Webhooks on a bed: a receiver of the source `billing` that verifies `secrets`, served over real
+ * HTTP at `url` (its `server`); `sender(options)`, a sender of tenant `acme` allowed to reach
+ * loopback; and `processor(handlers)` for the receipts; all on the bed's schema and clock.
+ */
+export async function startBedWebhooks(bed: Awaited<ReturnType<typeof createTraceBed>>, secrets: string[]) {
+  const { sql, schema, clock } = bed;
+  const receiver = createWebhookReceiver({
+    sql,
+    schema,
+    clock,
+    sources: { billing: createStandardWebhooksVerifier({ secrets }) },
+  });
+  const server = await startServer('node', receiver);
+  const sender = (options: Partial<WebhookSenderOptions> = {}) =>
+    createWebhookSender({
+      sql,
+      schema,
+      clock,
+      tenant: 'acme',
+      allowedDestinations: ['127.0.0.1'],
+      ...options,
+    });
+  const processor = (billing: WebhookHandlers[string]) =>
+    createWebhookProcessor({ sql, schema, clock, handlers: { billing } });
+  return { server, url: `${server.url}/hooks/billing`, sender, processor };
 }

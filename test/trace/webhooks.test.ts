@@ -9,16 +9,10 @@ import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createTrace, type Sql, type Timeline } from 'idem';
-import {
-  createStandardWebhooksVerifier,
-  createWebhookProcessor,
-  createWebhookReceiver,
-  createWebhookSender,
-  generateWebhookSecret,
-} from 'idem/webhooks';
+import { generateWebhookSecret } from 'idem/webhooks';
 import { databaseUrl, type TestSchema } from '../support/database.js';
-import { createTraceBed } from '../support/trace.js';
-import { startServer, type TestServer } from '../webhooks/support.js';
+import { createTraceBed, startBedWebhooks } from '../support/trace.js';
+import type { TestServer } from '../webhooks/support.js';
 import { installMemoryTracer, type RecordedSpan } from './memory-tracer.js';
 
 const billing = { tenant: 'acme', operation: 'bill', key: 'invoice-7' };
@@ -37,24 +31,13 @@ describe('a webhook traced from the sending intent to the receiving one', () => 
     spans = installMemoryTracer();
     const bed = await createTraceBed();
     ({ db, sql } = bed);
-    const { schema, clock, idem } = bed;
+    const { clock, idem } = bed;
     const secret = generateWebhookSecret();
 
-    const receiver = createWebhookReceiver({
-      sql,
-      schema,
-      clock,
-      sources: { billing: createStandardWebhooksVerifier({ secrets: [secret] }) },
-    });
-    server = await startServer('node', receiver);
-    const sender = createWebhookSender({
-      sql,
-      schema,
-      clock,
-      tenant: 'acme',
-      allowedDestinations: ['127.0.0.1'],
-    });
-    await sender.endpoints.create({ id: 'ledger', url: `${server.url}/hooks/billing`, secrets: [secret] });
+    const webhooks = await startBedWebhooks(bed, [secret]);
+    server = webhooks.server;
+    const sender = webhooks.sender();
+    await sender.endpoints.create({ id: 'ledger', url: webhooks.url, secrets: [secret] });
 
     await idem.run({ ...billing, request: { invoice: 7 } }, async () => {
       await sender.enqueue(sql, {
@@ -68,18 +51,11 @@ describe('a webhook traced from the sending intent to the receiving one', () => 
     expect((await sender.drain()).map((r) => r.outcome)).toEqual(['delivered']);
 
     clock.advance(1000);
-    const processor = createWebhookProcessor({
-      sql,
-      schema,
-      clock,
-      handlers: {
-        billing: {
-          'invoice.paid': async (tx, event) => {
-            await idem.runIn(tx, { tenant: 'acme', operation: 'apply-invoice', key: event.deliveryId }, () =>
-              Promise.resolve('applied'),
-            );
-          },
-        },
+    const processor = webhooks.processor({
+      'invoice.paid': async (tx, event) => {
+        await idem.runIn(tx, { tenant: 'acme', operation: 'apply-invoice', key: event.deliveryId }, () =>
+          Promise.resolve('applied'),
+        );
       },
     });
     expect(await processor.drain()).toEqual(['applied']);
