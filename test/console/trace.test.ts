@@ -11,7 +11,7 @@ import type { Timeline } from 'idem';
 import { createInDatabasePublisher, createOutboxDispatcher } from 'idem/outbox';
 import type { TasksView } from 'idem/console';
 import type { TestSchema } from '../support/database.js';
-import { createTraceBed } from '../support/trace.js';
+import { createTraceBed, payOrder1001 } from '../support/trace.js';
 import { startConsole, type ConsoleServer } from './support.js';
 
 const intent = { tenant: 'acme', operation: 'create-payment', key: 'order-1001' };
@@ -29,28 +29,8 @@ describe('the console traces an intent', () => {
     // Each phase at its own instant of a clock moved by hand: the causal order is the time order.
     const bed = await createTraceBed(4);
     db = bed.db;
-    const { sql, schema, clock, idem, outbox, inbox, claims } = bed;
-    const payment = await idem.steps({ ...intent, request: { amount: 1250 } }, async (op) => {
-      await op.step('order', async (tx) => {
-        await outbox.add(tx, {
-          tenant: 'acme',
-          topic: 'payments',
-          key: 'order-1001',
-          type: 'payment.created',
-          payload: {},
-        });
-        await claims.enqueueIn(tx, {
-          tenant: 'acme',
-          queue: 'receipts',
-          key: 'order-1001',
-          payload: {},
-          maxAttempts: 1,
-        });
-      });
-      clock.advance(1000);
-      return op.call('charge', ({ key }) => Promise.resolve({ key }));
-    });
-    chargeKey = payment.value.key;
+    const { sql, schema, clock, inbox, claims } = bed;
+    chargeKey = await payOrder1001(bed, 1);
     const publisher = createInDatabasePublisher({
       inbox,
       subscribers: [{ consumer: 'ledger', handler: () => Promise.resolve() }],

@@ -65,3 +65,36 @@ export async function startBedWebhooks(bed: Awaited<ReturnType<typeof createTrac
     createWebhookProcessor({ sql, schema, clock, handlers: { billing } });
   return { server, url: `${server.url}/hooks/billing`, sender, processor };
 }
+
+/** The intent the trace suites follow. */
+export const order1001 = { tenant: 'acme', operation: 'create-payment', key: 'order-1001' };
+
+/**
+ * The trace suites' payment, `order1001` as a multi-step operation on `bed`: a step that adds a
+ * `payment.created` event and a `receipts` task (at most `taskAttempts` attempts), then, a second
+ * later, a call. Returns the key the call sent downstream.
+ */
+export async function payOrder1001(bed: Awaited<ReturnType<typeof createTraceBed>>, taskAttempts?: number) {
+  const { outbox, claims, clock } = bed;
+  const payment = await bed.idem.steps({ ...order1001, request: { amount: 1250 } }, async (op) => {
+    await op.step('order', async (tx) => {
+      await outbox.add(tx, {
+        tenant: 'acme',
+        topic: 'payments',
+        key: 'order-1001',
+        type: 'payment.created',
+        payload: {},
+      });
+      await claims.enqueueIn(tx, {
+        tenant: 'acme',
+        queue: 'receipts',
+        key: 'order-1001',
+        payload: {},
+        ...(taskAttempts === undefined ? {} : { maxAttempts: taskAttempts }),
+      });
+    });
+    clock.advance(1000);
+    return op.call('charge', ({ key }) => Promise.resolve({ key }));
+  });
+  return payment.value.key;
+}

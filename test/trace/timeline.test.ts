@@ -10,7 +10,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createTrace, onBehalfOf, type Sql, type Timeline, type TimelineItem } from 'idem';
 import { createInDatabasePublisher, createOutboxDispatcher } from 'idem/outbox';
 import { databaseUrl, type TestSchema } from '../support/database.js';
-import { createTraceBed } from '../support/trace.js';
+import { createTraceBed, payOrder1001 } from '../support/trace.js';
 import { installMemoryTracer, type RecordedSpan } from './memory-tracer.js';
 
 const intent = { tenant: 'acme', operation: 'create-payment', key: 'order-1001' };
@@ -30,23 +30,9 @@ describe('an intent traced across modules', () => {
     // A clock moved by hand: each phase has its own instant, so the order is the causal one.
     const bed = await createTraceBed();
     ({ db, sql } = bed);
-    const { schema, clock, idem, outbox, inbox, claims } = bed;
+    const { schema, clock, idem, inbox, claims } = bed;
 
-    const payment = await idem.steps({ ...intent, request: { amount: 1250 } }, async (op) => {
-      await op.step('order', async (tx) => {
-        await outbox.add(tx, {
-          tenant: 'acme',
-          topic: 'payments',
-          key: 'order-1001',
-          type: 'payment.created',
-          payload: {},
-        });
-        await claims.enqueueIn(tx, { tenant: 'acme', queue: 'receipts', key: 'order-1001', payload: {} });
-      });
-      clock.advance(1000);
-      return op.call('charge', ({ key }) => Promise.resolve({ chargeId: 'ch_1', key }));
-    });
-    chargeKey = payment.value.key;
+    chargeKey = await payOrder1001(bed);
 
     const publisher = createInDatabasePublisher({
       inbox,
