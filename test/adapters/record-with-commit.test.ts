@@ -114,6 +114,24 @@ describe.each(drivers)('$name: the record goes out with COMMIT', (driver) => {
     return { handler, runs: () => runs };
   };
   const keyOf = () => `k-${randomBytes(6).toString('hex')}`;
+  /**
+   * A handler that writes the effect of `key`, then a row whose deferred unique check fails at
+   * COMMIT (the code is taken already); `expectCommitFailure` checks what such a run threw.
+   */
+  const breaksAtCommit = async (key: string) => {
+    const code = `c-${randomBytes(4).toString('hex')}`;
+    await db.sql.query(`INSERT INTO "${schema}".deferred (code) VALUES ($1)`, [code]);
+    return async (tx: Queryable) => {
+      await insertEffect(tx, key);
+      await tx.query(`INSERT INTO "${schema}".deferred (code) VALUES ($1)`, [code]);
+      return 'ok';
+    };
+  };
+  const expectCommitFailure = async (error: unknown, key: string) => {
+    expect(isOperationFailed(error)).toBe(true);
+    expect((error as { cause?: { code?: string } }).cause?.code).toBe('23505');
+    expect(await effects(key)).toBe(0);
+  };
 
   it('offers the record-with-COMMIT capability inside its transactions', async () => {
     await db.sql.transaction(async (tx) => {
@@ -135,19 +153,14 @@ describe.each(drivers)('$name: the record goes out with COMMIT', (driver) => {
   });
 
   it('a failure at COMMIT (a deferred constraint) stores nothing, keeps no effect, and the pool goes on', async () => {
-    const code = `c-${randomBytes(4).toString('hex')}`;
-    await db.sql.query(`INSERT INTO "${schema}".deferred (code) VALUES ($1)`, [code]);
     const key = keyOf();
     const error = await idem
-      .run({ tenant: 'acme', operation: 'pay', key, request: {}, transactionRetries: 0 }, async (tx) => {
-        await insertEffect(tx, key);
-        await tx.query(`INSERT INTO "${schema}".deferred (code) VALUES ($1)`, [code]);
-        return 'ok';
-      })
+      .run(
+        { tenant: 'acme', operation: 'pay', key, request: {}, transactionRetries: 0 },
+        await breaksAtCommit(key),
+      )
       .catch((e: unknown) => e);
-    expect(isOperationFailed(error)).toBe(true);
-    expect((error as { cause?: { code?: string } }).cause?.code).toBe('23505');
-    expect(await effects(key)).toBe(0);
+    await expectCommitFailure(error, key);
     expect(await idem.get({ tenant: 'acme', operation: 'pay', key })).toBeNull();
     // Every connection of the pool is still usable.
     const again = await Promise.all(
@@ -244,22 +257,13 @@ describe.each(drivers)('$name: the record goes out with COMMIT', (driver) => {
     });
 
     it('a failure at COMMIT (a deferred constraint) records nothing, keeps no effect, and keeps its SQLSTATE', async () => {
-      const code = `c-${randomBytes(4).toString('hex')}`;
-      await db.sql.query(`INSERT INTO "${schema}".deferred (code) VALUES ($1)`, [code]);
       const key = keyOf();
+      const handler = await breaksAtCommit(key);
       const error = await idem
-        .steps(stepSpec(key), (op) =>
-          op.step('reserve', async (tx) => {
-            await insertEffect(tx, key);
-            await tx.query(`INSERT INTO "${schema}".deferred (code) VALUES ($1)`, [code]);
-            return 'ok';
-          }),
-        )
+        .steps(stepSpec(key), (op) => op.step('reserve', handler))
         .catch((e: unknown) => e);
       // Nothing committed: the key is freed and the failure is the step's own, 23505 at COMMIT.
-      expect(isOperationFailed(error)).toBe(true);
-      expect((error as { cause?: { code?: string } }).cause?.code).toBe('23505');
-      expect(await effects(key)).toBe(0);
+      await expectCommitFailure(error, key);
       expect((await steps(key)).rows).toEqual([]);
       expect(await idem.get({ tenant: 'acme', operation: 'order', key })).toBeNull();
     });
