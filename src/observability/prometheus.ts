@@ -1,9 +1,9 @@
 /**
  * Prometheus metrics for idem, with prom-client. Counters subscribe to idem's event channel
  * (operation outcomes, webhook refusals, inbox duplicates, completions); gauges are idem's snapshot
- * (observability/snapshot.ts, the console's counts, by the same definitions), read from the tables
- * when Prometheus scrapes, in one statement, so they are right across every process that shares
- * the database.
+ * (observability/snapshot.ts, the console's counts, by the same definitions; which count each gauge
+ * exports is the table in snapshot-gauges.ts), read from the tables when Prometheus scrapes, in one
+ * statement, so they are right across every process that shares the database.
  *
  * @example
  * const events = createEvents();
