@@ -45,21 +45,10 @@ export {
   type PendingIntent,
 } from './operations/completer.js';
 export { defaultTransactionTimeouts, type TransactionTimeouts } from './core/transaction-timeouts.js';
-export {
-  defaultRetention,
-  type IdemOptions,
-  type OperationSpec,
-  type RetentionPolicy,
-} from './operations/options.js';
-export {
-  completed,
-  refused,
-  isOutcome,
-  type Outcome,
-  type OutcomeOptions,
-  type OperationResult,
-  type FinalState,
-} from './operations/outcome.js';
+export { defaultRetention } from './operations/options.js';
+export type { IdemOptions, OperationSpec, RetentionPolicy } from './operations/options.js';
+export { completed, refused, isOutcome } from './operations/outcome.js';
+export type { Outcome, OutcomeOptions, OperationResult, FinalState } from './operations/outcome.js';
 export type { RequestRow } from './operations/request-row.js';
 export type { SweepOptions, SweepResult } from './operations/sweep.js';
 export type { OperationEvent, OperationEventKind } from './observability/events.js';

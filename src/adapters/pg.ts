@@ -14,14 +14,14 @@ import { PreparedStatementsUnsupportedError } from '../core/errors.js';
 import { unheardEvents, type IdemEvents } from '../core/event-channel.js';
 import { classifyFailure } from '../core/failures.js';
 import { isPreparedStatementMismatch } from '../core/prepared-statements.js';
-import type { QueryOptions, QueryResult, Row, Sql, Transaction } from '../core/sql.js';
+import type { QueryResult, Row, Sql, Transaction } from '../core/sql.js';
 import {
   resolveTransactionTimeouts,
   setLocalTimeouts,
   type TransactionTimeouts,
 } from '../core/transaction-timeouts.js';
 import { isPipelined, pipelinedSession, sequentialSession } from './pg-pipeline.js';
-import { transactionOf, type RunStatement } from './wiring.js';
+import { transactionOf, type RunArguments, type RunStatement } from './wiring.js';
 
 export { pgConnectionDefaults } from '../core/connection-defaults.js';
 
@@ -89,10 +89,7 @@ interface PrepareState {
 const runner =
   (prepare: PrepareState): RunStatement<PgClientLike> =>
   async <R extends Row>(
-    db: PgClientLike,
-    text: string,
-    params?: readonly unknown[],
-    options?: QueryOptions,
+    ...[db, text, params, options]: RunArguments<PgClientLike>
   ): Promise<QueryResult<R>> => {
     let raw;
     if (prepare.enabled && options?.name) {

@@ -13,7 +13,6 @@ import { isPreparedStatementMismatch } from '../core/prepared-statements.js';
 import {
   queryAndCommit,
   type PipelinedTransaction,
-  type QueryOptions,
   type QueryResult,
   type Row,
   type Sql,
@@ -24,7 +23,7 @@ import {
   setLocalTimeouts,
   type TransactionTimeouts,
 } from '../core/transaction-timeouts.js';
-import { transactionOf, type RunStatement } from './wiring.js';
+import { transactionOf, type RunArguments, type RunStatement } from './wiring.js';
 
 /** The subset of a postgres.js `Sql` / `TransactionSql` idem uses. */
 export interface PostgresJsLike {
@@ -68,10 +67,7 @@ export interface PostgresJsRootLike<Tx extends PostgresJsLike = PostgresJsLike> 
 const runner =
   (prepare: boolean): RunStatement<PostgresJsLike> =>
   async <R extends Row>(
-    db: PostgresJsLike,
-    text: string,
-    params?: readonly unknown[],
-    options?: QueryOptions,
+    ...[db, text, params, options]: RunArguments<PostgresJsLike>
   ): Promise<QueryResult<R>> => {
     const name = prepare ? options?.name : undefined;
     // Without parameters the simple protocol is used, so a migration file can hold several statements.

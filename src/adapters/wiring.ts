@@ -22,13 +22,16 @@ export interface OrmAdapterOptions {
   timeouts?: TransactionTimeouts | false;
 }
 
-/** Runs one statement on a driver's client: its pool or connection, or one of its transactions. */
-export type RunStatement<Client> = <R extends Row>(
+/** What one statement is run with; a runner that needs a name for its row type R takes these as a rest. */
+export type RunArguments<Client> = [
   client: Client,
   text: string,
   params?: readonly unknown[],
   options?: QueryOptions,
-) => Promise<QueryResult<R>>;
+];
+
+/** Runs one statement on a driver's client: its pool or connection, or one of its transactions. */
+export type RunStatement<Client> = <R extends Row>(...args: RunArguments<Client>) => Promise<QueryResult<R>>;
 
 /** idem's `Transaction` over the driver's transaction object `tx` (idem never commits it). */
 export function transactionOf<Tx>(tx: Tx, run: RunStatement<Tx>): Transaction<Tx> {

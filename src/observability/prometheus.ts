@@ -1,9 +1,9 @@
 /**
  * Prometheus metrics for idem, with prom-client. Counters subscribe to idem's event channel
  * (operation outcomes, webhook refusals, inbox duplicates, completions); gauges are idem's snapshot
- * (observability/snapshot.ts, the console's counts, by the same definitions), read from the tables
- * when Prometheus scrapes, in one statement, so they are right across every process that shares
- * the database.
+ * (observability/snapshot.ts, the console's counts, by the same definitions; which count each gauge
+ * exports is the table in snapshot-gauges.ts), read from the tables when Prometheus scrapes, in one
+ * statement, so they are right across every process that shares the database.
  *
  * @example
  * const events = createEvents();
@@ -16,6 +16,7 @@ import { systemClock, type Clock } from '../core/clock.js';
 import type { IdemEvents } from '../core/event-channel.js';
 import type { Queryable } from '../core/sql.js';
 import { defaultSchema, quoteSchema } from '../core/schema-name.js';
+import { snapshotGauges } from './snapshot-gauges.js';
 import { readSnapshot, type IdemSnapshot } from './snapshot.js';
 
 export interface IdemMetricsOptions {
@@ -105,76 +106,16 @@ export function createIdemMetrics(options: IdemMetricsOptions = {}): IdemMetrics
       );
       return pending;
     };
-    const gauge = (name: string, help: string, value: (snapshot: IdemSnapshot) => number | null) =>
+    for (const { name, help, read } of snapshotGauges) {
       new Gauge({
         name: `${prefix}${name}`,
         help,
         registers: [registry],
         async collect() {
-          this.set(value(await shared()) ?? 0);
+          this.set(read(await shared()) ?? 0);
         },
       });
-    gauge('outbox_backlog', 'Outbox events not yet published (excluding dead)', (s) => s.outbox.backlog);
-    gauge('outbox_lag_seconds', 'Age of the oldest unpublished outbox event', (s) =>
-      s.outbox.lagMs === null ? 0 : s.outbox.lagMs / 1000,
-    );
-    gauge(
-      'outbox_retrying',
-      'Unpublished outbox events whose publish failed at least once',
-      (s) => s.outbox.retrying,
-    );
-    gauge('outbox_dead', 'Outbox events parked as dead after their last attempt', (s) => s.outbox.dead);
-    gauge('inbox_dead', 'Inbox messages recorded as dead', (s) => s.inbox.dead);
-    gauge(
-      'webhook_receipts_backlog',
-      'Webhook receipts pending or being processed',
-      (s) => s.receipts.backlog,
-    );
-    gauge(
-      'webhook_receipts_stuck',
-      'Webhook receipts being processed past their due time (the worker that claimed them is gone)',
-      (s) => s.receipts.stuck,
-    );
-    gauge('webhook_receipts_dead', 'Webhook receipts dead-lettered', (s) => s.receipts.dead);
-    gauge(
-      'webhook_receipts_superseded',
-      'Webhook receipts recorded as superseded (state events older than the applied version)',
-      (s) => s.receipts.superseded,
-    );
-    gauge(
-      'webhook_receipts_waiting',
-      'Webhook receipts waiting for their entity (busy, or an earlier sequence version missing)',
-      (s) => s.receipts.waiting,
-    );
-    gauge(
-      'webhook_entities_parked',
-      'Sequence entities parked on a gap: a later version waited past the gap timeout for a missing one',
-      (s) => s.receipts.parked,
-    );
-    gauge(
-      'webhook_deliveries_failed',
-      'Webhooks to send whose last attempt failed for good',
-      (s) => s.deliveries.failed,
-    );
-    gauge('tasks_stuck', 'Claimed tasks whose lease lapsed (the worker is gone)', (s) => s.tasks.stuck);
-    gauge('tasks_dead', 'Claimed tasks dead-lettered', (s) => s.tasks.dead);
-    gauge(
-      'requests_stuck',
-      'Pending keyed operations that nobody holds: their lease lapsed',
-      (s) => s.requests.stuck,
-    );
-    gauge('sagas_stuck', "Sagas whose compensation could not finish (an operator's)", (s) => s.sagas.stuck);
-    gauge('sagas_stalled', 'Running sagas that nobody holds: their lease lapsed', (s) => s.sagas.stalled);
-    gauge(
-      'intents_waiting',
-      'Pending defined operations (idem.define): running, or waiting for the completer',
-      (s) => s.intents.waiting,
-    );
-    gauge(
-      'intents_retrying',
-      'Pending defined operations the completer has already tried at least once (see `idem intents`)',
-      (s) => s.intents.retrying,
-    );
+    }
   }
 
   const subscribe = (events: IdemEvents) => {

@@ -22,29 +22,25 @@ export {
   type SagaRef,
   type SagaStep,
 } from './definition.js';
-export {
-  createSagas,
-  type Sagas,
-  type ListSagasOptions,
-  type RecoveredSaga,
-  type SagaRunSpec,
-  type SagaStarted,
-  type SagasOptions,
+export { createSagas } from './sagas.js';
+export type {
+  Sagas,
+  ListSagasOptions,
+  RecoveredSaga,
+  SagaRunSpec,
+  SagaStarted,
+  SagasOptions,
 } from './sagas.js';
 export { stepKeys, type SagaResult } from './execution.js';
 export type { SagaRecord, SagaStatus, SagaStepRecord, SagaStepState } from './saga-record.js';
 export { SagaFailedError, SagaStuckError, isSagaFailed, isSagaStuck } from './errors.js';
 export type { SweepOptions, SweepResult } from '../core/sweeper.js';
-export {
-  activityKey,
-  activityScope,
-  runActivity,
-  runActivityCall,
-  runActivitySteps,
-  type ActivityCallRun,
-  type ActivityContextLike,
-  type ActivityKeyOptions,
-  type ActivityRun,
-  type RunActivityCallOptions,
-  type RunActivityOptions,
+export { activityKey, activityScope, runActivity, runActivityCall, runActivitySteps } from './temporal.js';
+export type {
+  ActivityCallRun,
+  ActivityContextLike,
+  ActivityKeyOptions,
+  ActivityRun,
+  RunActivityCallOptions,
+  RunActivityOptions,
 } from './temporal.js';

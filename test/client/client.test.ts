@@ -278,22 +278,22 @@ describe('resilient client', () => {
     );
     expect(provider.requests).toHaveLength(3);
 
-    // Half-open: one probe goes through; calls during the probe fail fast. The probe fails: open again.
-    // The breaker runs on the client's clock.
-    clock.advance(5000);
-    provider.respond({ status: 503, delayMs: 150 });
-    const probe = c.fetch('/effects/cb', { method: 'GET' });
-    await expect(c.fetch('/effects/cb', { method: 'GET' })).rejects.toSatisfy(isCircuitOpen);
-    expect((await probe).status).toBe(503);
+    // Half-open after `ms` (on the client's clock): one probe goes through, answered `status`;
+    // a call during the probe fails fast.
+    const halfOpenProbe = async (ms: number, status: number) => {
+      clock.advance(ms);
+      provider.respond({ status, delayMs: 150 });
+      const probe = c.fetch('/effects/cb', { method: 'GET' });
+      await expect(c.fetch('/effects/cb', { method: 'GET' })).rejects.toSatisfy(isCircuitOpen);
+      expect((await probe).status).toBe(status);
+    };
+    // The probe fails: open again.
+    await halfOpenProbe(5000, 503);
     expect(breaker.state).toBe('open');
     expect(provider.requests).toHaveLength(4);
 
-    // Next half-open probe succeeds: closed, traffic flows.
-    clock.advance(5001);
-    provider.respond({ status: 200, delayMs: 150 });
-    const goodProbe = c.fetch('/effects/cb', { method: 'GET' });
-    await expect(c.fetch('/effects/cb', { method: 'GET' })).rejects.toSatisfy(isCircuitOpen);
-    expect((await goodProbe).status).toBe(200);
+    // The next probe succeeds: closed, traffic flows.
+    await halfOpenProbe(5001, 200);
     expect(breaker.state).toBe('closed');
     expect((await c.fetch('/effects/cb', { method: 'GET' })).status).toBe(200);
     expect(provider.requests).toHaveLength(6);

@@ -43,6 +43,11 @@ describe('console API', () => {
     return { status: res.status, body: JSON.parse(text) as T, text };
   }
 
+  /** One request's detail, by its tenant, operation and key. */
+  async function requestDetail(scope: Record<string, string>): Promise<RequestDetail> {
+    return (await get<RequestDetail>('requests/detail', scope)).body;
+  }
+
   it('counts what needs an operator in one summary', async () => {
     const { body } = await get<ConsoleSummary>('summary');
     expect(body.requests).toEqual({ pending: 2, stuck: 1 });
@@ -176,7 +181,7 @@ describe('console API', () => {
   });
 
   it('shows the crashed operation with its lapsed lease, fence and recovery point', async () => {
-    const { body } = await get<RequestDetail>('requests/detail', data.crashed);
+    const body = await requestDetail(data.crashed);
     expect(body).toMatchObject({
       state: 'pending',
       stuck: true,
@@ -193,7 +198,7 @@ describe('console API', () => {
   });
 
   it('shows what the completer did with a pending defined operation, and null for others', async () => {
-    expect((await get<RequestDetail>('requests/detail', data.crashed)).body.completion).toBeNull();
+    expect((await requestDetail(data.crashed)).completion).toBeNull();
     const { fromPg } = await import('../../src/adapters/pg.js');
     const { createIdem } = await import('../../src/operations/idem.js');
     const { createCompleter } = await import('../../src/operations/completer.js');
@@ -209,7 +214,7 @@ describe('console API', () => {
     await ship.run({ tenant: 'acme', key: 'ship-1', input: { order: 1 } }).catch(() => undefined);
     clock.advance(1000);
     await createCompleter({ idem, backoff: { baseMs: 60_000, jitter: 'none' } }).runOnce();
-    const { body } = await get<RequestDetail>('requests/detail', scope);
+    const body = await requestDetail(scope);
     expect(body.completion).toMatchObject({ attempts: 1, giveUp: null });
     expect(body.completion!.lastError).toContain('carrier down');
     // The other tests count the populated rows.
@@ -217,26 +222,14 @@ describe('console API', () => {
   });
 
   it('returns a stored body as text when UTF-8 and as a hex dump when binary', async () => {
-    const note = (
-      await get<RequestDetail>('requests/detail', {
-        tenant: 'acme',
-        operation: 'POST /v1/notes',
-        key: 'note-1',
-      })
-    ).body;
+    const note = await requestDetail({ tenant: 'acme', operation: 'POST /v1/notes', key: 'note-1' });
     expect(note.body).toEqual({
       bytes: hostileBody.length,
       encoding: 'utf8',
       text: hostileBody,
       truncated: false,
     });
-    const image = (
-      await get<RequestDetail>('requests/detail', {
-        tenant: 'globex',
-        operation: 'POST /v1/images',
-        key: 'image-1',
-      })
-    ).body;
+    const image = await requestDetail({ tenant: 'globex', operation: 'POST /v1/images', key: 'image-1' });
     expect(image.body).toMatchObject({ bytes: 12, encoding: 'hex', truncated: false });
     expect(image.body!.text).toBe(
       '00000000  89 50 4e 47 0d 0a 1a 0a 00 00 ff fe              |.PNG........|',

@@ -37,11 +37,7 @@ describe.each([false, true])('examples/nestjs-prisma (fastify: %s)', (fastify) =
   afterAll(async () => {
     await app?.close();
     const p = pool();
-    await dropAndEnd(
-      schema,
-      () => p.end(),
-      (q) => p.query(q),
-    )();
+    await dropAndEnd(schema, p)();
   });
 
   it('creates one order per key and replays the same bytes', async () => {

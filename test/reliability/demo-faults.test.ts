@@ -26,6 +26,8 @@ const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const faultMs = 2500;
 const strictRecovery = process.env.IDEM_FAULTS_STRICT_RECOVERY === '1';
 
+type Proxy = FaultRun['proxy'];
+
 interface FaultCase {
   name: string;
   scenario: (run: FaultRun) => Promise<void>;
@@ -33,45 +35,47 @@ interface FaultCase {
   exercised: (stats: ProxyStats) => boolean;
 }
 
+/**
+ * A scenario that holds a fault for `faultMs`: `on` starts it (what it returns, such as a partition
+ * to heal, goes to `off`), `off` ends it, and `label` names its end in the report.
+ */
+function faultFor<Started>(
+  label: string,
+  { on, off }: { on: (proxy: Proxy) => Started; off: (proxy: Proxy, started: Started) => void },
+): FaultCase['scenario'] {
+  return async ({ proxy, faultEnded }) => {
+    const started = on(proxy);
+    await sleep(faultMs);
+    off(proxy, started);
+    faultEnded(label);
+  };
+}
+
 const cases: FaultCase[] = [
   {
     name: 'lost COMMIT acknowledgements (10 % of COMMITs)',
-    async scenario({ proxy, faultEnded }) {
-      proxy.loseCommitAcks(0.1);
-      await sleep(faultMs);
-      proxy.loseCommitAcks(0);
-      faultEnded('lost COMMIT acks');
-    },
+    scenario: faultFor('lost COMMIT acks', {
+      on: (p) => p.loseCommitAcks(0.1),
+      off: (p) => p.loseCommitAcks(0),
+    }),
     exercised: (s) => s.commitsLost + s.commitsLostRolledBack > 0,
   },
   {
     name: 'random resets (4 a second)',
-    async scenario({ proxy, faultEnded }) {
-      proxy.randomResets(4);
-      await sleep(faultMs);
-      proxy.randomResets(0);
-      faultEnded('random resets');
-    },
+    scenario: faultFor('random resets', { on: (p) => p.randomResets(4), off: (p) => p.randomResets(0) }),
     exercised: (s) => s.resets > 0,
   },
   {
     name: 'latency 50–300 ms per chunk each way',
-    async scenario({ proxy, faultEnded }) {
-      proxy.latency({ minMs: 50, maxMs: 300 });
-      await sleep(faultMs);
-      proxy.latency(null);
-      faultEnded('latency');
-    },
+    scenario: faultFor('latency', {
+      on: (p) => p.latency({ minMs: 50, maxMs: 300 }),
+      off: (p) => p.latency(null),
+    }),
     exercised: () => true,
   },
   {
     name: `a silent partition of ${faultMs / 1000} s, then heal`,
-    async scenario({ proxy, faultEnded }) {
-      const partition = proxy.partition();
-      await sleep(faultMs);
-      partition.heal();
-      faultEnded('partition');
-    },
+    scenario: faultFor('partition', { on: (p) => p.partition(), off: (_p, partition) => partition.heal() }),
     exercised: (s) => s.heldItems > 0,
   },
   {
@@ -84,13 +88,13 @@ const cases: FaultCase[] = [
   },
   {
     name: `53300 too many clients for ${faultMs / 1000} s (every connection reset first)`,
-    async scenario({ proxy, faultEnded }) {
-      proxy.refuse(true);
-      proxy.resetAll();
-      await sleep(faultMs);
-      proxy.refuse(false);
-      faultEnded('53300 refusals');
-    },
+    scenario: faultFor('53300 refusals', {
+      on: (p) => {
+        p.refuse(true);
+        p.resetAll();
+      },
+      off: (p) => p.refuse(false),
+    }),
     exercised: (s) => s.refusals > 0,
   },
   {

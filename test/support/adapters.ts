@@ -61,11 +61,7 @@ function pgFactory(name: string, url: () => string, prepare: boolean, pipeline =
             client.release();
           }
         },
-        close: dropAndEnd(
-          schema,
-          () => pool.end(),
-          (q) => pool.query(q),
-        ),
+        close: dropAndEnd(schema, pool),
       };
     },
   };
@@ -95,11 +91,7 @@ export const adapterFactories: AdapterFactory[] = [
         sql: fromPostgresJs(sql),
         concurrent: true,
         userTransaction: (fn) => sql.begin((tx) => fn(fromPostgresJsTransaction(tx))) as Promise<never>,
-        close: dropAndEnd(
-          schema,
-          () => sql.end(),
-          (q) => sql.unsafe(q),
-        ),
+        close: dropAndEnd(schema, { query: (q) => sql.unsafe(q), end: () => sql.end() }),
       };
     },
   },
@@ -115,11 +107,7 @@ export const adapterFactories: AdapterFactory[] = [
         sql,
         concurrent: true,
         userTransaction: (fn) => db.transaction().execute((trx) => fn(fromKyselyTransaction(trx))),
-        close: dropAndEnd(
-          schema,
-          () => db.destroy(),
-          (q) => sql.query(q),
-        ),
+        close: dropAndEnd(schema, { query: (q) => sql.query(q), end: () => db.destroy() }),
       };
     },
   },
@@ -133,11 +121,7 @@ export const adapterFactories: AdapterFactory[] = [
         sql: fromDrizzle(db),
         concurrent: true,
         userTransaction: (fn) => db.transaction((tx) => fn(fromDrizzleTransaction(tx))),
-        close: dropAndEnd(
-          schema,
-          () => pool.end(),
-          (q) => pool.query(q),
-        ),
+        close: dropAndEnd(schema, pool),
       };
     },
   },

@@ -27,18 +27,23 @@ export async function createTestSchema(options: { poolSize?: number } = {}): Pro
   };
 }
 
+/** What `dropAndEnd` needs of a driver: a pg `Pool` is one as it is; an ORM, two arrows. */
+export interface DroppableClient {
+  query(q: string): PromiseLike<unknown>;
+  end(): Promise<unknown>;
+}
+
 /**
- * An adapter's `close`: drops `schema` (unless `keepSchema`) with `query`, then ends the connection
- * with `end`.
+ * An adapter's `close`: drops `schema` (unless `keepSchema`) with `client.query`, then ends the
+ * connection with `client.end`.
  */
 export function dropAndEnd(
   schema: string,
-  end: () => Promise<unknown>,
-  query: (q: string) => PromiseLike<unknown>,
+  client: DroppableClient,
 ): (options?: { keepSchema?: boolean }) => Promise<void> {
   return async (options = {}) => {
-    if (!options.keepSchema) await query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
-    await end();
+    if (!options.keepSchema) await client.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
+    await client.end();
   };
 }
 
@@ -83,13 +88,7 @@ export function schemaBefore(version: number): { schema: string; s: string; pool
       await pool.query(`INSERT INTO ${s}.migrations (version, name) VALUES ($1, $2)`, [m.version, m.name]);
     }
   });
-  afterAll(() =>
-    dropAndEnd(
-      schema,
-      () => old.pool.end(),
-      (q) => old.pool.query(q),
-    )(),
-  );
+  afterAll(() => dropAndEnd(schema, old.pool)());
   return old;
 }
 

@@ -36,11 +36,10 @@ export const prismaFactory: OrmAdapterFactory<Prisma.TransactionClient, PrismaCl
       sql: fromPrisma(prisma),
       concurrent: true,
       userTransaction: (fn) => prisma.$transaction((tx) => fn(fromPrismaTransaction(tx))),
-      close: dropAndEnd(
-        schema,
-        () => prisma.$disconnect(),
-        (q) => prisma.$executeRawUnsafe(q),
-      ),
+      close: dropAndEnd(schema, {
+        query: (q) => prisma.$executeRawUnsafe(q),
+        end: () => prisma.$disconnect(),
+      }),
     };
   },
 };
@@ -63,11 +62,7 @@ export const typeormFactory: OrmAdapterFactory<EntityManager, DataSource> = {
       sql: fromTypeORM(dataSource),
       concurrent: true,
       userTransaction: (fn) => dataSource.transaction((manager) => fn(fromTypeORMTransaction(manager))),
-      close: dropAndEnd(
-        schema,
-        () => dataSource.destroy(),
-        (q) => dataSource.query(q),
-      ),
+      close: dropAndEnd(schema, { query: (q) => dataSource.query(q), end: () => dataSource.destroy() }),
     };
   },
 };
@@ -83,11 +78,7 @@ export const knexFactory: OrmAdapterFactory<Knex.Transaction, Knex> = {
       sql: fromKnex(db),
       concurrent: true,
       userTransaction: (fn) => db.transaction((trx) => fn(fromKnexTransaction(trx))),
-      close: dropAndEnd(
-        schema,
-        () => db.destroy(),
-        (q) => db.raw(q),
-      ),
+      close: dropAndEnd(schema, { query: (q) => db.raw(q), end: () => db.destroy() }),
     };
   },
 };
@@ -117,11 +108,7 @@ export const mikroOrmFactory: OrmAdapterFactory<MikroKnex, MikroORM> = {
       concurrent: true,
       userTransaction: (fn) =>
         orm.em.fork().transactional((em) => fn(fromKnexTransaction(em.getTransactionContext<MikroKnex>()!))),
-      close: dropAndEnd(
-        schema,
-        () => orm.close(),
-        (q) => db.raw(q),
-      ),
+      close: dropAndEnd(schema, { query: (q) => db.raw(q), end: () => orm.close() }),
     };
   },
 };

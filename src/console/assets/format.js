@@ -22,8 +22,24 @@ export function when(iso) {
   return h('time', { datetime: iso, title: iso }, text);
 }
 
+/**
+ * A badge's colour by the state it names: finished well (ok), under way (info), wants a look (warn),
+ * broken (danger). A state not listed (superseded, duplicate, cancelled, neutral…) stays grey.
+ */
+const badgeTones = {
+  ok: ['completed', 'applied', 'processed', 'delivered', 'done', 'compensated'],
+  info: ['pending', 'ready', 'running', 'processing', 'waiting', 'claimed', 'registered', 'delivering'],
+  warn: ['failed', 'compensating', 'unhandled', 'parked'],
+  danger: ['stuck', 'dead'],
+};
+const toneOf = new Map(
+  Object.entries(badgeTones).flatMap(([tone, states]) => states.map((state) => [state, tone])),
+);
+
+/** A badge showing `text`, coloured as the state `kind` (default: the text itself is the state). */
 export function badge(text, kind) {
-  return h('span', { class: `badge badge-${kind || text}` }, text);
+  const tone = toneOf.get(kind || text);
+  return h('span', { class: tone ? `badge badge-${tone}` : 'badge' }, text);
 }
 
 export function mono(text, extra) {
