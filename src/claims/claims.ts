@@ -236,11 +236,14 @@ export class Claims<Client = unknown> extends TableModule<Client, ClaimStatement
 
   /**
    * `run`, whose completion also claims the next task of `queue` in the same statement (sent with
-   * COMMIT where the connection can): a claims worker's slot runs task after task at one lock and
-   * one completion each, with no claim of its own. The next task is claimed only if this one
-   * completed. Internal to the claims worker.
+   * COMMIT where the connection can): a loop that runs one task at a time (a claims worker's slot)
+   * pays one lock and one completion per task, and no claim of its own. `next` is the task claimed
+   * for the caller to run, claimed only if this one completed; undefined when the queue had none
+   * due. The next task may be any tenant's (the claim is not pinned to one).
    *
-   * @internal
+   * @example
+   * let task = (await claims.claim('emails'))[0];
+   * while (task) ({ next: task } = await claims.runAndClaimNext(task, sendEmail, 'emails'));
    */
   async runAndClaimNext<P, R>(
     task: ClaimedTask<P>,

@@ -22,9 +22,10 @@ import {
   type Queryable,
 } from 'idem';
 import { idempotency as nodeIdempotency } from 'idem/node-http';
-import { createTestSchema, databaseUrl, type TestSchema } from '../support/database.js';
+import { countRows, createTestSchema, databaseUrl, type TestSchema } from '../support/database.js';
 import { createEffects, effectsOf } from '../support/faults/effects.js';
 import { startPgProxyTo, type CutMode, type PgProxy } from '../support/faults/pg-proxy.js';
+import { waitFor } from '../support/poll.js';
 
 let db: TestSchema;
 let proxy: PgProxy;
@@ -136,6 +137,15 @@ describe('an unknown COMMIT outcome is resolved by the retry with the same key',
         if (attempt === 1) {
           const { rows } = await tx.query<{ pid: number }>('SELECT pg_backend_pid() AS pid');
           await db.pool.query('SELECT pg_terminate_backend($1)', [rows[0]!.pid]);
+          // pg_terminate_backend only signals: wait until the backend is gone, or on a busy machine
+          // `SELECT 1` can still be answered and the loss is met at COMMIT instead (commit unknown).
+          await waitFor(
+            async () =>
+              (await countRows(db.pool, 'SELECT count(*) AS n FROM pg_stat_activity WHERE pid = $1', [
+                rows[0]!.pid,
+              ])) === 0,
+            'the terminated backend to exit',
+          );
           await tx.query('SELECT 1'); // the connection is gone: this fails
         }
         return { attempt };
