@@ -154,7 +154,12 @@ export class ClaimsWorker<P, R, Client> extends PollingWorker {
     await super.stop();
     const carried = this.carried.filter((task): task is ClaimedTask<P> => task !== undefined);
     this.carried = [];
-    await Promise.all(carried.map((task) => this.claims.release(task)));
+    // A task that cannot be put back is due again when its lease ends: reported, not thrown.
+    const released = await Promise.allSettled(carried.map((task) => this.claims.release(task)));
+    for (const r of released) {
+      if (r.status === 'rejected')
+        this.events.emit('error', { source: 'claims-worker', where: 'batch', error: r.reason });
+    }
   }
 
   private async runTask(task: ClaimedTask<P>): Promise<RunOutcome<R>> {
