@@ -51,11 +51,11 @@ describe('a claims worker with concurrency', () => {
       ...(events ? { events } : {}),
     });
 
-  const claimedNow = async (queue: string) =>
+  const stateCount = async (queue: string, state: string) =>
     (
       await db.pool.query<{ n: number }>(
-        `SELECT count(*)::int AS n FROM "${db.schema}".tasks WHERE queue = $1 AND state = 'claimed'`,
-        [queue],
+        `SELECT count(*)::int AS n FROM "${db.schema}".tasks WHERE queue = $1 AND state = $2`,
+        [queue, state],
       )
     ).rows[0]!.n;
 
@@ -78,11 +78,12 @@ describe('a claims worker with concurrency', () => {
     });
     await worker.start();
     try {
-      // Every quick task completes while the slow one is still running in its slot.
-      await waitFor(() => done.length === 12, 'the quick tasks');
+      // Every quick task completes (committed: the handler's push comes before its commit) while
+      // the slow one is still running in its slot.
+      await waitFor(async () => (await stateCount(queue, 'completed')) === 12, 'the quick tasks');
       expect(slowStarted).toBe(true);
       expect(done).not.toContain('slow');
-      expect(await claimedNow(queue)).toBe(1);
+      expect(await stateCount(queue, 'claimed')).toBe(1);
     } finally {
       release();
       await waitFor(() => done.length === 13, 'the slow task');

@@ -131,30 +131,33 @@ describe('an unknown COMMIT outcome is resolved by the retry with the same key',
     const key = `t-${randomUUID()}`;
     let attempt = 0;
     const run = () =>
-      idem.run({ tenant: 'acme', operation: 'terminate', key, request: {} }, async (tx) => {
-        attempt++;
-        await tx.query(`INSERT INTO "${db.schema}".effects (key, amount) VALUES ($1, 1)`, [key]);
-        if (attempt === 1) {
-          const { rows } = await tx.query<{ pid: number }>('SELECT pg_backend_pid() AS pid');
-          await db.pool.query('SELECT pg_terminate_backend($1)', [rows[0]!.pid]);
-          // pg_terminate_backend only signals: wait until the backend is gone, or on a busy machine
-          // `SELECT 1` can still be answered and the loss is met at COMMIT instead (commit unknown).
-          await waitFor(
-            async () =>
-              (await countRows(db.pool, 'SELECT count(*) AS n FROM pg_stat_activity WHERE pid = $1', [
-                rows[0]!.pid,
-              ])) === 0,
-            'the terminated backend to exit',
-          );
-          await tx.query('SELECT 1'); // the connection is gone: this fails
-        }
-        return { attempt };
-      });
+      idem.run(
+        { tenant: 'acme', operation: 'terminate', key, request: {}, transactionRetries: 0 },
+        async (tx) => {
+          attempt++;
+          await tx.query(`INSERT INTO "${db.schema}".effects (key, amount) VALUES ($1, 1)`, [key]);
+          if (attempt === 1) {
+            const { rows } = await tx.query<{ pid: number }>('SELECT pg_backend_pid() AS pid');
+            await db.pool.query('SELECT pg_terminate_backend($1)', [rows[0]!.pid]);
+            // pg_terminate_backend only signals: wait until the backend is gone, or on a busy machine
+            // `SELECT 1` can still be answered and the loss is met at COMMIT instead (commit unknown).
+            await waitFor(
+              async () =>
+                (await countRows(db.pool, 'SELECT count(*) AS n FROM pg_stat_activity WHERE pid = $1', [
+                  rows[0]!.pid,
+                ])) === 0,
+              'the terminated backend to exit',
+            );
+            await tx.query('SELECT 1'); // the connection is gone: this fails
+          }
+          return { attempt };
+        },
+      );
     const error = await run().then(
       () => undefined,
       (e: unknown) => e,
     );
-    expect(isOperationFailed(error)).toBe(true);
+    expect(isOperationFailed(error), String(error)).toBe(true);
     expect(isRetryable(error)).toBe(true);
     expect((await effectsOf(db.pool, db.schema, [key])).get(key)).toBe(0);
     expect(await idem.get({ tenant: 'acme', operation: 'terminate', key })).toBeNull();
