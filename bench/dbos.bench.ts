@@ -18,7 +18,6 @@ import { AsyncLocalStorage } from 'node:async_hooks';
 import { randomBytes } from 'node:crypto';
 import { createRequire } from 'node:module';
 import { createServer } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { DBOS } from '@dbos-inc/dbos-sdk';
 import {
   assertStillOwnsWorkflow,
@@ -34,6 +33,7 @@ import { fromPg } from '../src/adapters/pg.js';
 import { migrate } from '../src/migrate/migrate.js';
 import { createIdem } from '../src/operations/idem.js';
 import { closedLoop, round, sideBySide, type LoadResult } from './lib/measure.js';
+import { listenOnLoopback } from './lib/loopback.js';
 import type { BenchContext, BenchFigure, BenchSection } from './lib/types.js';
 
 const callMs = 5;
@@ -158,15 +158,7 @@ async function startProvider(latencyMs: number): Promise<{ url: string; close():
       }, latencyMs);
     });
   });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  return {
-    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/charges`,
-    close: () =>
-      new Promise((resolve) => {
-        server.closeAllConnections();
-        server.close(() => resolve());
-      }),
-  };
+  return listenOnLoopback(server);
 }
 
 export default async function dbosBench(ctx: BenchContext): Promise<BenchSection> {

@@ -7,12 +7,12 @@
  */
 import { randomBytes } from 'node:crypto';
 import { createServer } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import pg from 'pg';
 import { fromPg } from '../src/adapters/pg.js';
 import { migrate } from '../src/migrate/migrate.js';
 import { createIdem, type Idem } from '../src/operations/idem.js';
 import { round } from './lib/measure.js';
+import { listenOnLoopback } from './lib/loopback.js';
 import type { BenchContext, BenchFigure, BenchSection } from './lib/types.js';
 
 const operations = 40;
@@ -193,15 +193,7 @@ async function startProvider(latencyMs: number): Promise<{ url: string; close():
       else setTimeout(answer, latencyMs);
     });
   });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  return {
-    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/charges`,
-    close: () =>
-      new Promise((resolve) => {
-        server.closeAllConnections();
-        server.close(() => resolve());
-      }),
-  };
+  return listenOnLoopback(server);
 }
 
 function medianBurst(bursts: Burst[]): Burst {
