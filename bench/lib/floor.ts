@@ -22,6 +22,8 @@ export const floorDesigns: readonly FloorDesign[] = ['claim', 'commit-read', 'co
 const far = 1e9;
 /** A fingerprint as long as idem's (SHA-256, hex), so the rows written are the same size. */
 const fingerprint = 'f'.repeat(64);
+/** The causation columns (intent, traceparent), last: null, as idem writes them outside any intent or trace. */
+const noCause = [null, null];
 
 export async function floorStatements<T>(
   sql: Sql,
@@ -38,7 +40,7 @@ export async function floorStatements<T>(
     if (design === 'claim') {
       await tx.query(
         statements.claim,
-        [...scope, fingerprint, null, now, until, until, '5000ms'],
+        [...scope, fingerprint, null, now, until, until, '5000ms', ...noCause],
         statements.names.claim,
       );
     }
@@ -63,6 +65,7 @@ export async function floorStatements<T>(
         until,
         until,
         '5000ms',
+        ...noCause,
       ];
       // A pipelined pool: the record goes out with COMMIT, as idem sends it there.
       if (canCommitWith(tx)) {

@@ -46,12 +46,20 @@ export async function sideBySide(
   rounds: number,
   a: () => Promise<LoadResult>,
   b: () => Promise<LoadResult>,
+  options: { alternate?: boolean } = {},
 ): Promise<[LoadResult, LoadResult]> {
   const as: LoadResult[] = [];
   const bs: LoadResult[] = [];
   for (let i = 0; i < rounds; i++) {
-    as.push(await a());
-    bs.push(await b());
+    // `alternate`: odd rounds run b first, so neither side always follows the other's work (a
+    // drain measured right after the other side's fill and drain paid its checkpoint and vacuum).
+    if (options.alternate && i % 2 === 1) {
+      bs.push(await b());
+      as.push(await a());
+    } else {
+      as.push(await a());
+      bs.push(await b());
+    }
   }
   return [median(as), median(bs)];
 }
