@@ -143,6 +143,15 @@ export function runCausedBy<T>(cause: Causation, fn: () => T, actedFor?: { ref: 
   return storage.run(actedFor ? { ...cause, actedFor } : cause, fn);
 }
 
+/**
+ * Runs `fn` with `traceparent` as the trace context its writes record and its messages carry (the
+ * intent stays what it is): an HTTP caller's, in a process with no tracer provider, so the trace
+ * id still travels from the caller through the records and messages the request causes.
+ */
+export function runInTraceOf<T>(traceparent: string, fn: () => T): T {
+  return storage.run({ ...(storage.getStore() ?? none), traceparent }, fn);
+}
+
 /** The intent a receipt's handler said it acted for (`onBehalfOf`), read when the receipt finishes. */
 export function actedForNow(): string | null {
   return storage.getStore()?.actedFor?.ref ?? null;

@@ -8,6 +8,7 @@ import {
   isStepFailed,
 } from '../core/errors.js';
 import { isRetryable } from '../core/retryable.js';
+import { continueTrace } from '../observability/caused-span.js';
 import { isRetryableStepFailure } from '../steps/retryable.js';
 import type { OperationSpec } from '../operations/options.js';
 import { completed, refused, type Outcome } from '../operations/outcome.js';
@@ -39,6 +40,11 @@ export interface RequestView<Req> {
   keyFields: readonly string[];
   /** The declared `Content-Length`, if any. */
   contentLength: number | undefined;
+  /**
+   * The request's W3C `traceparent` header, if any: idem's span continues the caller's trace when
+   * no span is active already (see `continueTrace`).
+   */
+  traceparent?: string | undefined;
 }
 
 /** A request that passed the checks and may claim its key. */
@@ -50,6 +56,8 @@ export interface Ticket {
   route: string;
   path: string;
   query: string;
+  /** The request's `traceparent` header (`RequestView.traceparent`). */
+  traceparent?: string | undefined;
 }
 
 /** The first decision: leave the request alone, answer it now, or go on with its key. */
@@ -215,7 +223,16 @@ export class HttpIdempotency<Req, Client = unknown> {
     } else operation = `${method} ${route}`;
     return {
       kind: 'admitted',
-      ticket: { key, tenant, operation, method, route, path: view.path, query: view.query },
+      ticket: {
+        key,
+        tenant,
+        operation,
+        method,
+        route,
+        path: view.path,
+        query: view.query,
+        ...(view.traceparent ? { traceparent: view.traceparent } : {}),
+      },
     };
   }
 
@@ -275,12 +292,13 @@ export class HttpIdempotency<Req, Client = unknown> {
     };
     const state: RunState = { invoked: false, captured: undefined };
     try {
-      const result =
+      const result = await continueTrace(ticket.traceparent, () =>
         mode === 'transaction'
-          ? await idem.run(spec, (tx, operation) =>
+          ? idem.run(spec, (tx, operation) =>
               this.runHandler(state, new TransactionContext(tx, operation), respond),
             )
-          : await idem.steps(spec, (op) => this.runHandler(state, new StepsContext(op), respond));
+          : idem.steps(spec, (op) => this.runHandler(state, new StepsContext(op), respond)),
+      );
       if (result.replayed) {
         const stored = restoreResponse(result.value, result.body);
         stored.headers.push([replayedHeader, 'true']);

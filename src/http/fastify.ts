@@ -175,6 +175,7 @@ function preHandler(engine: HttpIdempotency<FastifyRequest>) {
       ...requestParts(request),
       keyFields: [],
       contentLength: undefined,
+      traceparent: firstHeader(request.headers.traceparent),
     };
     const fingerprint = state.fingerprint;
     if (fingerprint && !fingerprint.ok) return send(reply, engine.bodyMalformed(fingerprint.detail));
@@ -212,6 +213,11 @@ function requestParts(request: FastifyRequest): {
 } {
   const [path = '/', query = ''] = request.url.split('?', 2);
   return { method: request.method, route: request.routeOptions.url ?? '', path, query };
+}
+
+/** A header's value as Node parsed it (a repeated header may be an array). */
+function firstHeader(value: string | string[] | undefined): string | undefined {
+  return Array.isArray(value) ? value[0] : value;
 }
 
 type Payload = NodeJS.ReadableStream & { receivedEncodedLength?: number };

@@ -56,6 +56,7 @@ function middleware<Client>(engine: HttpIdempotency<Context, Client>): HonoIdemp
       query: url.search.slice(1),
       keyFields: keyFields(c, engine.options.keyHeader),
       contentLength: declaredLength(c.req.header('content-length')),
+      traceparent: c.req.header('traceparent'),
     };
     const admission = await engine.admit(view);
     if (admission.kind === 'answer') return toResponse(admission.response);

@@ -29,6 +29,7 @@ export function nodeRequestView<Req>(
     query,
     keyFields: rawHeaderValues(raw.rawHeaders, keyHeader),
     contentLength: declaredLength(raw.headers['content-length']),
+    traceparent: rawHeaderValues(raw.rawHeaders, 'traceparent')[0],
   };
 }
 

@@ -127,6 +127,7 @@ export class LambdaInvocations<Client, Event> {
       query: http.query,
       keyFields: [],
       contentLength: undefined,
+      traceparent: http.fields('traceparent')[0],
     };
     const scoped = await engine.scope(view, key);
     if (scoped.kind === 'answer') return answer(scoped.response);

@@ -1,5 +1,7 @@
 /**
- * The consumer's side of a trace that crossed a message: a handler (an inbox message's, a claimed
+ * The receiving side of a trace that crossed a process boundary.
+ *
+ * A message's consumer: a handler (an inbox message's, a claimed
  * task's) runs on behalf of the intent its message or task names, in a span whose *parent* is the
  * producer's span (the `traceparent` the message carried).
  *
@@ -10,7 +12,13 @@
  * folds many messages); idem handles one message per handler, so it has one cause.
  */
 import { context, SpanKind, SpanStatusCode, trace, type Attributes } from '@opentelemetry/api';
-import { parseTraceparent, runCausedBy, type Causation } from '../core/causation.js';
+import {
+  formatTraceparent,
+  parseTraceparent,
+  runCausedBy,
+  runInTraceOf,
+  type Causation,
+} from '../core/causation.js';
 import { tracing } from './events.js';
 
 const tracer = trace.getTracer('idem');
@@ -49,4 +57,23 @@ export function runInCause<T>(
       }
     },
   );
+}
+
+/**
+ * Runs `fn` (an HTTP request's operation) in the caller's trace, named by the request's
+ * `traceparent`. With a tracer provider registered and no span active yet, the spans `fn` starts
+ * have that context as their remote parent; a span that is already active (the app's own HTTP
+ * instrumentation, which read the same header) wins, and idem's span is its child as usual.
+ * Without a tracer provider, what `fn` writes records the caller's `traceparent` and the messages
+ * it causes carry it, as a consumer's handler does with its message's. An invalid value is ignored.
+ *
+ * Parent, not link, for the same reason as a message's: the request is the one cause of the
+ * operation it runs.
+ */
+export function continueTrace<T>(traceparent: string | undefined, fn: () => Promise<T>): Promise<T> {
+  const remote = parseTraceparent(traceparent);
+  if (!remote) return fn();
+  if (!tracing()) return runInTraceOf(formatTraceparent(remote), fn);
+  if (trace.getSpan(context.active()) !== undefined) return fn();
+  return context.with(trace.setSpanContext(context.active(), remote), fn);
 }
