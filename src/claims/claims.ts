@@ -18,7 +18,9 @@ import {
   completeTasks,
   failTask,
   guardTask,
+  lockAheadMarginMs,
   lockTask,
+  lockTaskAhead,
   releaseTask,
   renewLease,
   type ClaimOptions,
@@ -266,11 +268,22 @@ export class Claims<Client = unknown> extends TableModule<Client, ClaimStatement
     finish: (tx: Transaction<Client>, value: R, commit: PipelinedTransaction | undefined) => Promise<Next>,
   ): Promise<{ outcome: RunOutcome<R>; next?: Next }> {
     let handlerError: { error: unknown } | undefined;
+    // Set when the lock went out ahead of the handler (`lockTaskAhead`): its outcome decides.
+    let lockedAhead: Promise<unknown> | undefined;
     try {
       const [value, next] = await this.sql.transaction(async (tx): Promise<[R, Next]> => {
         // In idem's own transaction, which ends with the completion, the lock is enough (no lease
         // renewal: see the `lock` statement).
-        await lockTask(this.context, tx, task);
+        const commit = canCommitWith(tx) ? tx : undefined;
+        if (commit && task.leaseUntil - this.clock.now() >= lockAheadMarginMs) {
+          const locked = lockTaskAhead(this.context, tx, task);
+          lockedAhead = locked.then(
+            () => undefined,
+            (error: unknown) => error,
+          );
+        } else {
+          await lockTask(this.context, tx, task);
+        }
         let value: R;
         try {
           value = await this.inCause(task, () => handler(tx, task));
@@ -278,10 +291,19 @@ export class Claims<Client = unknown> extends TableModule<Client, ClaimStatement
           handlerError = { error };
           throw error;
         }
-        return [value, await finish(tx, value, canCommitWith(tx) ? tx : undefined)];
+        const next = await finish(tx, value, commit);
+        // Answered before the completion was (one connection, in order); a failed lock made the
+        // completion fail too, so this only reports why.
+        await rethrow(lockedAhead);
+        return [value, next];
       });
       return { outcome: { state: 'completed', value }, next };
     } catch (error) {
+      // A lock sent ahead that failed aborted the transaction: whatever the handler or the
+      // completion met after it (25P02), the task was fenced and nothing committed.
+      const lockError = await lockedAhead;
+      if (isFenced(lockError)) return { outcome: { state: 'fenced', error: lockError } };
+      if (lockError !== undefined) throw lockError;
       if (isFenced(error) && !handlerError) return { outcome: { state: 'fenced', error } };
       if (!handlerError) throw error;
       try {
@@ -375,4 +397,10 @@ export class Claims<Client = unknown> extends TableModule<Client, ClaimStatement
  */
 export function createClaims<Client>(options: ClaimsOptions<Client>): Claims<Client> {
   return new Claims(options);
+}
+
+/** Throws the error `settled` resolves with (a promise that resolves with its error, or undefined). */
+async function rethrow(settled: Promise<unknown> | undefined): Promise<void> {
+  const error = await settled;
+  if (error !== undefined) throw error;
 }

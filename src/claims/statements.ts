@@ -5,6 +5,7 @@ import {
   allRows,
   defineStatement,
   firstRow,
+  nothing,
   preparedStatement,
   type StatementSpec,
 } from '../core/statement.js';
@@ -186,6 +187,22 @@ export function renderClaimStatements(schema: string) {
       FOR NO KEY UPDATE`,
       params: ({ task }: { task: HeldTask }) => [task.id, task.fence, task.tenant],
       result: (result) => result.rows.length,
+    }),
+
+    /**
+     * `lock` that aborts the transaction when the fence does not hold, instead of returning no
+     * row: a division by zero (22012, the count of rows locked is 0), at execution, not planning
+     * (the divisor is not a constant). `run` sends it with BEGIN and does not wait for its answer
+     * (see `lockTaskAhead`): the handler's statements and the completion queue behind it on the
+     * same connection, and if it failed they all fail and COMMIT rolls back. $3 tenant.
+     */
+    lockOrAbort: prepared('lockOrAbort', {
+      text: `SELECT 1 / count(*)::int AS held FROM (
+        SELECT 1 FROM ${s}.tasks
+        WHERE tenant_id = $3 AND id = $1 AND fence = $2 AND state = 'claimed'
+        FOR NO KEY UPDATE) locked`,
+      params: ({ task }: { task: HeldTask }) => [task.id, task.fence, task.tenant],
+      result: nothing,
     }),
 
     /** Sets the lease end (a heartbeat). $4 tenant. */

@@ -3,7 +3,8 @@
  * postgres.js): the task's row is locked for the transaction (nothing written), and its completion
  * goes out with COMMIT. What must hold whatever the round trips, as for `run`'s record with COMMIT
  * (test/adapters/record-with-commit.test.ts): the handler's writes and the completion commit
- * together or not at all; a task taken over is not run and writes nothing; a failure at COMMIT
+ * together or not at all; a task taken over is not run and writes nothing (and when the lock went
+ * out ahead of the handler, nothing it wrote commits); a failure at COMMIT
  * completes nothing and leaves the pool usable.
  */
 import { randomBytes } from 'node:crypto';
@@ -83,6 +84,32 @@ describe.each(committing)('$name: a task completes with COMMIT', (factory) => {
     expect(ran).toBe(false);
     expect(await state(task)).toBe('claimed');
     expect((await claims.run(takeover!, async () => 'mine')).state).toBe('completed');
+  });
+
+  it('commits nothing of a task fenced while its lock went out ahead of the handler', async () => {
+    // A worker whose clock runs ahead takes the task over while this one still sees 10 s of lease:
+    // the lock goes out with BEGIN, unanswered, and the handler's write queues behind it.
+    const task = await claimed();
+    const ahead = createManualClock({ startMs: clock.now() + 10_001 });
+    const other = createClaims({ sql: adapter.sql, schema, clock: ahead, leaseMs: 10_000 });
+    const [takeover] = await other.claim(task.queue);
+    expect(takeover?.fence).toBe(task.fence + 1);
+    const outcome = await claims.run(task, async (tx) => {
+      await tx.query(`INSERT INTO "${schema}".effects (tenant, intent) VALUES ('acme', $1)`, [task.id]);
+      return 'late';
+    });
+    expect(outcome.state).toBe('fenced');
+    expect(await effects(task.id)).toBe(0);
+    // An empty handler: the completion (and the next claim) went out behind the failed lock.
+    await claims.enqueue({ tenant: 'acme', queue: task.queue, key: 'k2', payload: {} });
+    const { outcome: second, next } = await claims.runAndClaimNext(task, async () => 'late', task.queue);
+    expect(second.state).toBe('fenced');
+    expect(next).toBeUndefined();
+    expect(await state(task)).toBe('claimed');
+    expect((await other.run(takeover!, async () => 'mine')).state).toBe('completed');
+    const [waiting] = await claims.claim(task.queue);
+    expect(waiting?.key).toBe('k2');
+    expect((await claims.run(waiting!, async () => 'after')).state).toBe('completed');
   });
 
   it('completes nothing when COMMIT fails, and the pool goes on', async () => {
