@@ -1,15 +1,20 @@
 /**
  * Trace context and intent across a broker, on real RabbitMQ and NATS JetStream: every message idem
  * publishes carries `traceparent` and `idem-intent`; a consumer in another process (a child with
- * its own tracer) records the intent on its inbox record and continues the producer's trace.
+ * its own tracer) records the intent on its inbox record and continues the producer's trace; and
+ * with an HTTP caller in front, the caller's trace id reaches that consumer.
  */
 import { spawn } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { fileURLToPath } from 'node:url';
 import amqp from 'amqplib';
 import { AckPolicy, jetstreamManager } from '@nats-io/jetstream';
 import { connect } from '@nats-io/transport-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { fromPg } from 'idem/pg';
+import { idempotency } from 'idem/node-http';
 import { createIdem, createTrace, type Idem, type Sql } from 'idem';
 import {
   createNatsPublisher,
@@ -109,6 +114,84 @@ describe.skipIf(!amqpUrl && !natsUrl)('causation across brokers', () => {
         expect(timeline?.items.map((item) => item.kind)).toEqual(['request', 'outbox', 'consumption']);
       } finally {
         child.kill();
+        await channel.deleteQueue(queue).catch(() => undefined);
+        await admin.close();
+      }
+    },
+  );
+
+  it.skipIf(!amqpUrl)(
+    'RabbitMQ: one trace id from an HTTP caller, through the request and its event, to the consumer process',
+    async () => {
+      const queue = uniqueName('trace-http');
+      const admin = await amqp.connect(amqpUrl!);
+      const channel = await admin.createChannel();
+      const child = spawnConsumer({
+        DATABASE_URL: databaseUrl(),
+        SCHEMA: db.schema,
+        AMQP_URL: amqpUrl!,
+        QUEUE: queue,
+      });
+      // The API: POST /payments adds `payment.created` in the request's transaction.
+      const server = createServer(
+        idempotency({
+          idem,
+          tenant: () => tenant,
+          route: '/payments',
+          handler: async (req, res) => {
+            const key = req.headers['idempotency-key'] as string;
+            await outbox.add(req.idem!.tx, {
+              tenant,
+              topic: queue,
+              key,
+              type: 'payment.created',
+              payload: { key },
+            });
+            res.writeHead(201, { 'content-type': 'application/json' }).end('{"ok":true}');
+          },
+        }),
+      );
+      await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+      const publisher = createRabbitMqPublisher({
+        connection: amqpUrl!,
+        route: () => ({ exchange: '', routingKey: queue }),
+      });
+      try {
+        await child.line('ready');
+        const traceId = randomBytes(16).toString('hex');
+        const callerSpan = randomBytes(8).toString('hex');
+        const { port } = server.address() as AddressInfo;
+        const response = await fetch(`http://127.0.0.1:${port}/payments`, {
+          method: 'POST',
+          headers: {
+            'content-type': 'application/json',
+            'idempotency-key': 'order-2101',
+            traceparent: `00-${traceId}-${callerSpan}-01`,
+          },
+          body: '{"amount":1250}',
+        });
+        expect(response.status).toBe(201);
+        const run = spans.find((span) => span.name === 'idem.run' && span.traceId === traceId);
+        expect(run?.parentSpanId).toBe(callerSpan);
+        const published = await createOutboxDispatcher({
+          sql,
+          schema: db.schema,
+          publisher,
+          topics: [queue],
+        }).drain();
+        expect(published.published).toBe(1);
+        const result = JSON.parse((await child.line('RESULT ')).slice('RESULT '.length)) as {
+          headers: Record<string, unknown>;
+          spans: RecordedSpan[];
+        };
+        const consumer = result.spans.find((span) => span.name === 'idem.inbox.handle');
+        // The caller's trace id, end to end: HTTP caller → idem.run → the event → the consumer.
+        expect(consumer).toMatchObject({ traceId, parentSpanId: run!.spanId });
+        expect(result.headers).toMatchObject({ 'idem-intent': `${tenant}/POST%20%2Fpayments/order-2101` });
+      } finally {
+        child.kill();
+        await publisher.close();
+        await new Promise((resolve) => server.close(resolve));
         await channel.deleteQueue(queue).catch(() => undefined);
         await admin.close();
       }
