@@ -133,24 +133,23 @@ describe.skipIf(!amqpUrl && !natsUrl)('causation across brokers', () => {
         QUEUE: queue,
       });
       // The API: POST /payments adds `payment.created` in the request's transaction.
-      const server = createServer(
-        idempotency({
-          idem,
-          tenant: () => tenant,
-          route: '/payments',
-          handler: async (req, res) => {
-            const key = req.headers['idempotency-key'] as string;
-            await outbox.add(req.idem!.tx, {
-              tenant,
-              topic: queue,
-              key,
-              type: 'payment.created',
-              payload: { key },
-            });
-            res.writeHead(201, { 'content-type': 'application/json' }).end('{"ok":true}');
-          },
-        }),
-      );
+      const api = idempotency({
+        idem,
+        tenant: () => tenant,
+        route: '/payments',
+        handler: async (req, res) => {
+          const key = req.headers['idempotency-key'] as string;
+          await outbox.add(req.idem!.tx, {
+            tenant,
+            topic: queue,
+            key,
+            type: 'payment.created',
+            payload: { key },
+          });
+          res.writeHead(201, { 'content-type': 'application/json' }).end('{"ok":true}');
+        },
+      });
+      const server = createServer((req, res) => void api(req, res));
       await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
       const publisher = createRabbitMqPublisher({
         connection: amqpUrl!,
