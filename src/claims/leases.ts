@@ -113,9 +113,12 @@ export const lockAheadMarginMs = 5_000;
  * when the lease was lost. Measured in bench/claims.bench.ts (the worker one task at a time).
  */
 export function lockTaskAhead(claims: ClaimsContext, tx: Queryable, task: ClaimedTask): Promise<void> {
-  return claims.statements.lockOrAbort(tx, { task }).catch((error: unknown) => {
-    throw sqlStateOf(error) === divisionByZero ? new FencedError(taskScope(task), task.fence) : error;
-  });
+  return claims.statements.lockOrAbort(tx, { task }).then(
+    () => undefined,
+    (error: unknown) => {
+      throw sqlStateOf(error) === divisionByZero ? new FencedError(taskScope(task), task.fence) : error;
+    },
+  );
 }
 
 /** The SQLSTATE `lockOrAbort` raises when the fence does not hold. */

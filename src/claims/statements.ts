@@ -5,7 +5,6 @@ import {
   allRows,
   defineStatement,
   firstRow,
-  nothing,
   preparedStatement,
   type StatementSpec,
 } from '../core/statement.js';
@@ -202,7 +201,8 @@ export function renderClaimStatements(schema: string) {
         WHERE tenant_id = $3 AND id = $1 AND fence = $2 AND state = 'claimed'
         FOR NO KEY UPDATE) locked`,
       params: ({ task }: { task: HeldTask }) => [task.id, task.fence, task.tenant],
-      result: nothing,
+      // One row (held = 1) when it returns at all.
+      result: affectedRows,
     }),
 
     /** Sets the lease end (a heartbeat). $4 tenant. */

@@ -65,38 +65,59 @@ describe.skipIf(!amqpUrl && !natsUrl)('causation across brokers', () => {
     };
   }
 
-  it.skipIf(!amqpUrl)(
-    'RabbitMQ: the consumer process records the intent and joins the trace as a child span',
-    async () => {
-      const queue = uniqueName('trace');
-      const admin = await amqp.connect(amqpUrl!);
-      // The consumer declares the queue (as it does in production) before it says ready.
-      const channel = await admin.createChannel();
-      const child = spawnConsumer({
-        DATABASE_URL: databaseUrl(),
-        SCHEMA: db.schema,
-        AMQP_URL: amqpUrl!,
-        QUEUE: queue,
-      });
-      try {
-        await child.line('ready');
-        const { id, run, traceparent, ref } = await publishInIntent('order-2001', queue);
-        const publisher = createRabbitMqPublisher({
-          connection: amqpUrl!,
-          route: () => ({ exchange: '', routingKey: queue }),
-        });
-        try {
-          expect(
-            (await createOutboxDispatcher({ sql, schema: db.schema, publisher, topics: [queue] }).drain())
-              .published,
-          ).toBe(1);
-        } finally {
-          await publisher.close();
-        }
-        const result = JSON.parse((await child.line('RESULT ')).slice('RESULT '.length)) as {
+  /**
+   * A consumer process on a fresh RabbitMQ queue. `deliver()` drains the outbox's events of that
+   * queue to RabbitMQ and returns what the consumer saw: the headers and the spans it recorded.
+   */
+  async function rabbitConsumer() {
+    const queue = uniqueName('trace');
+    const admin = await amqp.connect(amqpUrl!);
+    // The consumer declares the queue (as it does in production) before it says ready.
+    const channel = await admin.createChannel();
+    const child = spawnConsumer({
+      DATABASE_URL: databaseUrl(),
+      SCHEMA: db.schema,
+      AMQP_URL: amqpUrl!,
+      QUEUE: queue,
+    });
+    const publisher = createRabbitMqPublisher({
+      connection: amqpUrl!,
+      route: () => ({ exchange: '', routingKey: queue }),
+    });
+    return {
+      queue,
+      ready: () => child.line('ready'),
+      async deliver() {
+        const drained = await createOutboxDispatcher({
+          sql,
+          schema: db.schema,
+          publisher,
+          topics: [queue],
+        }).drain();
+        expect(drained.published).toBe(1);
+        const line = await child.line('RESULT ');
+        return JSON.parse(line.slice('RESULT '.length)) as {
           headers: Record<string, unknown>;
           spans: RecordedSpan[];
         };
+      },
+      async close() {
+        child.kill();
+        await publisher.close();
+        await channel.deleteQueue(queue).catch(() => undefined);
+        await admin.close();
+      },
+    };
+  }
+
+  it.skipIf(!amqpUrl)(
+    'RabbitMQ: the consumer process records the intent and joins the trace as a child span',
+    async () => {
+      const ledger = await rabbitConsumer();
+      try {
+        await ledger.ready();
+        const { id, run, traceparent, ref } = await publishInIntent('order-2001', ledger.queue);
+        const result = await ledger.deliver();
         expect(result.headers).toMatchObject({ traceparent, 'idem-intent': ref });
         const consumer = result.spans.find((span) => span.name === 'idem.inbox.handle');
         expect(consumer).toMatchObject({
@@ -113,9 +134,7 @@ describe.skipIf(!amqpUrl && !natsUrl)('causation across brokers', () => {
         const timeline = await createTrace({ sql, schema: db.schema }).message(id, { tenant });
         expect(timeline?.items.map((item) => item.kind)).toEqual(['request', 'outbox', 'consumption']);
       } finally {
-        child.kill();
-        await channel.deleteQueue(queue).catch(() => undefined);
-        await admin.close();
+        await ledger.close();
       }
     },
   );
@@ -123,15 +142,7 @@ describe.skipIf(!amqpUrl && !natsUrl)('causation across brokers', () => {
   it.skipIf(!amqpUrl)(
     'RabbitMQ: one trace id from an HTTP caller, through the request and its event, to the consumer process',
     async () => {
-      const queue = uniqueName('trace-http');
-      const admin = await amqp.connect(amqpUrl!);
-      const channel = await admin.createChannel();
-      const child = spawnConsumer({
-        DATABASE_URL: databaseUrl(),
-        SCHEMA: db.schema,
-        AMQP_URL: amqpUrl!,
-        QUEUE: queue,
-      });
+      const ledger = await rabbitConsumer();
       // The API: POST /payments adds `payment.created` in the request's transaction.
       const api = idempotency({
         idem,
@@ -141,7 +152,7 @@ describe.skipIf(!amqpUrl && !natsUrl)('causation across brokers', () => {
           const key = req.headers['idempotency-key'] as string;
           await outbox.add(req.idem!.tx, {
             tenant,
-            topic: queue,
+            topic: ledger.queue,
             key,
             type: 'payment.created',
             payload: { key },
@@ -151,12 +162,8 @@ describe.skipIf(!amqpUrl && !natsUrl)('causation across brokers', () => {
       });
       const server = createServer((req, res) => void api(req, res));
       await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-      const publisher = createRabbitMqPublisher({
-        connection: amqpUrl!,
-        route: () => ({ exchange: '', routingKey: queue }),
-      });
       try {
-        await child.line('ready');
+        await ledger.ready();
         const traceId = randomBytes(16).toString('hex');
         const callerSpan = randomBytes(8).toString('hex');
         const { port } = server.address() as AddressInfo;
@@ -172,27 +179,14 @@ describe.skipIf(!amqpUrl && !natsUrl)('causation across brokers', () => {
         expect(response.status).toBe(201);
         const run = spans.find((span) => span.name === 'idem.run' && span.traceId === traceId);
         expect(run?.parentSpanId).toBe(callerSpan);
-        const published = await createOutboxDispatcher({
-          sql,
-          schema: db.schema,
-          publisher,
-          topics: [queue],
-        }).drain();
-        expect(published.published).toBe(1);
-        const result = JSON.parse((await child.line('RESULT ')).slice('RESULT '.length)) as {
-          headers: Record<string, unknown>;
-          spans: RecordedSpan[];
-        };
+        const result = await ledger.deliver();
         const consumer = result.spans.find((span) => span.name === 'idem.inbox.handle');
         // The caller's trace id, end to end: HTTP caller → idem.run → the event → the consumer.
         expect(consumer).toMatchObject({ traceId, parentSpanId: run!.spanId });
         expect(result.headers).toMatchObject({ 'idem-intent': `${tenant}/POST%20%2Fpayments/order-2101` });
       } finally {
-        child.kill();
-        await publisher.close();
         await new Promise((resolve) => server.close(resolve));
-        await channel.deleteQueue(queue).catch(() => undefined);
-        await admin.close();
+        await ledger.close();
       }
     },
   );

@@ -11,23 +11,20 @@ import { client, type Send } from '../support/http/client.js';
 import { createHarness, type Harness } from '../support/http/harness.js';
 
 describe('an HTTP caller’s trace with no tracer provider', () => {
-  const framework = frameworks.find((f) => f.name === 'node-http')!;
-  let h: Harness;
-  let app: RunningApp;
-  let send: Send;
-
+  let running: { h: Harness; app: RunningApp; send: Send } | undefined;
   beforeAll(async () => {
-    h = await createHarness();
-    app = await framework.start(h);
-    send = client(app.url);
+    const h = await createHarness();
+    const app = await frameworks.find((f) => f.name === 'node-http')!.start(h);
+    running = { h, app, send: client(app.url) };
   });
   afterAll(async () => {
-    await app?.close();
-    await h?.close();
+    await running?.app.close();
+    await running?.h.close();
   });
 
   async function recorded(traceparent: string): Promise<string | null> {
     const key = `u-${randomBytes(6).toString('hex')}`;
+    const { h, send } = running!;
     const response = await send('/orders', { key, body: { amount: 10 }, headers: { traceparent } });
     expect(response.status).toBe(201);
     const { rows } = await h.db.pool.query<{ traceparent: string | null }>(
