@@ -44,8 +44,8 @@ export interface ClaimsWorkerOptions<P, R, Client = unknown> {
    * Slots: up to this many tasks run at once, and a slot that frees up gets its next task at once,
    * without waiting for the slowest task of a batch. A task's completion claims its slot's next
    * task in the same statement (sent with COMMIT on a pipelined connection, behind the task's lock:
-   * a task whose handler writes nothing costs one round trip and one commit); slots that found the queue empty share one claim when they poll (a
-   * local queue). A task is only claimed for a slot that is free, so no lease is spent waiting in
+   * a task whose handler writes nothing costs one round trip and one commit); slots that found the
+   * queue empty share one claim when they poll (a local queue). A task is only claimed for a slot that is free, so no lease is spent waiting in
    * a buffer, and `stop()` puts back a task claimed for a slot that did not get to run it. Each
    * running task holds one connection. Default: not set (batches of `batchSize`).
    */
