@@ -219,6 +219,24 @@ export function causationFromHeaders(headers: Readonly<Record<string, unknown>> 
   };
 }
 
+/**
+ * An outbox event's headers as its publisher passes them on: the producer's own (`stored`, which
+ * win) over the `traceparent` and `idem-intent` of its causation columns. The columns are not
+ * copied into the stored headers when the event is added: each copy made every row ~60–120 bytes
+ * wider, written again by the UPDATE that marks it published.
+ */
+export function withCausationHeaders(
+  stored: Record<string, string>,
+  intent: unknown,
+  traceparent: unknown,
+): Record<string, string> {
+  if (typeof intent !== 'string' && typeof traceparent !== 'string') return stored;
+  const headers: Record<string, string> = {};
+  if (typeof traceparent === 'string') headers[causationHeaders.traceparent] = traceparent;
+  if (typeof intent === 'string') headers[causationHeaders.intent] = intent;
+  return Object.assign(headers, stored);
+}
+
 /** The headers of `cause` (only its non-null parts), to merge into a message's. */
 export function headersOf(cause: Causation): Record<string, string> {
   const headers: Record<string, string> = {};

@@ -107,7 +107,7 @@ export function claimStatement(s: string, pin: Pin): string {
       RETURNING 1
     ), locked AS MATERIALIZED (
       SELECT o.ctid AS row, o.tenant_id, o.id, o.aggregatetype, o.aggregateid, o.seq, o.type, o.payload,
-        o.headers, o.created_at, o.attempts
+        o.headers, o.intent, o.traceparent, o.created_at, o.attempts
       FROM ${s}.outbox o
       WHERE ${candidates.replace('tenant_id', 'o.tenant_id')}o.ctid = ANY(ARRAY(SELECT row FROM heads WHERE available_at <= $1))
         AND o.published_at IS NULL AND o.available_at <= $1
@@ -117,7 +117,7 @@ export function claimStatement(s: string, pin: Pin): string {
       UNION ALL
       SELECT f.* FROM locked l CROSS JOIN LATERAL (
         SELECT e.ctid AS row, e.tenant_id, e.id, e.aggregatetype, e.aggregateid, e.seq, e.type, e.payload,
-          e.headers, e.created_at, e.attempts
+          e.headers, e.intent, e.traceparent, e.created_at, e.attempts
         FROM ${s}.outbox e
         WHERE ${sameTenant(pin, 'e', 'l')} AND e.published_at IS NULL
           AND e.aggregatetype = l.aggregatetype AND e.aggregateid = l.aggregateid AND e.seq > l.seq
@@ -125,7 +125,7 @@ export function claimStatement(s: string, pin: Pin): string {
       ) AS f
     )
     SELECT held.n AS held, r.row::text AS row, r.seq::text AS seq, r.tenant_id, r.id, r.aggregatetype, r.aggregateid, r.type,
-      r.payload::text AS payload, r.headers::text AS headers, r.created_at, r.attempts
+      r.payload::text AS payload, r.headers::text AS headers, r.intent, r.traceparent, r.created_at, r.attempts
     FROM (SELECT count(*)::int AS n FROM held) AS held
     CROSS JOIN cfg
     LEFT JOIN LATERAL (SELECT * FROM runs) AS r ON true

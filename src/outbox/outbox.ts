@@ -16,7 +16,7 @@ import { renderOutboxStatements, type EventRow, type OutboxStatements } from './
 import { parseSnapshot } from '../observability/snapshot.js';
 import type { NewOutboxEvent, OutboxEvent } from './types.js';
 import type { StoreOptions } from '../core/store.js';
-import { currentCausation, headersOf } from '../core/causation.js';
+import { causationHeaders, currentCausation, withCausationHeaders } from '../core/causation.js';
 
 /** Options of `createOutbox`. */
 export interface OutboxOptions extends Omit<StoreOptions, 'sql'> {
@@ -274,23 +274,21 @@ function prepare(event: NewOutboxEvent, tenantByDefault: string): EventRow {
   for (const [name, value] of Object.entries(event.headers ?? {})) {
     if (typeof value !== 'string') throw new InvalidArgumentError(`header ${name} must be a string`);
   }
-  // The intent and trace the event is added in travel with it: in its columns (for `idem trace`)
-  // and in its headers, which every publisher passes on (a producer's own headers win).
+  // The intent and trace the event is added in are kept in its columns (for `idem trace`) and
+  // join its headers when it is read (`withCausationHeaders`), so every publisher passes them on.
   const cause = currentCausation();
-  const headers =
-    cause.intent === null && cause.traceparent === null
-      ? (event.headers ?? {})
-      : { ...headersOf(cause), ...event.headers };
+  const own = event.headers ?? {};
   return {
     intent: cause.intent,
-    traceparent: headers.traceparent ?? null,
+    // A producer's own `traceparent` header wins, in the column as in the headers.
+    traceparent: own[causationHeaders.traceparent] ?? cause.traceparent,
     tenant,
     id,
     topic: event.topic,
     key: event.key,
     type: event.type,
     payload,
-    headers: JSON.stringify(headers),
+    headers: JSON.stringify(own),
   };
 }
 
@@ -303,7 +301,11 @@ export function decodeEvent(row: Record<string, unknown>): OutboxEvent {
     key: row.aggregateid as string,
     type: row.type as string,
     payload: parseJsonColumn(row.payload),
-    headers: (parseJsonColumn(row.headers) ?? {}) as Record<string, string>,
+    headers: withCausationHeaders(
+      (parseJsonColumn(row.headers) ?? {}) as Record<string, string>,
+      row.intent,
+      row.traceparent,
+    ),
     createdAt: finiteMillis(row.created_at)!,
     attempts: Number(row.attempts),
   };

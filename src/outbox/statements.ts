@@ -20,7 +20,7 @@ export interface EventRow {
   headers: string;
   /** The intent the event was added on behalf of (`core/causation.ts`), or null. */
   intent: string | null;
-  /** The trace context it was added in (also in `headers`), or null. */
+  /** The trace context it was added in (a producer's own `traceparent` header, if any), or null. */
   traceparent: string | null;
 }
 
@@ -86,7 +86,7 @@ const prepared = <Input, R extends Row, Output>(
 /** `stats`' filters: `$2` a topic, `$3` a tenant, each null for all. */
 const outboxFilter = '($2::text IS NULL OR aggregatetype = $2) AND ($3::text IS NULL OR tenant_id = $3)';
 
-const eventColumns = `tenant_id, id, aggregatetype, aggregateid, type, payload::text AS payload, headers::text AS headers, created_at, attempts`;
+const eventColumns = `tenant_id, id, aggregatetype, aggregateid, type, payload::text AS payload, headers::text AS headers, intent, traceparent, created_at, attempts`;
 
 /** $1 tenant, $2 id, $3 topic, $4 key, $5 type, $6 payload json text, $7 headers json text. */
 const eventParams = (e: EventRow) => [e.tenant, e.id, e.topic, e.key, e.type, e.payload, e.headers];

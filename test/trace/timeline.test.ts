@@ -165,13 +165,21 @@ describe('onBehalfOf', () => {
             key: 'order-1001',
             type: 'payment.refunded',
             payload: {},
+            headers: { 'x-source': 'refund-script' },
           }),
         ),
       );
       const timeline = await createTrace({ sql, schema }).intent(intent);
       expect(timeline!.items.map(label)).toEqual(['completed', 'payment.refunded']);
-      const row = await db.pool.query(`SELECT intent FROM "${schema}".outbox WHERE id = $1`, [added]);
-      expect(row.rows).toEqual([{ intent: ref }]);
+      // The intent is kept in its column only; it joins the producer's headers when the event is read.
+      const row = await db.pool.query(`SELECT intent, headers FROM "${schema}".outbox WHERE id = $1`, [
+        added,
+      ]);
+      expect(row.rows).toEqual([{ intent: ref, headers: { 'x-source': 'refund-script' } }]);
+      expect((await outbox.get({ tenant: 'acme', id: added }))?.headers).toEqual({
+        'idem-intent': ref,
+        'x-source': 'refund-script',
+      });
     } finally {
       await db.close();
     }

@@ -16,7 +16,7 @@ export interface TopicPage extends TopicFilter {
 }
 
 const columns = `id, aggregatetype, aggregateid, type, payload::text AS payload, headers::text AS headers,
-  attempts, last_error, created_at, available_at, dead_at, intent`;
+  attempts, last_error, created_at, available_at, dead_at, intent, traceparent`;
 
 /**
  * The console's statements about the outbox, rendered once per schema. They run rarely (an

@@ -1,4 +1,5 @@
 /** The outbox: backlog and lag per topic, events that keep failing, dead letters, and redrive. */
+import { withCausationHeaders } from '../../core/causation.js';
 import { InvalidArgumentError } from '../../core/errors.js';
 import {
   createOutbox,
@@ -61,7 +62,7 @@ export async function readOutbox(db: ConsoleDatabase, query: Query): Promise<Out
       availableAt: iso(r.available_at),
       deadAt: iso(r.dead_at),
       intent: intentOf(r.intent),
-      headers: redactHeaders(parseObject(r.headers)),
+      headers: redactHeaders(publishedHeaders(r)),
       payload: previewText(r.payload as string | null),
     });
     return {
@@ -105,6 +106,13 @@ export async function redriveOutbox(db: ConsoleDatabase, body: unknown): Promise
     throw new InvalidArgumentError('name an id, topic or key to redrive, or send { "all": true }');
   }
   return db.write(() => createOutbox({ sql: db.sql, schema: db.schema, clock: db.clock }).redrive(filter));
+}
+
+/** The headers its publisher passes on: the producer's own and its causation's (outbox.ts). */
+function publishedHeaders(r: OutboxEventRow): unknown {
+  const stored = parseObject(r.headers);
+  if (stored === null || typeof stored !== 'object' || Array.isArray(stored)) return stored;
+  return withCausationHeaders(stored as Record<string, string>, r.intent, r.traceparent);
 }
 
 function parseObject(value: unknown): unknown {
