@@ -183,17 +183,21 @@ export async function completeAndClaimNext<P>(
   queue: string,
   commit?: PipelinedTransaction,
 ): Promise<ClaimedTask<P> | undefined> {
-  const completions = completionsOf(claims, [task], [result]);
-  const batch = {
-    ...completions,
+  const now = claims.clock.now();
+  const completion = {
+    task,
+    result: JSON.stringify(result ?? null),
+    now: new Date(now),
+    expiresAt: new Date(now + claims.retentionMs),
     queue,
-    limit: 1,
-    leaseUntil: new Date(completions.now.getTime() + claims.leaseMs),
+    leaseUntil: new Date(now + claims.leaseMs),
     workerId: claims.workerId,
   };
-  const { completeAndClaim } = claims.statements;
-  const row = commit ? await completeAndClaim.withCommit(commit, batch) : await completeAndClaim(tx, batch);
-  if (!row.completed.includes(task.id)) throw new FencedError(taskScope(task), task.fence);
+  const { completeOneAndClaimOne } = claims.statements;
+  const row = commit
+    ? await completeOneAndClaimOne.withCommit(commit, completion)
+    : await completeOneAndClaimOne(tx, completion);
+  if (!row.completed) throw new FencedError(taskScope(task), task.fence);
   const [next] = JSON.parse(row.claimed) as Record<string, unknown>[];
   return next && decodeClaimedTask<P>(next, claims.workerId);
 }
