@@ -227,14 +227,28 @@ export async function completeAndClaimTasks<P>(
     leaseUntil: new Date(now + leaseMs),
     workerId: claims.workerId,
   };
+  const decode = (json: string) =>
+    (JSON.parse(json) as Record<string, unknown>[]).map((r) => decodeClaimedTask<P>(r, claims.workerId));
+  // One task done and one claimed (a loop over one task at a time): the statement whose prepared
+  // plan is kept (see `completeOneAndClaimOne`).
+  if (tenant === undefined && done.length === 1 && limit === 1) {
+    const task = done[0]!;
+    const row = await claims.statements.completeOneAndClaimOne(claims.sql, {
+      task,
+      result: completions.results[0]!,
+      now: completions.now,
+      expiresAt: completions.expiresAt,
+      queue,
+      leaseUntil: batch.leaseUntil,
+      workerId: claims.workerId,
+    });
+    return { ...split(done, row.completed ? [task.id] : []), claimed: decode(row.claimed) };
+  }
   const row =
     tenant === undefined
       ? await claims.statements.completeAndClaim(claims.sql, batch)
       : await claims.statements.completeAndClaimTenant(claims.sql, { ...batch, tenant });
-  const claimed = (JSON.parse(row.claimed) as Record<string, unknown>[]).map((r) =>
-    decodeClaimedTask<P>(r, claims.workerId),
-  );
-  return { ...split(done, row.completed), claimed };
+  return { ...split(done, row.completed), claimed: decode(row.claimed) };
 }
 
 /** `Claims.fail`: a retryable failure makes the task due after a backoff while attempts remain. */

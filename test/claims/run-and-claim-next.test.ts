@@ -7,6 +7,7 @@
 import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createClaims, type Claims } from 'idem/claims';
+import { createManualClock } from 'idem/testing';
 import { fromPg } from 'idem/pg';
 import { adapterFactories, prepareAdapter, type AdapterUnderTest } from '../support/adapters.js';
 import { createTestSchema, type TestSchema } from '../support/database.js';
@@ -49,6 +50,28 @@ describe.each(drivers)('$name: runAndClaimNext', (factory) => {
     });
     const [refund] = await claims.claim('refunds');
     expect(refund).toMatchObject({ tenant: 'acme', key: 'order-1', attempts: 1 });
+  });
+
+  it('completeAndClaim of one task: completes it and claims one; a task taken over is refused', async () => {
+    const clock = createManualClock({ startMs: Date.UTC(2031, 0, 1) });
+    const timed = createClaims({ sql: adapter.sql, schema, clock, leaseMs: 10_000 });
+    for (const key of ['a', 'b']) await timed.enqueue({ tenant: 'acme', queue: 'one', key, payload: {} });
+    const [a] = await timed.claim('one');
+    const first = await timed.completeAndClaim([a!], 'one', { results: ['done-a'] });
+    expect(first.completed.map((t) => t.key)).toEqual(['a']);
+    expect(first.refused).toEqual([]);
+    expect(first.claimed.map((t) => t.key)).toEqual(['b']);
+    expect((await timed.get({ id: a!.id, tenant: 'acme' }))?.result).toBe('done-a');
+
+    clock.advance(10_001); // b's lease lapses and another worker takes it over
+    const [takeover] = await timed.claim('one');
+    expect(takeover).toMatchObject({ key: 'b', fence: first.claimed[0]!.fence + 1 });
+    await timed.enqueue({ tenant: 'acme', queue: 'one', key: 'c', payload: {} });
+    const late = await timed.completeAndClaim(first.claimed, 'one');
+    expect(late.completed).toEqual([]);
+    expect(late.refused.map((t) => t.key)).toEqual(['b']);
+    expect(late.claimed.map((t) => t.key)).toEqual(['c']);
+    expect((await timed.get({ id: takeover!.id, tenant: 'acme' }))?.state).toBe('claimed');
   });
 });
 
