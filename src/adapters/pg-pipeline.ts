@@ -26,9 +26,10 @@ export interface TransactionSession<C> {
   /**
    * Sends BEGIN (pipelined: without waiting for its answer), with `setLocal` (the transaction's
    * `SET LOCAL` bounds, see core/transaction-timeouts.ts) in the same simple-protocol message, so
-   * the bounds cost no round trip of their own.
+   * the bounds cost no round trip of their own. `onAnswer` gets that message's results when they
+   * come (see `ConnectionBounds.learn`).
    */
-  begin(setLocal?: string): Promise<void>;
+  begin(setLocal?: string, onAnswer?: (answer: unknown) => void): Promise<void>;
   /** Sends COMMIT, unless the transaction already ended with `queryAndCommit`. */
   commit(): Promise<void>;
   /** True once nothing is left to roll back: COMMIT was sent. */
@@ -62,8 +63,9 @@ export function sequentialSession<C extends SimpleQueryClient>(
     tx: transactionOf(client, run),
     ended: false,
     lost: undefined,
-    async begin(setLocal) {
-      await client.query(beginText(setLocal));
+    async begin(setLocal, onAnswer) {
+      const answer = await client.query(beginText(setLocal));
+      onAnswer?.(answer);
     },
     async commit() {
       try {
@@ -153,11 +155,11 @@ export function pipelinedSession<C extends SimpleQueryClient>(
     get lost() {
       return lost;
     },
-    async begin(setLocal) {
+    async begin(setLocal, onAnswer) {
       cork();
       begun = client.query(beginText(setLocal));
       // Its failure (a lost connection) is reported by the statements behind it.
-      begun.catch(() => undefined);
+      begun.then(onAnswer, () => undefined);
       // The handler's first statement usually comes within this turn of the event loop (after
       // a few promise reactions): the socket stays corked until then, so BEGIN and it share one
       // write. A handler that waits for something else first sends BEGIN alone, a turn later.

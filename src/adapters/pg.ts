@@ -16,8 +16,8 @@ import { classifyFailure } from '../core/failures.js';
 import { isPreparedStatementMismatch } from '../core/prepared-statements.js';
 import type { QueryResult, Row, Sql, Transaction } from '../core/sql.js';
 import {
+  ConnectionBounds,
   resolveTransactionTimeouts,
-  setLocalTimeouts,
   type TransactionTimeouts,
 } from '../core/transaction-timeouts.js';
 import { isPipelined, pipelinedSession, sequentialSession } from './pg-pipeline.js';
@@ -167,7 +167,7 @@ export function fromPg<Client extends PgClientLike = PoolClient>(
   };
   const run = runner(prepare);
   const timeouts = resolveTransactionTimeouts(options.timeouts);
-  const setLocal = timeouts ? setLocalTimeouts(timeouts) : undefined;
+  const bounds = timeouts ? new ConnectionBounds(timeouts) : undefined;
   return {
     // A pool hands out any connection; prepared statements are per connection, so pg prepares on
     // first use on each one.
@@ -184,7 +184,7 @@ export function fromPg<Client extends PgClientLike = PoolClient>(
       const events = client as ClientEvents;
       const session = isPipelined(client) ? pipelinedSession(client, run) : sequentialSession(client, run);
       try {
-        await session.begin(setLocal);
+        await session.begin(bounds?.textFor(client), bounds && ((answer) => bounds.learn(client, answer)));
         const value = await fn(session.tx);
         await session.commit();
         return value;

@@ -71,5 +71,57 @@ export function setLocalTimeouts(timeouts: Required<TransactionTimeouts>): strin
 function stricter(setting: string, ms: number): string {
   // current_setting gives '0', '500ms', '30s', '2min': all valid interval literals.
   const current = `nullif((extract(epoch FROM current_setting('${setting}')::interval) * 1000)::bigint, 0)`;
-  return `set_config('${setting}', least(coalesce(${current}, ${ms}), ${ms})::text, true)`;
+  return `set_config('${setting}', least(coalesce(${current}, ${ms}), ${ms})::text, true) AS ${setting}`;
+}
+
+/** The settings `setLocalTimeouts` sets, as its answer names them. */
+const boundSettings = ['statement_timeout', 'idle_in_transaction_session_timeout'] as const;
+
+/**
+ * The bounds of the transactions on each connection of a pool. The first transaction on a
+ * connection sends `setLocalTimeouts` (a SELECT of set_config, which computes the stricter values
+ * from the session's own); its answer holds those values, and every later transaction on that
+ * connection sends them as plain `SET LOCAL`s: utility statements, parsed but never planned. The
+ * SELECT, in the simple protocol, was parsed and planned again for every transaction: 145–235 µs
+ * of machine CPU per BEGIN … COMMIT against 83–100 µs with the `SET LOCAL`s and 63–80 µs for
+ * BEGIN alone (8 connections, 4,000 transactions each, side by side, 2 cores).
+ *
+ * The session's values are read once per connection: those of the role, the database and the
+ * connection's startup options, which do not change while it is open. A session-level `SET` of
+ * either setting made later on a pooled connection is not seen by idem's bounds.
+ */
+export class ConnectionBounds {
+  /** Per connection (a driver's client object), the `SET LOCAL`s learned from its first answer. */
+  private readonly learned = new WeakMap<object, string>();
+  private readonly first: string;
+
+  constructor(timeouts: Required<TransactionTimeouts>) {
+    this.first = setLocalTimeouts(timeouts);
+  }
+
+  /** What to send with BEGIN on `connection`. */
+  textFor(connection: object): string {
+    return this.learned.get(connection) ?? this.first;
+  }
+
+  /**
+   * Reads the answer `connection` gave to `textFor` (the results of `BEGIN; SELECT …`, or of the
+   * SELECT alone): the values it set, sent as `SET LOCAL`s from then on. Anything else is ignored.
+   */
+  learn(connection: object, answer: unknown): void {
+    if (this.learned.has(connection)) return;
+    const results = Array.isArray(answer) ? (answer as unknown[]) : [answer];
+    const row = (results.at(-1) as { rows?: Record<string, unknown>[] } | undefined)?.rows?.[0];
+    if (!row) return;
+    const sets: string[] = [];
+    for (const setting of boundSettings) {
+      const value = row[setting];
+      if (value === undefined) continue;
+      // set_config answers the value as SHOW prints it ('10s', '1234ms', '0'): anything else is
+      // not cached, so nothing but a number and a unit is ever sent back.
+      if (typeof value !== 'string' || !/^\d{1,12}(?:us|ms|s|min|h|d)?$/.test(value)) return;
+      sets.push(`SET LOCAL ${setting} = '${value}'`);
+    }
+    if (sets.length > 0) this.learned.set(connection, sets.join('; '));
+  }
 }

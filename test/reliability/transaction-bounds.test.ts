@@ -167,3 +167,29 @@ describe.each(drivers())('$name', ({ sql: makeSql, endsSilentSessions }) => {
     },
   );
 });
+
+describe.each([
+  { name: 'node-postgres', config: {} },
+  { name: 'node-postgres, pipeline mode', config: { pipeline: true } },
+])('$name: every transaction of a connection', ({ config }) => {
+  // The first transaction on a connection computes the stricter values; the later ones send them
+  // as plain SET LOCALs (ConnectionBounds). One connection, so every transaction is a later one.
+  const inSix = async (sql: Sql) => {
+    const seen: unknown[] = [];
+    for (let i = 0; i < 6; i++)
+      seen.push(await sql.transaction(async (tx) => (await tx.query(settings)).rows[0]));
+    return seen;
+  };
+
+  it('carries the same bounds, and leaves the session as it was', async () => {
+    const sql = nodePostgres({ ...config, max: 1 });
+    expect(await inSix(sql)).toEqual(Array(6).fill({ statement: '10s', idle: '15s' }));
+    expect((await sql.query(settings)).rows[0]).toEqual({ statement: '0', idle: '0' });
+  });
+
+  it("keeps a stricter value of the connection's own", async () => {
+    const sql = nodePostgres({ ...config, max: 1, options: '-c statement_timeout=3000' });
+    expect(await inSix(sql)).toEqual(Array(6).fill({ statement: '3s', idle: '15s' }));
+    expect((await sql.query(settings)).rows[0]).toEqual({ statement: '3s', idle: '0' });
+  });
+});
