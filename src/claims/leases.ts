@@ -137,13 +137,7 @@ export async function completeTask(
   result: unknown,
   commit?: PipelinedTransaction,
 ): Promise<void> {
-  const now = claims.clock.now();
-  const completion = {
-    task,
-    result: JSON.stringify(result ?? null),
-    now: new Date(now),
-    expiresAt: new Date(now + claims.retentionMs),
-  };
+  const completion = completionOf(claims, task, result);
   const { complete } = claims.statements;
   const completed = commit ? await complete.withCommit(commit, completion) : await complete(db, completion);
   if (completed !== 1) throw new FencedError(taskScope(task), task.fence);
@@ -183,14 +177,11 @@ export async function completeAndClaimNext<P>(
   queue: string,
   commit?: PipelinedTransaction,
 ): Promise<ClaimedTask<P> | undefined> {
-  const now = claims.clock.now();
+  const done = completionOf(claims, task, result);
   const completion = {
-    task,
-    result: JSON.stringify(result ?? null),
-    now: new Date(now),
-    expiresAt: new Date(now + claims.retentionMs),
+    ...done,
     queue,
-    leaseUntil: new Date(now + claims.leaseMs),
+    leaseUntil: new Date(done.now.getTime() + claims.leaseMs),
     workerId: claims.workerId,
   };
   const { completeOneAndClaimOne } = claims.statements;
@@ -276,6 +267,17 @@ export async function failTask(
 /** `Claims.release`: gives the task back without counting the attempt. */
 export async function releaseTask(claims: ClaimsContext, task: ClaimedTask): Promise<boolean> {
   return (await claims.statements.release(claims.sql, { task, now: new Date(claims.clock.now()) })) === 1;
+}
+
+/** One task's completion now, with `result` (JSON text), kept for the retention. */
+function completionOf(claims: ClaimsContext, task: ClaimedTask, result: unknown) {
+  const now = claims.clock.now();
+  return {
+    task,
+    result: JSON.stringify(result ?? null),
+    now: new Date(now),
+    expiresAt: new Date(now + claims.retentionMs),
+  };
 }
 
 /** The completions of `tasks` now, with `results` (null where none), kept for the retention. */
