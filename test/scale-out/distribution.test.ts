@@ -96,6 +96,8 @@ const acrossTenants: Record<string, Record<string, string>> = {
     existingMany: 'enqueueMany of tasks of several tenants (existingManyTenant for one)',
     claim: 'a claim without a tenant (claimTenant)',
     completeAndClaim: 'a worker without a tenant (completeAndClaimTenant)',
+    completeOneAndClaimOne:
+      "a worker's slot without `tenants`: its task's tenant, the next task any tenant's (a worker with `tenants` claims through claimTenant)",
     completeMany: 'a batch of several tenants, by (tenant, id) pairs (completeManyTenant for one)',
     byId: 'get(id) without a tenant (byIdTenant)',
     dead: 'operator list, of every tenant or one',
