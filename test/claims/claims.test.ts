@@ -166,9 +166,13 @@ describe('claims', () => {
       await a.heartbeat(task!);
       expect(await b.claim(queue)).toHaveLength(0);
     }
+    const idle = clock.waiting;
     const alive = createKeepAlive({ claims: a, task: task!, intervalMs: 3000 });
     await alive.start();
     for (let i = 0; i < 3; i++) {
+      // Moved only once the heartbeat sleeps again: a beat whose answer came back before its loop
+      // armed the next sleep would otherwise sleep from the later time, and never wake.
+      await settle(async () => clock.waiting > idle);
       clock.advance(3000);
       await settle(() => a.get({ id: task!.id }).then((t) => t!.visibleAt === clock.now() + lease));
     }
@@ -179,6 +183,7 @@ describe('claims', () => {
     expect(taken!.fence).toBe(task!.fence + 1);
     const lost = createKeepAlive({ claims: a, task: task!, intervalMs: 1000 });
     await lost.start();
+    await settle(async () => clock.waiting > idle);
     clock.advance(1000);
     await settle(async () => lost.signal.aborted);
     expect(isFenced(lost.signal.reason)).toBe(true);
