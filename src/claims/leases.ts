@@ -10,6 +10,7 @@ import { positive, positiveInteger } from '../core/validate.js';
 import { isRetryableFailure } from '../core/resilience/classify.js';
 import { sqlStateOf } from '../core/sqlstate.js';
 import type { ClaimsContext } from './context.js';
+import type { OneCompletion } from './statements.js';
 import { decodeClaimedTask, oneTenant, taskScope, type ClaimedTask } from './task.js';
 
 /** Options of one `claim` call. */
@@ -177,13 +178,7 @@ export async function completeAndClaimNext<P>(
   queue: string,
   commit?: PipelinedTransaction,
 ): Promise<ClaimedTask<P> | undefined> {
-  const done = completionOf(claims, task, result);
-  const completion = {
-    ...done,
-    queue,
-    leaseUntil: new Date(done.now.getTime() + claims.leaseMs),
-    workerId: claims.workerId,
-  };
+  const completion = oneCompletionOf(claims, task, result, queue, claims.leaseMs);
   const { completeOneAndClaimOne } = claims.statements;
   const row = commit
     ? await completeOneAndClaimOne.withCommit(commit, completion)
@@ -209,6 +204,16 @@ export async function completeAndClaimTasks<P>(
       throw new InvalidArgumentError(`completeAndClaim for tenant ${tenant} got a task of another tenant`);
     }
   }
+  const decode = (json: string) =>
+    (JSON.parse(json) as Record<string, unknown>[]).map((r) => decodeClaimedTask<P>(r, claims.workerId));
+  // One task done and one claimed (a loop over one task at a time): the statement whose prepared
+  // plan is kept (see `completeOneAndClaimOne`).
+  if (tenant === undefined && done.length === 1 && limit === 1) {
+    const task = done[0]!;
+    const completion = oneCompletionOf(claims, task, options.results?.[0], queue, leaseMs);
+    const row = await claims.statements.completeOneAndClaimOne(claims.sql, completion);
+    return { ...split(done, row.completed ? [task.id] : []), claimed: decode(row.claimed) };
+  }
   const completions = completionsOf(claims, done, options.results);
   const now = completions.now.getTime();
   const batch = {
@@ -218,23 +223,6 @@ export async function completeAndClaimTasks<P>(
     leaseUntil: new Date(now + leaseMs),
     workerId: claims.workerId,
   };
-  const decode = (json: string) =>
-    (JSON.parse(json) as Record<string, unknown>[]).map((r) => decodeClaimedTask<P>(r, claims.workerId));
-  // One task done and one claimed (a loop over one task at a time): the statement whose prepared
-  // plan is kept (see `completeOneAndClaimOne`).
-  if (tenant === undefined && done.length === 1 && limit === 1) {
-    const task = done[0]!;
-    const row = await claims.statements.completeOneAndClaimOne(claims.sql, {
-      task,
-      result: completions.results[0]!,
-      now: completions.now,
-      expiresAt: completions.expiresAt,
-      queue,
-      leaseUntil: batch.leaseUntil,
-      workerId: claims.workerId,
-    });
-    return { ...split(done, row.completed ? [task.id] : []), claimed: decode(row.claimed) };
-  }
   const row =
     tenant === undefined
       ? await claims.statements.completeAndClaim(claims.sql, batch)
@@ -278,6 +266,18 @@ function completionOf(claims: ClaimsContext, task: ClaimedTask, result: unknown)
     now: new Date(now),
     expiresAt: new Date(now + claims.retentionMs),
   };
+}
+
+/** One task's completion and the claim of the next task of `queue`, leased for `leaseMs`. */
+function oneCompletionOf(
+  claims: ClaimsContext,
+  task: ClaimedTask,
+  result: unknown,
+  queue: string,
+  leaseMs: number,
+): OneCompletion {
+  const done = completionOf(claims, task, result);
+  return { ...done, queue, leaseUntil: new Date(done.now.getTime() + leaseMs), workerId: claims.workerId };
 }
 
 /** The completions of `tasks` now, with `results` (null where none), kept for the retention. */

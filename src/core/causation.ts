@@ -230,11 +230,12 @@ export function withCausationHeaders(
   intent: unknown,
   traceparent: unknown,
 ): Record<string, string> {
-  if (typeof intent !== 'string' && typeof traceparent !== 'string') return stored;
-  const headers: Record<string, string> = {};
-  if (typeof traceparent === 'string') headers[causationHeaders.traceparent] = traceparent;
-  if (typeof intent === 'string') headers[causationHeaders.intent] = intent;
-  return Object.assign(headers, stored);
+  const cause = {
+    intent: typeof intent === 'string' ? intent : null,
+    traceparent: typeof traceparent === 'string' ? traceparent : null,
+  };
+  if (cause.intent === null && cause.traceparent === null) return stored;
+  return { ...headersOf(cause), ...stored };
 }
 
 /** The headers of `cause` (only its non-null parts), to merge into a message's. */
