@@ -203,6 +203,21 @@ export default async function httpBench(ctx: BenchContext): Promise<BenchSection
       });
       return reply.code(201).send({ id, amount: order.amount });
     });
+  // The SQL floor of a replay: the read idem sends for it (same text and prepared name, same pool),
+  // and the stored status, headers and body written back with the replay header, in a plain route:
+  // no key parse, no fingerprint, no hooks. What a replay costs beyond it is idem's JavaScript.
+  const replayRead = { name: statements.names.read.name, text: statements.read };
+  app.post('/floor-replay', { config: { idempotency: false } }, async (request, reply) => {
+    const key = String(request.headers['idempotency-key']).slice(1, -1);
+    const { rows } = await pool.query<{ result: string; body: Buffer }>({
+      ...replayRead,
+      values: ['acme', 'POST /orders', key],
+    });
+    const stored = JSON.parse(rows[0]!.result) as { status: number; headers: [string, string][] };
+    reply.code(stored.status);
+    for (const [name, value] of stored.headers) void reply.header(name, value);
+    return reply.header('idempotent-replayed', 'true').send(rows[0]!.body);
+  });
   floorRoute('/floor-claim', 'claim');
   floorRoute('/floor-commit-read', 'commit-read');
   floorRoute('/floor-commit', 'commit');
@@ -272,6 +287,7 @@ export default async function httpBench(ctx: BenchContext): Promise<BenchSection
     floorClaim: (s?: number) => unique('/floor-claim', s),
     floorCommitRead: (s?: number) => unique('/floor-commit-read', s),
     floorCommit: (s?: number) => unique('/floor-commit', s),
+    floorReplay: (s?: number) => spec('/floor-replay', { kind: 'fixed', key: replayKey }, s),
   };
   for (const s of [
     plain(1),
@@ -297,6 +313,7 @@ export default async function httpBench(ctx: BenchContext): Promise<BenchSection
     ['floorClaim', designs.floorClaim],
     ['floorCommitRead', designs.floorCommitRead],
     ['floorCommit', designs.floorCommit],
+    ['floorReplay', designs.floorReplay],
   ];
   const runs = Object.fromEntries(order.map(([name]) => [name, [] as LoadResult[]])) as Record<
     Variant,
@@ -315,6 +332,7 @@ export default async function httpBench(ctx: BenchContext): Promise<BenchSection
     median(runs.floorCommitRead),
     median(runs.floorCommit),
   ];
+  const floorReplay = median(runs.floorReplay);
 
   // The other arrangement, for the fairness note: autocannon on this process's event loop.
   let inProcess: { plain: LoadResult; first: LoadResult; replay: LoadResult } | undefined;
@@ -423,6 +441,19 @@ export default async function httpBench(ctx: BenchContext): Promise<BenchSection
     nodeCpu('first requests: CPU per request in Node', f, p),
     nodeCpu('SQL floor of the default design: CPU per request in Node', floorCommit, p),
     cpu('replays: CPU per request (Node + PostgreSQL)', rp, p),
+    throughput(
+      'replays vs the SQL floor of a replay',
+      rp,
+      floorReplay,
+      undefined,
+      "SQL floor of a replay: idem's read and the stored response, raw, in a plain route",
+    ),
+    nodeCpu(
+      'replays vs the SQL floor of a replay: CPU per request in Node',
+      rp,
+      floorReplay,
+      'SQL floor of a replay',
+    ),
   ].filter((figure): figure is BenchFigure => figure !== undefined);
   for (const figure of figures) {
     ctx.log(
@@ -438,6 +469,7 @@ export default async function httpBench(ctx: BenchContext): Promise<BenchSection
     'The SQL floor of a design is a plain Fastify route that sends that design’s statements raw (same texts and prepared-statement names, on the same pool, pipelined the same way, bench/lib/floor.ts) around the same INSERT, with no idem code: the physical limit of the design with this server, driver and database. The distance between an idem route and its floor is idem’s JavaScript (key parse, fingerprint, capture, answer).',
     `Figures of the designs side by side: read in front ${describe(fRead)}; claim-first ${describe(fClaim)}; default on a pool without pipeline mode ${describe(fSequential)}; SQL floors: without the read ${describe(floorCommit)}, with the read ${describe(floorCommitRead)}, claim-first ${describe(floorClaim)}, without the read and without pipeline mode ${describe(floorSequential)}.`,
     'A replay sends one indexed read and no transaction, and writes the stored bytes back; it never reaches the handler.',
+    `A replay against its SQL floor (the same read, raw, and the stored response written back in a plain route): ${describe(floorReplay)}. What idem adds to a replay is JavaScript: ${(rp.serverCpuUs ?? 0) - (floorReplay.serverCpuUs ?? 0)} µs of Node CPU per request (the key header parse, the canonical JSON and SHA-256 of the fingerprint, the engine's layers, four hooks). A replay is one read against the transactional endpoint's three statements and one WAL flush, so the replay ratios depend on how long this disk takes to flush (the run's commit latency, at the top of this report): the shorter the flush, the closer they come to the ratio of CPU per request.`,
     `Why replays cannot reach 1.5× the plain endpoint here: the plain endpoint is itself one statement (an autocommitted INSERT), and a replay is one statement too (the indexed read); both pay the same HTTP parsing, routing and JSON work in Fastify, which is most of a request's CPU (${rp.serverCpuUs ?? '?'} µs in Node per replay against ${p.serverCpuUs ?? '?'} µs per plain request, ${rp.databaseCpuUs ?? '?'} against ${p.databaseCpuUs ?? '?'} µs in PostgreSQL). A replay saves the write and the WAL flush, not the request; against an endpoint that wraps its INSERT in a transaction (3 round trips on a pool created the default way, 2 on a pipelined pool, where BEGIN goes out with the INSERT) the same replays are the ratios shown beside.`,
     `The HTTP core's own JavaScript (key parse, tenant and operation, fingerprint, outcome, answer) costs ${round(coreUs, 1)} µs per request, measured with a stub store: the extra CPU per first request above is the driver and the database working through the extra round trips, not the contract logic.`,
   ];
@@ -517,13 +549,18 @@ function cpu(name: string, value: LoadResult, base: LoadResult, target?: number)
 }
 
 /** CPU per request of the Node process alone (server, idem, driver). */
-function nodeCpu(name: string, value: LoadResult, base: LoadResult): BenchFigure | undefined {
+function nodeCpu(
+  name: string,
+  value: LoadResult,
+  base: LoadResult,
+  baseName = 'plain Fastify endpoint (one INSERT)',
+): BenchFigure | undefined {
   if (value.serverCpuUs === undefined || base.serverCpuUs === undefined) return undefined;
   return {
     name,
     value: value.serverCpuUs,
     unit: 'µs',
-    baseline: { name: 'plain Fastify endpoint (one INSERT)', value: base.serverCpuUs },
+    baseline: { name: baseName, value: base.serverCpuUs },
     ratio: round(value.serverCpuUs / base.serverCpuUs),
     higherIsBetter: false,
   };

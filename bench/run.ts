@@ -7,6 +7,7 @@
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import { parseArgs } from 'node:util';
+import { measureCommitLatencyMs } from './lib/commit-latency.js';
 import { writeReport, type BenchResults } from './lib/report.js';
 import type { BenchContext, BenchModule, BenchSection } from './lib/types.js';
 
@@ -57,6 +58,8 @@ async function main(): Promise<void> {
   };
   const selected = Object.entries(modules).filter(([name]) => !values.only || values.only.includes(name));
   const sections: BenchSection[] = [];
+  const commitLatencyMs = await measureCommitLatencyMs(databaseUrl);
+  context.log(`commit latency (one durable commit, median of 200): ${commitLatencyMs} ms`);
   const started = Date.now();
   for (const [name, load] of selected) {
     context.log(`▶ ${name}`);
@@ -81,7 +84,7 @@ async function main(): Promise<void> {
       else previous.sections.push(section);
       previous.merged = [
         ...(previous.merged ?? []).filter((m) => m.section !== section.name),
-        { section: section.name, date, durationSeconds },
+        { section: section.name, date, durationSeconds, commitLatencyMs },
       ];
     }
     writeFileSync(latest, JSON.stringify(previous, null, 2) + '\n');
@@ -100,6 +103,7 @@ async function main(): Promise<void> {
       memoryGiB: Math.round(os.totalmem() / 2 ** 30),
       node: process.version,
       platform: `${os.platform()} ${os.release()}`,
+      commitLatencyMs,
     },
     sections,
   };

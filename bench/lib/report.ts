@@ -10,7 +10,7 @@ export interface BenchResults {
   machine: Record<string, unknown>;
   sections: BenchSection[];
   /** Sections re-run later with `--merge`, and when; the others come from the run above. */
-  merged?: { section: string; date: string; durationSeconds: number }[];
+  merged?: { section: string; date: string; durationSeconds: number; commitLatencyMs?: number }[];
 }
 
 export async function writeReport(results: BenchResults, databaseUrl: string): Promise<void> {
@@ -28,7 +28,7 @@ export async function writeReport(results: BenchResults, databaseUrl: string): P
     `- Database: ${database}`,
     ...(results.merged ?? []).map(
       (m) =>
-        `- Section “${m.section}” was re-run on its own with \`--merge\` on ${m.date} (${m.durationSeconds} s, same mode, same machine and database); the other sections are from the run above.`,
+        `- Section “${m.section}” was re-run on its own with \`--merge\` on ${m.date} (${m.durationSeconds} s, same mode, same machine and database${m.commitLatencyMs === undefined ? '' : `, commit latency ${m.commitLatencyMs} ms`}); the other sections are from the run above.`,
     ),
     '- Every ratio compares two figures measured in the same run, on the same database, alternating when there are several rounds.',
     '',
