@@ -257,15 +257,15 @@ export async function releaseTask(claims: ClaimsContext, task: ClaimedTask): Pro
   return (await claims.statements.release(claims.sql, { task, now: new Date(claims.clock.now()) })) === 1;
 }
 
+/** Now, and when a task completed now expires (after the retention). */
+function completedNow(claims: ClaimsContext): { now: Date; expiresAt: Date } {
+  const now = claims.clock.now();
+  return { now: new Date(now), expiresAt: new Date(now + claims.retentionMs) };
+}
+
 /** One task's completion now, with `result` (JSON text), kept for the retention. */
 function completionOf(claims: ClaimsContext, task: ClaimedTask, result: unknown) {
-  const now = claims.clock.now();
-  return {
-    task,
-    result: JSON.stringify(result ?? null),
-    now: new Date(now),
-    expiresAt: new Date(now + claims.retentionMs),
-  };
+  return { task, result: JSON.stringify(result ?? null), ...completedNow(claims) };
 }
 
 /** One task's completion and the claim of the next task of `queue`, leased for `leaseMs`. */
@@ -282,12 +282,10 @@ function oneCompletionOf(
 
 /** The completions of `tasks` now, with `results` (null where none), kept for the retention. */
 function completionsOf(claims: ClaimsContext, tasks: readonly ClaimedTask[], results?: readonly unknown[]) {
-  const now = claims.clock.now();
   return {
     tasks,
     results: tasks.map((_, i) => JSON.stringify(results?.[i] ?? null)),
-    now: new Date(now),
-    expiresAt: new Date(now + claims.retentionMs),
+    ...completedNow(claims),
   };
 }
 

@@ -116,12 +116,12 @@ export class ConnectionBounds {
     const sets: string[] = [];
     for (const setting of boundSettings) {
       const value = row[setting];
-      if (value === undefined) continue;
-      // set_config answers the value as SHOW prints it ('10s', '1234ms', '0'): anything else is
-      // not cached, so nothing but a number and a unit is ever sent back.
+      // set_config answers the value as SHOW prints it ('10s', '1234ms', '0'): anything else (or
+      // an answer without both settings) is not cached, so no bound is ever dropped and nothing but
+      // a number and a unit is ever sent back.
       if (typeof value !== 'string' || !/^\d{1,12}(?:us|ms|s|min|h|d)?$/.test(value)) return;
       sets.push(`SET LOCAL ${setting} = '${value}'`);
     }
-    if (sets.length > 0) this.learned.set(connection, sets.join('; '));
+    this.learned.set(connection, sets.join('; '));
   }
 }
