@@ -154,22 +154,30 @@ export async function runDemo(options: DemoOptions): Promise<DemoResult> {
     for (let slot = 0; slot < agentCount; slot++) startAgent(slot);
 
     // Chaos, until every task is completed.
+    await pause(chaosMin + Math.random() * (chaosMax - chaosMin));
     while ((done = await completed()) < total) {
       if (Date.now() - started > timeoutMs) break;
-      await pause(chaosMin + Math.random() * (chaosMax - chaosMin));
-      const slot = Math.floor(Math.random() * agentCount);
-      const agent = agents[slot]!;
-      // Strike agents that are at work: killing one that is still starting up proves nothing. While
-      // one is frozen the others are left alone, so someone is there to take its tasks over.
-      if (agents.some((a) => a.frozen) || !agent.ready) continue;
-      // Every third strike is a freeze, landed while the agent is thinking about a task it holds,
-      // so it wakes as a zombie; the others are kills. Which agent, and when, is random.
-      if ((kills + freezes) % 3 !== 2) {
+      // Every third strike, starting with the second, is a freeze, landed while the agent is thinking
+      // about a task it holds, so it wakes as a zombie; the others are kills. Strikes land on agents
+      // at work: killing one that is still starting up proves nothing. While one is frozen the others
+      // are left alone, so someone is there to take its tasks over. Which agent is random; when no
+      // agent fits, look again shortly rather than waiting a whole chaos interval, so that a busy
+      // machine (slow agent restarts) still sees its freeze before the tasks run out.
+      const freezeTurn = (kills + freezes) % 3 === 1;
+      const targets = agents
+        .map((agent, slot) => ({ agent, slot }))
+        .filter(({ agent }) => agent.ready && (!freezeTurn || agent.thinking));
+      if (agents.some((a) => a.frozen) || targets.length === 0) {
+        await pause(20);
+        continue;
+      }
+      const { agent, slot } = targets[Math.floor(Math.random() * targets.length)]!;
+      if (!freezeTurn) {
         agent.proc.kill('SIGKILL');
         kills++;
         log(`chaos: SIGKILL agent ${slot}`);
         startAgent(slot);
-      } else if (agent.thinking) {
+      } else {
         // Frozen past its lease: another agent takes its task over; when it thaws it is a zombie.
         agent.proc.kill('SIGSTOP');
         agent.frozen = true;
@@ -181,6 +189,7 @@ export async function runDemo(options: DemoOptions): Promise<DemoResult> {
           agent.frozen = false;
         }, frozenFor);
       }
+      await pause(chaosMin + Math.random() * (chaosMax - chaosMin));
     }
   } finally {
     // Let frozen agents thaw and finish their (fenced) attempts, then stop everyone.
