@@ -166,18 +166,36 @@ export default async function httpBench(ctx: BenchContext): Promise<BenchSection
     const { rows } = await pool.query<{ id: string }>(insert, ['acme', order.amount, order.note]);
     return reply.code(201).send({ id: rows[0]!.id, amount: order.amount });
   });
-  // The same INSERT inside BEGIN … COMMIT, on a pool created the default way (each statement waits
-  // for the one before: what a transactional endpoint written with node-postgres does), and on the
-  // pipelined pool (BEGIN goes out with the INSERT).
-  const transactional = (on: typeof sql) => async (request: FastifyRequest, reply: FastifyReply) => {
-    const order = request.body as Order;
-    const rows = await on.transaction(
-      async (tx) => (await tx.query<{ id: string }>(insert, ['acme', order.amount, order.note])).rows,
-    );
-    return reply.code(201).send({ id: rows[0]!.id, amount: order.amount });
-  };
-  app.post('/plain-tx', { config: { idempotency: false } }, transactional(sequentialSql));
-  app.post('/plain-tx-pipelined', { config: { idempotency: false } }, transactional(sql));
+  // The same INSERT inside BEGIN … COMMIT, written with node-postgres alone (no idem adapter, so
+  // no transaction bounds either): on a pool created the default way, each statement waits for the
+  // one before (what a transactional endpoint written with node-postgres does); on the pipelined
+  // pool, BEGIN goes out with the INSERT.
+  const transactional =
+    (on: pg.Pool, pipelined: boolean) => async (request: FastifyRequest, reply: FastifyReply) => {
+      const order = request.body as Order;
+      const client = await on.connect();
+      try {
+        let rows: { id: string }[];
+        if (pipelined) {
+          const [, inserted] = await Promise.all([
+            client.query('BEGIN'),
+            client.query<{ id: string }>(insert, ['acme', order.amount, order.note]),
+          ]);
+          ({ rows } = inserted);
+        } else {
+          await client.query('BEGIN');
+          ({ rows } = await client.query<{ id: string }>(insert, ['acme', order.amount, order.note]));
+        }
+        await client.query('COMMIT');
+        client.release();
+        return reply.code(201).send({ id: rows[0]!.id, amount: order.amount });
+      } catch (error) {
+        client.release(true); // never hand a connection in an unknown transaction state back
+        throw error;
+      }
+    };
+  app.post('/plain-tx', { config: { idempotency: false } }, transactional(sequentialPool, false));
+  app.post('/plain-tx-pipelined', { config: { idempotency: false } }, transactional(pool, true));
   // With idem: the INSERT goes through the transaction the key is recorded in. `/orders` is the
   // default (recorded at commit, readFirst auto); the others are the other designs, side by side.
   const idemHandler = async (request: FastifyRequest, reply: FastifyReply) => {

@@ -74,6 +74,8 @@ interface Deferred<T> {
 /** Per-request state between the hooks. */
 interface RequestState {
   key?: string;
+  /** Method, route, path and query (`requestParts`), read once for preValidation and preHandler. */
+  parts?: RequestParts;
   /** Taken in preValidation, over the body as received; or the reason it could not be. */
   fingerprint?: { ok: true; value: string } | { ok: false; detail: string };
   /** Set when the handler runs under a claimed key; onSend hands it the reply. */
@@ -121,15 +123,25 @@ function hooks(value: unknown): unknown[] {
   return value === undefined || value === null ? [] : Array.isArray(value) ? value : [value];
 }
 
+/**
+ * The hooks that never wait (onRequest, preParsing, preValidation, and onSend on a request idem
+ * did not run) take Fastify's `done` callback instead of returning a promise: Fastify then goes on
+ * in the same turn, without a promise and a microtask per hook (with an AsyncLocalStorage in the
+ * process, every promise also runs its init hook). One that answers sends the reply and does not
+ * call `done`, as Fastify's callback hooks do.
+ */
+type Done = (error?: Error | null) => void;
+
 function onRequest(engine: HttpIdempotency<FastifyRequest>) {
-  return async function idemOnRequest(request: FastifyRequest, reply: FastifyReply) {
-    if (!engine.covers(request.method)) return;
+  return function idemOnRequest(request: FastifyRequest, reply: FastifyReply, done: Done): void {
+    if (!engine.covers(request.method)) return done();
     const key = engine.readKey(rawHeaderValues(request.raw.rawHeaders, engine.options.keyHeader));
-    if (key.kind === 'pass') return;
-    if (key.kind === 'answer') return send(reply, key.response);
+    if (key.kind === 'pass') return done();
+    if (key.kind === 'answer') return void send(reply, key.response);
     const tooLarge = engine.checkLength(declaredLength(request.headers['content-length']));
-    if (tooLarge) return send(reply, tooLarge);
+    if (tooLarge) return void send(reply, tooLarge);
     (request as WithState)[stateKey] = { key: key.key };
+    done();
   };
 }
 
@@ -139,10 +151,15 @@ function onRequest(engine: HttpIdempotency<FastifyRequest>) {
  * bytes than were declared). Fastify's own limit still applies to what passes: the smaller wins.
  */
 function preParsing(engine: HttpIdempotency<FastifyRequest>) {
-  return async function idemPreParsing(request: FastifyRequest, _reply: FastifyReply, payload: Payload) {
+  return function idemPreParsing(
+    request: FastifyRequest,
+    _reply: FastifyReply,
+    payload: Payload,
+    done: (error: Error | null, payload?: Payload) => void,
+  ): void {
     const state = (request as WithState)[stateKey];
-    if (!state?.key || request.headers['content-length'] !== undefined) return payload;
-    return limitedPayload(payload, engine.options.maxBodyBytes);
+    if (!state?.key || request.headers['content-length'] !== undefined) return done(null, payload);
+    done(null, limitedPayload(payload, engine.options.maxBodyBytes));
   };
 }
 
@@ -155,14 +172,17 @@ function preParsing(engine: HttpIdempotency<FastifyRequest>) {
  * changes any of them is a 422.
  */
 function preValidation(engine: HttpIdempotency<FastifyRequest>) {
-  return async function idemPreValidation(request: FastifyRequest) {
+  return function idemPreValidation(request: FastifyRequest, _reply: FastifyReply, done: Done): void {
     const state = (request as WithState)[stateKey];
-    if (!state?.key) return;
-    try {
-      state.fingerprint = { ok: true, value: engine.fingerprint(requestParts(request), request.body) };
-    } catch (error) {
-      state.fingerprint = { ok: false, detail: error instanceof Error ? error.message : String(error) };
+    if (state?.key) {
+      try {
+        state.parts = requestParts(request);
+        state.fingerprint = { ok: true, value: engine.fingerprint(state.parts, request.body) };
+      } catch (error) {
+        state.fingerprint = { ok: false, detail: error instanceof Error ? error.message : String(error) };
+      }
     }
+    done();
   };
 }
 
@@ -172,7 +192,7 @@ function preHandler(engine: HttpIdempotency<FastifyRequest>) {
     if (!state?.key) return;
     const view: RequestView<FastifyRequest> = {
       native: request,
-      ...requestParts(request),
+      ...(state.parts ?? requestParts(request)),
       keyFields: [],
       contentLength: undefined,
       traceparent: firstHeader(request.headers.traceparent),
@@ -205,12 +225,14 @@ function preHandler(engine: HttpIdempotency<FastifyRequest>) {
 }
 
 /** Method, route pattern, path and query of a request, as the engine names them. */
-function requestParts(request: FastifyRequest): {
+interface RequestParts {
   method: string;
   route: string;
   path: string;
   query: string;
-} {
+}
+
+function requestParts(request: FastifyRequest): RequestParts {
   const [path = '/', query = ''] = request.url.split('?', 2);
   return { method: request.method, route: request.routeOptions.url ?? '', path, query };
 }
@@ -307,19 +329,36 @@ function bodyProblem(
 }
 
 function onSend() {
-  return async function idemOnSend(request: FastifyRequest, reply: FastifyReply, payload: unknown) {
+  return function idemOnSend(
+    request: FastifyRequest,
+    reply: FastifyReply,
+    payload: unknown,
+    done: (error: Error | null, payload?: unknown) => void,
+  ): Promise<unknown> | void {
     const state = (request as WithState)[stateKey];
-    if (!state?.captured || !state.answer) return payload;
-    const response = await capture(reply, payload);
-    state.captured.resolve(response);
-    const answer = await state.answer;
-    state.answer = undefined; // this request's reply is settled
-    if (answer.kind === 'handler') {
-      const { body } = answer.response;
-      return Buffer.from(body.buffer, body.byteOffset, body.byteLength);
-    }
-    return replaceReply(reply, answer.response);
+    if (!state?.captured || !state.answer) return done(null, payload);
+    // Returned, not passed to `done`: Fastify sends what the promise resolves to (or its error).
+    return settleReply(reply, state, state.captured, state.answer, payload);
   };
+}
+
+/** onSend of a request whose handler ran under a claimed key: store, commit, then what to send. */
+async function settleReply(
+  reply: FastifyReply,
+  state: RequestState,
+  captured: Deferred<CapturedResponse>,
+  pending: Promise<Answer>,
+  payload: unknown,
+): Promise<Buffer> {
+  const response = await capture(reply, payload);
+  captured.resolve(response);
+  const answer = await pending;
+  state.answer = undefined; // this request's reply is settled
+  if (answer.kind === 'handler') {
+    const { body } = answer.response;
+    return Buffer.from(body.buffer, body.byteOffset, body.byteLength);
+  }
+  return replaceReply(reply, answer.response);
 }
 
 /** The reply as the client would get it: Fastify's status and headers, the payload as bytes. */
