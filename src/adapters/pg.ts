@@ -12,6 +12,7 @@
 import type { PoolClient } from 'pg';
 import { PreparedStatementsUnsupportedError } from '../core/errors.js';
 import { unheardEvents, type IdemEvents } from '../core/event-channel.js';
+import { promised } from '../core/promised.js';
 import { classifyFailure } from '../core/failures.js';
 import { isPreparedStatementMismatch } from '../core/prepared-statements.js';
 import type { QueryResult, Row, Sql, Transaction } from '../core/sql.js';
@@ -85,29 +86,35 @@ interface PrepareState {
   turnOff?(error: PreparedStatementsUnsupportedError): void;
 }
 
-/** Runs statements on node-postgres, as named prepared statements while `prepare` is enabled. */
+/**
+ * Runs statements on node-postgres, as named prepared statements while `prepare` is enabled.
+ * Promise callbacks rather than an async function: one promise fewer on every statement (see
+ * observability/events.ts, `observe`); a driver that throws instead of rejecting still rejects.
+ */
 const runner =
   (prepare: PrepareState): RunStatement<PgClientLike> =>
-  async <R extends Row>(
-    ...[db, text, params, options]: RunArguments<PgClientLike>
-  ): Promise<QueryResult<R>> => {
-    let raw;
-    if (prepare.enabled && options?.name) {
-      try {
-        raw = await db.query({ name: options.name, text, values: params as unknown[] | undefined });
-      } catch (error) {
-        if (!isPreparedStatementMismatch(error)) throw error;
-        const refused = new PreparedStatementsUnsupportedError(options.name, error);
-        prepare.turnOff?.(refused);
-        throw refused;
-      }
-    } else {
-      raw = await db.query(text, params as unknown[] | undefined);
-    }
-    // Several statements without parameters (a migration file) come back as an array of results.
-    const result = Array.isArray(raw) ? (raw.at(-1) as typeof raw) : raw;
-    return { rows: result.rows as R[], rowCount: result.rowCount ?? result.rows.length };
+  <R extends Row>(...[db, text, params, options]: RunArguments<PgClientLike>): Promise<QueryResult<R>> => {
+    const values = params as unknown[] | undefined;
+    const name = prepare.enabled ? options?.name : undefined;
+    if (name === undefined) return promised(() => db.query(text, values)).then(toResult<R>);
+    return promised(() => db.query({ name, text, values })).then(toResult<R>, (error: unknown) => {
+      if (!isPreparedStatementMismatch(error)) throw error;
+      const refused = new PreparedStatementsUnsupportedError(name, error);
+      prepare.turnOff?.(refused);
+      throw refused;
+    });
   };
+
+/**
+ * node-postgres's answer as idem's. Several statements without parameters (a migration file) come
+ * back as an array of results: the last one is the answer.
+ */
+function toResult<R extends Row>(
+  raw: { rows: unknown[]; rowCount: number | null } | { rows: unknown[]; rowCount: number | null }[],
+): QueryResult<R> {
+  const result = Array.isArray(raw) ? raw.at(-1)! : raw;
+  return { rows: result.rows as R[], rowCount: result.rowCount ?? result.rows.length };
+}
 
 /**
  * A transaction on a client the caller already began. idem will not BEGIN or COMMIT it.

@@ -7,6 +7,7 @@ import {
   isOperationFailed,
   isStepFailed,
 } from '../core/errors.js';
+import { isPromiseLike, promised } from '../core/promised.js';
 import { isRetryable } from '../core/retryable.js';
 import { continueTrace } from '../observability/caused-span.js';
 import { isRetryableStepFailure } from '../steps/retryable.js';
@@ -59,6 +60,9 @@ export interface Ticket {
   /** The request's `traceparent` header (`RequestView.traceparent`). */
   traceparent?: string | undefined;
 }
+
+/** Tenant and operation resolved: a refusal to send, or the ticket to claim the key with. */
+export type Scoped = { kind: 'answer'; response: CapturedResponse } | { kind: 'admitted'; ticket: Ticket };
 
 /** The first decision: leave the request alone, answer it now, or go on with its key. */
 export type Admission =
@@ -198,13 +202,20 @@ export class HttpIdempotency<Req, Client = unknown> {
     return this.problem('body-malformed', detail);
   }
 
-  /** Resolves tenant and operation. A throwing tenant resolver throws here (it is the app's error). */
-  async scope(
-    view: RequestView<Req>,
-    key: string,
-  ): Promise<{ kind: 'answer'; response: CapturedResponse } | { kind: 'admitted'; ticket: Ticket }> {
+  /**
+   * Resolves tenant and operation: at once when the tenant resolver answers synchronously (no
+   * promise for the integration to wait on), otherwise once its promise settles. A throwing
+   * tenant resolver throws here, or rejects (it is the app's error).
+   */
+  scope(view: RequestView<Req>, key: string): Scoped | Promise<Scoped> {
+    const tenant = this.options.tenant(view.native);
+    return isPromiseLike(tenant)
+      ? Promise.resolve(tenant).then((resolved) => this.scoped(view, key, resolved))
+      : this.scoped(view, key, tenant);
+  }
+
+  private scoped(view: RequestView<Req>, key: string, tenant: string | undefined): Scoped {
     const method = view.method.toUpperCase();
-    const tenant = await this.options.tenant(view.native);
     if (typeof tenant !== 'string' || tenant === '') {
       return { kind: 'answer', response: this.problem('tenant-missing', 'the request names no tenant') };
     }
@@ -267,7 +278,7 @@ export class HttpIdempotency<Req, Client = unknown> {
    * The fingerprint is taken over `body`, unless `options.fingerprint` was taken earlier (Fastify
    * takes it before schema validation can change the body).
    */
-  async execute(
+  execute(
     ticket: Ticket,
     body: unknown,
     respond: Respond<Client>,
@@ -278,7 +289,11 @@ export class HttpIdempotency<Req, Client = unknown> {
     try {
       fingerprint = options.fingerprint ?? this.fingerprint(ticket, body);
     } catch (error) {
-      return { kind: 'problem', response: this.bodyMalformed(describe(error)), afterHandler: false };
+      return Promise.resolve({
+        kind: 'problem',
+        response: this.bodyMalformed(describe(error)),
+        afterHandler: false,
+      });
     }
     const spec: OperationSpec = {
       tenant: ticket.tenant,
@@ -291,23 +306,29 @@ export class HttpIdempotency<Req, Client = unknown> {
       readFirst: this.options.readFirst,
     };
     const state: RunState = { invoked: false, captured: undefined };
-    try {
-      const result = await continueTrace(ticket.traceparent, () =>
+    // Promise callbacks, not an async function: one layer of promises fewer on every request (a
+    // replay's cost is mostly such layers, see `observe` in observability/events.ts).
+    const run = () =>
+      continueTrace(ticket.traceparent, () =>
         mode === 'transaction'
           ? idem.run(spec, (tx, operation) =>
               this.runHandler(state, new TransactionContext(tx, operation), respond),
             )
           : idem.steps(spec, (op) => this.runHandler(state, new StepsContext(op), respond)),
       );
-      if (result.replayed) {
-        const stored = restoreResponse(result.value, result.body);
-        stored.headers.push([replayedHeader, 'true']);
-        return { kind: 'replay', response: stored, afterHandler: state.invoked };
-      }
-      return { kind: 'handler', response: state.captured!, stored: true };
-    } catch (error) {
-      return this.failure(error, state);
-    }
+    return promised(run).then(
+      (result): Answer => {
+        if (!result.replayed) return { kind: 'handler', response: state.captured!, stored: true };
+        try {
+          const stored = restoreResponse(result.value, result.body);
+          stored.headers.push([replayedHeader, 'true']);
+          return { kind: 'replay', response: stored, afterHandler: state.invoked };
+        } catch (error) {
+          return this.failure(error, state); // a stored response it cannot read
+        }
+      },
+      (error: unknown) => this.failure(error, state),
+    );
   }
 
   private async runHandler(

@@ -37,6 +37,7 @@ import type {
 } from 'fastify';
 import { Transform } from 'node:stream';
 import { InvalidArgumentError } from '../core/errors.js';
+import { isPromiseLike } from '../core/promised.js';
 import type { IdempotencyContext } from './context.js';
 import { HttpIdempotency, type Answer, type RequestView } from './engine.js';
 import type { CapturedResponse, IdempotencyOptions } from './options.js';
@@ -199,25 +200,31 @@ function preHandler(engine: HttpIdempotency<FastifyRequest>) {
     };
     const fingerprint = state.fingerprint;
     if (fingerprint && !fingerprint.ok) return send(reply, engine.bodyMalformed(fingerprint.detail));
-    const scoped = await engine.scope(view, state.key);
+    // Awaited only when the tenant resolver returned a promise: a replay is one read, and each
+    // promise on its way costs it more than its SQL (see `observe` in observability/events.ts).
+    let scoped = engine.scope(view, state.key);
+    if (isPromiseLike(scoped)) scoped = await scoped;
     if (scoped.kind === 'answer') return send(reply, scoped.response);
-    const started = deferred<null>();
-    const captured = deferred<CapturedResponse>();
+    const { ticket } = scoped;
     const options = fingerprint ? { fingerprint: fingerprint.value } : {};
-    const answer = engine.execute(
-      scoped.ticket,
-      request.body,
-      (context) => {
-        request.idem = context;
-        state.captured = captured;
-        started.resolve(null);
-        return captured.promise;
-      },
-      options,
-    );
-    state.answer = answer;
-    // Either the handler may run now (the key is claimed), or the request is answered without it.
-    const first = await Promise.race([started.promise, answer]);
+    // Either the handler may run now (the key is claimed: null), or the request is answered
+    // without it. The handler runs after this hook returns, in the request's async context.
+    const first = await new Promise<Answer | null>((resolve, reject) => {
+      const answer = engine.execute(
+        ticket,
+        request.body,
+        (context) => {
+          const captured = deferred<CapturedResponse>();
+          request.idem = context;
+          state.captured = captured;
+          resolve(null);
+          return captured.promise;
+        },
+        options,
+      );
+      state.answer = answer;
+      answer.then(resolve, reject);
+    });
     if (first === null) return;
     state.answer = undefined;
     return send(reply, first.response);

@@ -12,6 +12,7 @@ export {
   type Answer,
   type RequestView,
   type Respond,
+  type Scoped,
   type Ticket,
 } from './engine.js';
 export type { IdempotencyContext } from './context.js';

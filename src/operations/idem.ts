@@ -8,6 +8,7 @@ import {
 } from '../core/errors.js';
 import { validateName } from '../core/keys.js';
 import { isRetryable } from '../core/retryable.js';
+import { promised } from '../core/promised.js';
 import type { Sql, Transaction } from '../core/sql.js';
 import { defaultSchema } from '../core/schema-name.js';
 import { nonNegative, positive } from '../core/validate.js';
@@ -129,13 +130,17 @@ export class Idem<Client = unknown> implements DefinitionHost<Client> {
    *   },
    * );
    */
-  async run<T>(spec: OperationSpec, handler: Handler<T, Client>): Promise<OperationResult<T>> {
-    const prepared = this.prepare(spec);
-    return observe('idem.run', prepared.scope, this.events, () =>
-      this.classifying(() =>
-        runAsIntent(prepared.scope, () => this.recordings[prepared.recording].run(prepared, handler)),
-      ),
-    );
+  run<T>(spec: OperationSpec, handler: Handler<T, Client>): Promise<OperationResult<T>> {
+    // Not an async function, to spare a replay a layer of promises (see `observe`); an invalid
+    // spec still rejects the returned promise rather than throwing.
+    return promised(() => {
+      const prepared = this.prepare(spec);
+      return observe('idem.run', prepared.scope, this.events, () =>
+        this.classifying(() =>
+          runAsIntent(prepared.scope, () => this.recordings[prepared.recording].run(prepared, handler)),
+        ),
+      );
+    });
   }
 
   /**
@@ -168,12 +173,11 @@ export class Idem<Client = unknown> implements DefinitionHost<Client> {
   }
 
   /** Runs `work`, turning whatever it throws into what the caller sees (an `IdemError`). */
-  private async classifying<R>(work: () => Promise<R>): Promise<R> {
-    try {
-      return await work();
-    } catch (error) {
+  private classifying<R>(work: () => Promise<R>): Promise<R> {
+    const classify = (error: unknown): never => {
       throw isIdemError(error) ? error : new OperationFailedError(error, isRetryable(error));
-    }
+    };
+    return promised(work).then(undefined, classify);
   }
 
   /**

@@ -107,18 +107,25 @@ export async function settle<T>(
  * result; 'row' when the key has a row that does not settle the call (one past its tombstone);
  * null otherwise (no read, or no row).
  */
-export async function replayInFront<T>(
+export function replayInFront<T>(
   engine: KeyedEngine<unknown>,
   db: Queryable,
   prepared: PreparedSpec,
   deadline: number,
 ): Promise<OperationResult<T> | 'row' | null> {
   const { scope } = prepared;
-  if (!engine.replayRead.shouldRead(scope.operation, prepared.readFirst)) return null;
-  const row = await engine.statements.read(db, { scope });
-  if (!row) return null;
-  engine.replayRead.observe(scope.operation, true);
-  return (await settle<T>(engine, db, prepared, row, deadline)) ?? 'row';
+  if (!engine.replayRead.shouldRead(scope.operation, prepared.readFirst)) return Promise.resolve(null);
+  // Promise callbacks, not async functions: a replay is this read and little else, and each
+  // layer of promises costs it more than its SQL (see `observe`).
+  return engine.statements.read(db, { scope }).then((row) => {
+    if (!row) return null;
+    engine.replayRead.observe(scope.operation, true);
+    // A finished row decides at once; only a pending one is waited for (`settle`).
+    const decision = decide<T>(scope, row, prepared.fingerprint, engine.clock.now());
+    if (decision.kind === 'replay') return decision.result;
+    if (decision.kind === 'forgotten') return 'row';
+    return settle<T>(engine, db, prepared, row, deadline).then((settled) => settled ?? 'row');
+  });
 }
 
 /**
@@ -127,17 +134,15 @@ export async function replayInFront<T>(
  * failover, a restarted pooler, a terminated backend) is skipped (null), and the transaction runs
  * on another connection and does the same work without it.
  */
-export async function replayBeforeTransaction<T>(
+export function replayBeforeTransaction<T>(
   engine: KeyedEngine<unknown>,
   prepared: PreparedSpec,
   deadline: number,
 ): Promise<OperationResult<T> | 'row' | null> {
-  try {
-    return await replayInFront<T>(engine, engine.sql, prepared, deadline);
-  } catch (error) {
+  return replayInFront<T>(engine, engine.sql, prepared, deadline).then(undefined, (error: unknown) => {
     if (isIdemError(error) || !isRetryable(error)) throw error;
     return null;
-  }
+  });
 }
 
 /** Whether the read in front answered the call. */
