@@ -41,6 +41,12 @@ export interface PgClientLike {
   }): Promise<{ rows: unknown[]; rowCount: number | null }>;
 }
 
+/** What node-postgres answers a query with, as far as idem reads it (`PgClientLike.query`). */
+interface PgAnswer {
+  rows: unknown[];
+  rowCount: number | null;
+}
+
 /** Options of the node-postgres adapter. */
 export interface PgAdapterOptions {
   /**
@@ -109,9 +115,7 @@ const runner =
  * node-postgres's answer as idem's. Several statements without parameters (a migration file) come
  * back as an array of results: the last one is the answer.
  */
-function toResult<R extends Row>(
-  raw: { rows: unknown[]; rowCount: number | null } | { rows: unknown[]; rowCount: number | null }[],
-): QueryResult<R> {
+function toResult<R extends Row>(raw: PgAnswer | PgAnswer[]): QueryResult<R> {
   const result = Array.isArray(raw) ? raw.at(-1)! : raw;
   return { rows: result.rows as R[], rowCount: result.rowCount ?? result.rows.length };
 }
