@@ -13,6 +13,7 @@ import { classifyFailure } from '../core/failures.js';
 import { sqlStateOf } from '../core/sqlstate.js';
 import {
   queryAndCommit,
+  type DeferredTransaction,
   type PipelinedTransaction,
   type QueryOptions,
   type QueryResult,
@@ -167,6 +168,67 @@ export function pipelinedSession<C extends SimpleQueryClient>(
     },
     async commit() {
       if (!ended) await ending(client.query('COMMIT'));
+    },
+  };
+}
+
+/**
+ * `pipelinedSession` whose BEGIN waits for the transaction's first use (see
+ * `transactionOnFirstUse`): a statement, reading `client`, or `begin()`. `open` sends BEGIN on
+ * the inner session (with the bounds) and whatever must follow it at once (`onBegin`). Never
+ * begun, the session has nothing to commit or roll back, and `queryAndCommit` sends its statement
+ * alone, its own transaction.
+ */
+export function deferredSession<C extends SimpleQueryClient>(
+  client: C,
+  run: RunStatement<C>,
+  open: (session: TransactionSession<C>) => void,
+): TransactionSession<C> & { readonly tx: DeferredTransaction<C> & PipelinedTransaction<C> } {
+  const inner = pipelinedSession(client, run);
+  const real = inner.tx as PipelinedTransaction<C>;
+  let begun = false;
+  let lost: Error | undefined;
+  const begin = () => {
+    if (begun) return;
+    begun = true;
+    open(inner);
+  };
+  const tx: DeferredTransaction<C> & PipelinedTransaction<C> = {
+    get client() {
+      begin();
+      return real.client;
+    },
+    query: (text, params, options) => {
+      begin();
+      return real.query(text, params, options);
+    },
+    get begun() {
+      return begun;
+    },
+    begin,
+    [queryAndCommit]: async (text, params, options) => {
+      if (begun) return real[queryAndCommit](text, params, options);
+      try {
+        return await run(client, text, params, options);
+      } catch (error) {
+        // As at COMMIT: an answer rolled it back; a connection cut with it in flight, nobody knows.
+        if (sqlStateOf(error) === undefined) lost = error as Error;
+        throw commitFailure(error);
+      }
+    },
+  };
+  return {
+    tx,
+    get ended() {
+      return begun ? inner.ended : true;
+    },
+    get lost() {
+      return lost ?? inner.lost;
+    },
+    // BEGIN goes out with the first use, not here.
+    begin: async () => undefined,
+    async commit() {
+      if (begun) await inner.commit();
     },
   };
 }

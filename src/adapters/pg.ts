@@ -15,13 +15,27 @@ import { unheardEvents, type IdemEvents } from '../core/event-channel.js';
 import { promised } from '../core/promised.js';
 import { classifyFailure } from '../core/failures.js';
 import { isPreparedStatementMismatch } from '../core/prepared-statements.js';
-import type { QueryResult, Row, Sql, Transaction } from '../core/sql.js';
+import {
+  transactionOnFirstUse,
+  type DeferredTransaction,
+  type DeferringSql,
+  type QueryResult,
+  type Row,
+  type Sql,
+  type Transaction,
+} from '../core/sql.js';
 import {
   ConnectionBounds,
   resolveTransactionTimeouts,
   type TransactionTimeouts,
 } from '../core/transaction-timeouts.js';
-import { isPipelined, pipelinedSession, sequentialSession } from './pg-pipeline.js';
+import {
+  deferredSession,
+  isPipelined,
+  pipelinedSession,
+  sequentialSession,
+  type TransactionSession,
+} from './pg-pipeline.js';
 import { transactionOf, type RunArguments, type RunStatement } from './wiring.js';
 
 export { pgConnectionDefaults } from '../core/connection-defaults.js';
@@ -179,48 +193,90 @@ export function fromPg<Client extends PgClientLike = PoolClient>(
   const run = runner(prepare);
   const timeouts = resolveTransactionTimeouts(options.timeouts);
   const bounds = timeouts ? new ConnectionBounds(timeouts) : undefined;
-  return {
+  const sql: DeferringSql<Client> = {
     // A pool hands out any connection; prepared statements are per connection, so pg prepares on
     // first use on each one.
     query: (text, params, queryOptions) => run(pool, text, params, queryOptions),
-    async transaction<T>(fn: (tx: Transaction<Client>) => Promise<T>): Promise<T> {
-      let broken: Error | undefined;
-      // node-postgres emits 'error' on a checked-out client whose connection is lost (a server
-      // restart, a cut connection). With no listener that is an uncaught exception that ends the
-      // process; the pending query rejects with the same error anyway, so only remember it.
-      const onError = (error: Error) => {
-        broken = error;
-      };
-      const client = await checkOut(pool, onError);
-      const events = client as ClientEvents;
-      const session = isPipelined(client) ? pipelinedSession(client, run) : sequentialSession(client, run);
-      try {
-        await session.begin(bounds?.textFor(client), bounds && ((answer) => bounds.learn(client, answer)));
-        const value = await fn(session.tx);
-        await session.commit();
-        return value;
-      } catch (error) {
-        if (broken === undefined && classifyFailure(error).discardConnection) {
-          // Lost, timed out mid-statement (pg's query_timeout leaves the statement running on the
-          // connection), or on a read-only node after a failover: a ROLLBACK would wait behind the
-          // stuck statement or land on the same standby. Destroy the connection; the server rolls
-          // back when it sees it go (or when idle_in_transaction_session_timeout ends it).
-          broken = error instanceof Error ? error : new Error(String(error));
+    transaction: (fn) =>
+      inSession(pool, (client) => {
+        const session = isPipelined(client) ? pipelinedSession(client, run) : sequentialSession(client, run);
+        return { session, run: () => begin(session, client).then(() => fn(session.tx)) };
+      }),
+    // Only where BEGIN can go out without a round trip of its own (pipeline mode); a sequential
+    // connection begins at once, as `transaction` does.
+    [transactionOnFirstUse]: (fn, onBegin) =>
+      inSession(pool, (client) => {
+        if (!isPipelined(client)) {
+          const session = sequentialSession(client, run);
+          // Begun at once; no statement goes out with COMMIT (`canCommitWith` is false).
+          const tx: DeferredTransaction<Client> = { ...session.tx, begun: true, begin: () => undefined };
+          return {
+            session,
+            run: () =>
+              begin(session, client).then(() => {
+                onBegin(session.tx);
+                return fn(tx);
+              }),
+          };
         }
-        try {
-          if (broken === undefined && !session.ended) await client.query('ROLLBACK');
-          else broken ??= session.lost;
-        } catch (rollbackError) {
-          // The connection is unusable; destroy it rather than return it to the pool.
-          broken = rollbackError as Error;
-        }
-        throw error;
-      } finally {
-        events.off?.('error', onError);
-        client.release(broken ?? false);
-      }
-    },
+        const session = deferredSession(client, run, (inner) => {
+          void begin(inner, client);
+          onBegin(inner.tx);
+        });
+        return { session, run: () => fn(session.tx) };
+      }),
   };
+  return sql;
+
+  /** BEGIN on `session`, with the transaction bounds the connection does not have yet. */
+  function begin(session: TransactionSession<Client>, client: Client): Promise<void> {
+    return session.begin(bounds?.textFor(client), bounds && ((answer) => bounds.learn(client, answer)));
+  }
+}
+
+/**
+ * One of `fromPg`'s transactions on a client checked out of `pool`: `start` builds its session
+ * and what runs in it (BEGIN, the caller's function); then COMMIT, or ROLLBACK on failure, and
+ * the client goes back to the pool (destroyed when its connection failed).
+ */
+async function inSession<Client extends PgClientLike, T>(
+  pool: PgPoolLike<Client>,
+  start: (client: Client) => { session: TransactionSession<Client>; run: () => Promise<T> },
+): Promise<T> {
+  let broken: Error | undefined;
+  // node-postgres emits 'error' on a checked-out client whose connection is lost (a server
+  // restart, a cut connection). With no listener that is an uncaught exception that ends the
+  // process; the pending query rejects with the same error anyway, so only remember it.
+  const onError = (error: Error) => {
+    broken = error;
+  };
+  const client = await checkOut(pool, onError);
+  const events = client as ClientEvents;
+  const { session, run } = start(client);
+  try {
+    const value = await run();
+    await session.commit();
+    return value;
+  } catch (error) {
+    if (broken === undefined && classifyFailure(error).discardConnection) {
+      // Lost, timed out mid-statement (pg's query_timeout leaves the statement running on the
+      // connection), or on a read-only node after a failover: a ROLLBACK would wait behind the
+      // stuck statement or land on the same standby. Destroy the connection; the server rolls
+      // back when it sees it go (or when idle_in_transaction_session_timeout ends it).
+      broken = error instanceof Error ? error : new Error(String(error));
+    }
+    try {
+      if (broken === undefined && !session.ended) await client.query('ROLLBACK');
+      else broken ??= session.lost;
+    } catch (rollbackError) {
+      // The connection is unusable; destroy it rather than return it to the pool.
+      broken = rollbackError as Error;
+    }
+    throw error;
+  } finally {
+    events.off?.('error', onError);
+    client.release(broken ?? false);
+  }
 }
 
 /** The part of a node-postgres client's events idem uses. */

@@ -72,14 +72,23 @@ export function completeAndClaim(s: string, tenant: string | null): string {
         (SELECT coalesce(json_agg(u ORDER BY u.id), '[]') FROM updated u WHERE u.state = 'claimed')::text AS claimed`;
 }
 
-/** `completeAndClaim` of one task (`completeOneAndClaimOne`): scalar values, LIMIT 1. */
-export function completeOneAndClaimOne(s: string): string {
+/**
+ * `completeAndClaim` of one task (`completeOneAndClaimOne`): scalar values, LIMIT 1. The claim
+ * does not depend on the completion: a caller whose task was refused still gets the next one.
+ * `onlyIfCompleted` (`completeOneThenClaimOne`, the claims worker's completion): a task that is not
+ * completed (fenced) claims nothing. That completion may go out alone, outside a transaction a
+ * fenced completion would roll back (see `transactionOnFirstUse`), and a claim that committed
+ * there would strand its task until its lease ended. (An initplan: `done` is read once, before
+ * the scan.)
+ */
+export function completeOneAndClaimOne(s: string, onlyIfCompleted = false): string {
+  const claimable = onlyIfCompleted ? 'AND id <> $1 AND EXISTS (SELECT FROM done)' : 'AND id <> $1';
   return `WITH done AS (
         UPDATE ${s}.tasks t SET state = 'completed', result = $3, finished_at = $4, expires_at = $5,
           locked_by = NULL
         WHERE t.tenant_id = $9 AND t.id = $1 AND t.fence = $2 AND t.state = 'claimed'
         RETURNING t.id
-      ), ${claimCtes(s, '$6', '$4', '1', '$7', '$8', null, 'AND id <> $1')}
+      ), ${claimCtes(s, '$6', '$4', '1', '$7', '$8', null, claimable)}
       SELECT EXISTS (SELECT 1 FROM done) AS completed,
         (SELECT coalesce(json_agg(u), '[]') FROM updated u WHERE u.state = 'claimed')::text AS claimed`;
 }

@@ -2,7 +2,15 @@ import { hostname } from 'node:os';
 import { runInCause } from '../observability/caused-span.js';
 import { randomBytes } from 'node:crypto';
 import { FencedError, isFenced } from '../core/errors.js';
-import { canCommitWith, type PipelinedTransaction, type Queryable, type Transaction } from '../core/sql.js';
+import {
+  canCommitWith,
+  canDeferBegin,
+  transactionOnFirstUse,
+  type DeferredTransaction,
+  type PipelinedTransaction,
+  type Queryable,
+  type Transaction,
+} from '../core/sql.js';
 import type { SweepOptions, SweepResult } from '../core/sweeper.js';
 import { TableModule } from '../core/store.js';
 import { createBackoff } from '../core/resilience/backoff.js';
@@ -270,33 +278,56 @@ export class Claims<Client = unknown> extends TableModule<Client, ClaimStatement
     let handlerError: { error: unknown } | undefined;
     // Set when the lock went out ahead of the handler (`lockTaskAhead`): its outcome decides.
     let lockedAhead: Promise<unknown> | undefined;
+    const lockAhead = (tx: Queryable) => {
+      lockedAhead = lockTaskAhead(this.context, tx, task).then(
+        () => undefined,
+        (error: unknown) => error,
+      );
+    };
+    const leaseLeftMs = task.leaseUntil - this.clock.now();
+    const inTransaction = async (
+      tx: Transaction<Client>,
+      deferred?: DeferredTransaction<Client>,
+    ): Promise<[R, Next]> => {
+      // In idem's own transaction, which ends with the completion, the lock is enough (no lease
+      // renewal: see the `lock` statement).
+      const commit = canCommitWith(tx) ? tx : undefined;
+      let lockTimer: ReturnType<typeof setTimeout> | undefined;
+      if (deferred) {
+        // BEGIN and the lock go out with the handler's first statement; a handler that writes
+        // nothing takes no lock, and its completion is one statement. One still running when
+        // `lockAheadMarginMs` of its lease is left takes the lock then, so no claim takes the
+        // task over from under it whatever it outlives.
+        if (!deferred.begun) {
+          lockTimer = setTimeout(() => deferred.begin(), leaseLeftMs - lockAheadMarginMs);
+          lockTimer.unref?.();
+        }
+      } else if (commit && leaseLeftMs >= lockAheadMarginMs) {
+        lockAhead(tx);
+      } else {
+        await lockTask(this.context, tx, task);
+      }
+      let value: R;
+      try {
+        value = await this.inCause(task, () => handler(tx, task));
+      } catch (error) {
+        handlerError = { error };
+        throw error;
+      } finally {
+        clearTimeout(lockTimer);
+      }
+      const next = await finish(tx, value, commit);
+      // Answered before the completion was (one connection, in order); a failed lock made the
+      // completion fail too, so this only reports why.
+      await rethrow(lockedAhead);
+      return [value, next];
+    };
     try {
-      const [value, next] = await this.sql.transaction(async (tx): Promise<[R, Next]> => {
-        // In idem's own transaction, which ends with the completion, the lock is enough (no lease
-        // renewal: see the `lock` statement).
-        const commit = canCommitWith(tx) ? tx : undefined;
-        if (commit && task.leaseUntil - this.clock.now() >= lockAheadMarginMs) {
-          const locked = lockTaskAhead(this.context, tx, task);
-          lockedAhead = locked.then(
-            () => undefined,
-            (error: unknown) => error,
-          );
-        } else {
-          await lockTask(this.context, tx, task);
-        }
-        let value: R;
-        try {
-          value = await this.inCause(task, () => handler(tx, task));
-        } catch (error) {
-          handlerError = { error };
-          throw error;
-        }
-        const next = await finish(tx, value, commit);
-        // Answered before the completion was (one connection, in order); a failed lock made the
-        // completion fail too, so this only reports why.
-        await rethrow(lockedAhead);
-        return [value, next];
-      });
+      const { sql } = this;
+      const [value, next] =
+        leaseLeftMs >= lockAheadMarginMs && canDeferBegin(sql)
+          ? await sql[transactionOnFirstUse]((tx) => inTransaction(tx, tx), lockAhead)
+          : await sql.transaction((tx) => inTransaction(tx));
       return { outcome: { state: 'completed', value }, next };
     } catch (error) {
       // A lock sent ahead that failed aborted the transaction: whatever the handler or the

@@ -179,10 +179,10 @@ export async function completeAndClaimNext<P>(
   commit?: PipelinedTransaction,
 ): Promise<ClaimedTask<P> | undefined> {
   const completion = oneCompletionOf(claims, task, result, queue, claims.leaseMs);
-  const { completeOneAndClaimOne } = claims.statements;
+  const { completeOneThenClaimOne } = claims.statements;
   const row = commit
-    ? await completeOneAndClaimOne.withCommit(commit, completion)
-    : await completeOneAndClaimOne(tx, completion);
+    ? await completeOneThenClaimOne.withCommit(commit, completion)
+    : await completeOneThenClaimOne(tx, completion);
   if (!row.completed) throw new FencedError(taskScope(task), task.fence);
   const [next] = JSON.parse(row.claimed) as Record<string, unknown>[];
   return next && decodeClaimedTask<P>(next, claims.workerId);

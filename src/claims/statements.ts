@@ -164,17 +164,17 @@ export function renderClaimStatements(schema: string) {
      */
     completeOneAndClaimOne: prepared('completeOneAndClaimOne', {
       text: completeOneAndClaimOne(s),
-      params: (c: OneCompletion) => [
-        c.task.id,
-        c.task.fence,
-        c.result,
-        c.now,
-        c.expiresAt,
-        c.queue,
-        c.leaseUntil,
-        c.workerId,
-        c.task.tenant,
-      ],
+      params: oneCompletionParams,
+      result: (result) => result.rows[0] as CompletedOneAndClaimed,
+    }),
+
+    /**
+     * `completeOneAndClaimOne` that claims only when the task completed (`runAndClaimNext`, the
+     * claims worker's slot): a fenced task's statement claims nothing, even sent alone.
+     */
+    completeOneThenClaimOne: prepared('completeOneThenClaimOne', {
+      text: completeOneAndClaimOne(s, true),
+      params: oneCompletionParams,
       result: (result) => result.rows[0] as CompletedOneAndClaimed,
     }),
 
@@ -390,6 +390,21 @@ export interface OneCompletion {
   queue: string;
   leaseUntil: Date;
   workerId: string;
+}
+
+/** `OneCompletion` as `completeOneAndClaimOne`'s parameters ($1 … $9). */
+function oneCompletionParams(c: OneCompletion): unknown[] {
+  return [
+    c.task.id,
+    c.task.fence,
+    c.result,
+    c.now,
+    c.expiresAt,
+    c.queue,
+    c.leaseUntil,
+    c.workerId,
+    c.task.tenant,
+  ];
 }
 
 /** What `completeOneAndClaimOne` answers: whether the task was completed, and the claimed task (JSON). */

@@ -103,7 +103,7 @@ describe('runAndClaimNext on one connection', () => {
     // plan unless it is costed above theirs (the batch form's always was: a plan per task).
     const { rows } = await db.pool.query<{ generic: number; custom: number }>(
       `SELECT generic_plans::int AS generic, custom_plans::int AS custom FROM pg_prepared_statements
-       WHERE name LIKE 'idem_task_completeOneAndClaimOne%'`,
+       WHERE name LIKE 'idem_task_completeOneThenClaimOne%'`,
     );
     expect(rows).toHaveLength(1);
     expect(rows[0]!.custom).toBeLessThanOrEqual(5);
