@@ -218,7 +218,10 @@ export class Claims<Client = unknown> extends TableModule<Client, ClaimStatement
    * Runs `handler` for a claimed task in one transaction that first takes the fence (`guard`),
    * then runs the handler's writes, then completes the task: all commit together, or nothing
    * does. While the transaction is open the task's row is locked, so no other worker takes it
-   * over even if the lease runs out. The transaction (a pooled connection, the row lock) stays
+   * over even if the lease runs out. On a node-postgres pool in pipeline mode the transaction
+   * begins at the handler's first use of `tx` (a statement, or reading `tx.client`), or when 5 s
+   * of the lease are left if the handler is still running then: a handler that never touches the
+   * database costs one statement, the fenced completion. The transaction (a pooled connection, the row lock) stays
    * open while the handler runs: keep it to database work. Work that leaves the database (an
    * HTTP call, an LLM request) runs outside any transaction with `createKeepAlive({ claims, task })` and a
    * fenced `complete(task, result)`, sending `task.downstreamKey` as its idempotency key so a retry after a
