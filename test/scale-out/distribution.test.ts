@@ -98,6 +98,8 @@ const acrossTenants: Record<string, Record<string, string>> = {
     completeAndClaim: 'a worker without a tenant (completeAndClaimTenant)',
     completeOneAndClaimOne:
       "a worker's slot without `tenants`: its task's tenant, the next task any tenant's (a worker with `tenants` claims through claimTenant)",
+    completeOneThenClaimOne:
+      "a worker's slot without `tenants`, as completeOneAndClaimOne (claiming only for a completed task): its task's tenant, the next task any tenant's",
     completeMany: 'a batch of several tenants, by (tenant, id) pairs (completeManyTenant for one)',
     byId: 'get(id) without a tenant (byIdTenant)',
     dead: 'operator list, of every tenant or one',
