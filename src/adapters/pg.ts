@@ -202,22 +202,15 @@ export function fromPg<Client extends PgClientLike = PoolClient>(
         const session = isPipelined(client) ? pipelinedSession(client, run) : sequentialSession(client, run);
         return { session, run: () => begin(session, client).then(() => fn(session.tx)) };
       }),
-    // Only where BEGIN can go out without a round trip of its own (pipeline mode); a sequential
-    // connection begins at once, as `transaction` does.
+    // Only where BEGIN can go out without a round trip of its own (pipeline mode). A sequential
+    // connection begins at once, as `transaction` does: `begun` is true when `fn` starts, `onBegin`
+    // is not called, and no statement goes out with COMMIT (`canCommitWith` is false).
     [transactionOnFirstUse]: (fn, onBegin) =>
       inSession(pool, (client) => {
         if (!isPipelined(client)) {
           const session = sequentialSession(client, run);
-          // Begun at once; no statement goes out with COMMIT (`canCommitWith` is false).
           const tx: DeferredTransaction<Client> = { ...session.tx, begun: true, begin: () => undefined };
-          return {
-            session,
-            run: () =>
-              begin(session, client).then(() => {
-                onBegin(session.tx);
-                return fn(tx);
-              }),
-          };
+          return { session, run: () => begin(session, client).then(() => fn(tx)) };
         }
         const session = deferredSession(client, run, (inner) => {
           void begin(inner, client);

@@ -296,15 +296,13 @@ export class Claims<Client = unknown> extends TableModule<Client, ClaimStatement
       // renewal: see the `lock` statement).
       const commit = canCommitWith(tx) ? tx : undefined;
       let lockTimer: ReturnType<typeof setTimeout> | undefined;
-      if (deferred) {
+      if (deferred && !deferred.begun) {
         // BEGIN and the lock go out with the handler's first statement; a handler that writes
         // nothing takes no lock, and its completion is one statement. One still running when
         // `lockAheadMarginMs` of its lease is left takes the lock then, so no claim takes the
         // task over from under it whatever it outlives.
-        if (!deferred.begun) {
-          lockTimer = setTimeout(() => deferred.begin(), leaseLeftMs - lockAheadMarginMs);
-          lockTimer.unref?.();
-        }
+        lockTimer = setTimeout(() => deferred.begin(), leaseLeftMs - lockAheadMarginMs);
+        lockTimer.unref?.();
       } else if (commit && leaseLeftMs >= lockAheadMarginMs) {
         lockAhead(tx);
       } else {

@@ -92,7 +92,8 @@ export function canCommitWith<Client>(tx: Transaction<Client>): tx is PipelinedT
  * database (a claims task that calls a provider and writes nothing): `fn` gets a transaction that
  * sends BEGIN only when it is first used, by a statement, by reading `client`, or by `begin()`.
  * `onBegin` runs at that moment, with BEGIN queued and nothing behind it yet (a claim's row lock
- * goes there). A transaction never begun that ends with `queryAndCommit` sends that statement
+ * goes there). A connection that cannot defer BEGIN begins before `fn` starts (`begun` is then
+ * already true) and does not call `onBegin`: `fn` sends what must follow BEGIN itself. A transaction never begun that ends with `queryAndCommit` sends that statement
  * alone: nothing came before it, so it is its own transaction.
  *
  * Why: on the claims worker's path (BEGIN with its bounds, the row lock, the completion, COMMIT)
